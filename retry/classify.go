@@ -166,7 +166,9 @@ func ClassifyError(err error) Decision {
 //  4. A 429 whose JSON body names a quota or budget error in error.type or
 //     error.code (insufficient_quota, billing_hard_limit_reached,
 //     budget_exceeded) is Terminal.
-//  5. Any other 429 is Throttled.
+//  5. Any other 429 is Throttled, hint or not. A hintless 429 is usually a
+//     rate limit, but Anthropic's spend cap sends one too; the Policy's
+//     attempt cap bounds what such a refusal costs.
 //  6. 408, 409, and every 5xx except 501, 505 and 511 are Transient.
 //  7. Every other status (400, 401, 403, 404, 413, 422, ...) is Terminal.
 //

@@ -67,6 +67,10 @@ func discard(resp *http.Response) {
 // A request with a body it cannot replay is sent once. Terminal outcomes are
 // never retried. The request's context bounds the waits, as in [Do].
 //
+// A client SDK that retries by itself (the official OpenAI and Anthropic Go
+// SDKs do, twice by default) multiplies its attempts by these; set its
+// retries to zero when it sends through a Transport.
+//
 // The zero value sends through [http.DefaultTransport] under the zero Policy.
 // A Transport is safe for concurrent use if its Base and Policy hooks are.
 type Transport struct {

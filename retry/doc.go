@@ -10,7 +10,8 @@
 //     and full jitter, or after the server's hint when it sent one.
 //   - [Throttled]: a 429 that is not a budget or quota refusal. Retried
 //     exactly when the server said (retry-after-ms, then Retry-After), never
-//     earlier; with no hint, as for Transient.
+//     earlier; with no hint, as for Transient. Sluice sends both headers on
+//     every rate and busy refusal, retry-after-ms exact to the millisecond.
 //   - [Terminal]: 400, 401, 403, 404, 413, 422 and any other 4xx, 501, 505,
 //     511, any response with x-should-retry: false, a 429 whose body says the
 //     budget or quota is exhausted (OpenAI insufficient_quota), and
@@ -21,7 +22,7 @@
 // [ClassifyResponse] documents the order in which these signals are read.
 //
 // [Do] runs a call under a [Policy]; [Transport] does the same for every
-// request an [net/http.Client] sends. Both stop at the first terminal
+// request a [net/http.Client] sends. Both stop at the first terminal
 // outcome, after Policy.MaxAttempts attempts, when a hint is longer than
 // Policy.MaxHint, when the wait would outlast the context's deadline, or when
 // the context is done.

@@ -9,7 +9,8 @@ import (
 
 // Clock tells a [Policy] the time and waits for it to pass. A nil Clock means
 // real time. Its method set is that of sluice.Clock, so the engine's clock
-// (or a test's fake) serves here too.
+// (or a test's fake) serves here too. A context's deadline is always real
+// time, whatever the Clock.
 type Clock interface {
 	Now() time.Time
 	After(d time.Duration) <-chan time.Time
