@@ -1,0 +1,129 @@
+package sluice
+
+import (
+	"context"
+	"math/bits"
+	"time"
+)
+
+// Fit returns the largest output cap, at most req.Max.OutputTokens, that
+// the request's output-dependent charges (worst-case reservations of
+// output_tokens, tokens and cost on rate and budget rules) would admit now;
+// 0 when even no output fits. Other rules are left to Admit. Cost rules use
+// req.OutputPrice to turn money into tokens. Nothing is charged.
+func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
+	if err := req.Max.validate(); err != nil {
+		return 0, err
+	}
+	r := &Reservation{limiter: l}
+	r.batch.Charges = r.inline[:0]
+	now := l.clock.Now()
+	if err := l.build(l.policy.Load(), &req, now, r); err != nil {
+		if _, tooLarge := err.(*TooLargeError); !tooLarge {
+			return 0, err
+		}
+		// A request too large for a rule may still fit with a smaller
+		// cap: build again without output to look at the room.
+		smaller := req
+		smaller.Max.OutputTokens = 0
+		smaller.Max.Cost = costWithoutOutput(&req)
+		if err := l.build(l.policy.Load(), &smaller, now, r); err != nil {
+			return 0, nil
+		}
+	}
+	if len(r.batch.Charges) == 0 {
+		return req.Max.OutputTokens, nil
+	}
+	if err := l.store.Peek(ctx, now, &r.batch); err != nil {
+		return 0, &StoreError{Op: "peek", Err: err}
+	}
+	best := req.Max.OutputTokens
+	for i := range r.batch.Charges {
+		c := &r.batch.Charges[i]
+		if c.Shadow || c.Kind == KindConcurrency || c.rule.Reserve != "" && c.rule.Reserve != ReserveWorstCase {
+			continue
+		}
+		var room int64
+		switch c.rule.metric {
+		case MetricOutputTokens:
+			room = c.Remaining
+		case MetricTokens:
+			room = c.Remaining - req.Max.InputTokens
+		case MetricCost:
+			if req.OutputPrice <= 0 {
+				continue
+			}
+			room = tokensFor(c.Remaining-costWithoutOutput(&req), req.OutputPrice)
+		default:
+			continue
+		}
+		best = max(0, min(best, room))
+	}
+	return best, nil
+}
+
+// costWithoutOutput is the part of req.Max.Cost that is not output.
+func costWithoutOutput(req *Request) int64 {
+	out := Price{Output: req.OutputPrice}.Cost(Usage{OutputTokens: req.Max.OutputTokens})
+	return max(0, req.Max.Cost-out)
+}
+
+// tokensFor returns how many tokens at price (micro-dollars per million)
+// money buys, rounded down.
+func tokensFor(money, price int64) int64 {
+	if money <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(money), 1_000_000)
+	if hi >= uint64(price) {
+		return 1<<63 - 1
+	}
+	q, _ := bits.Div64(hi, lo, uint64(price))
+	return int64(min(q, 1<<62))
+}
+
+// Effective is one limit that applies to an identity, where it came from,
+// and its live headroom.
+type Effective struct {
+	Rule      string
+	Kind      Kind
+	Subject   string
+	Metric    Metric
+	Limit     int64
+	Burst     int64
+	Source    string
+	Mode      Mode
+	Used      int64
+	Remaining int64
+	ResetAt   time.Time
+}
+
+// Effective lists the limits that apply to id now and their headroom. Rules
+// that match a model or route apply only when id names it.
+func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, error) {
+	r := &Reservation{limiter: l}
+	r.batch.Charges = r.inline[:0]
+	now := l.clock.Now()
+	req := Request{Identity: id}
+	if err := l.build(l.policy.Load(), &req, now, r); err != nil {
+		return nil, err
+	}
+	if len(r.batch.Charges) > 0 {
+		if err := l.store.Peek(ctx, now, &r.batch); err != nil {
+			return nil, &StoreError{Op: "peek", Err: err}
+		}
+	}
+	out := make([]Effective, 0, len(r.batch.Charges))
+	for _, c := range r.batch.Charges {
+		mode := c.rule.Mode
+		if mode == "" {
+			mode = ModeEnforce
+		}
+		out = append(out, Effective{
+			Rule: c.rule.Name, Kind: c.Kind, Subject: c.rule.Subject, Metric: c.rule.metric,
+			Limit: c.Limit, Burst: c.Burst, Source: c.source, Mode: mode,
+			Used: c.Used, Remaining: c.Remaining, ResetAt: c.ResetAt,
+		})
+	}
+	return out, nil
+}

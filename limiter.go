@@ -1,0 +1,360 @@
+package sluice
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// Options configures a Limiter. Store is required; every other zero value is
+// a documented default.
+type Options struct {
+	Store Store
+	// Rules, Simple, Overrides and Tiers form the initial Policy. Simple
+	// limits are checked together with Rules.
+	Rules     []Rule
+	Simple    Simple
+	Overrides []Override
+	Tiers     []Tier
+	// Clock is nil for real time.
+	Clock Clock
+	// ServerID names this process for "server" subjects; empty means the
+	// host name and process id.
+	ServerID string
+	// DefaultTimeout is the model deadline of a Request without one
+	// (10 minutes).
+	DefaultTimeout time.Duration
+	// ExpirySlack is added to the model deadline before leases expire and
+	// the sweep settles a reservation (30 seconds).
+	ExpirySlack time.Duration
+	// BusyRetryAfter caps the retry hint of a busy refusal (1 second).
+	BusyRetryAfter time.Duration
+	// OnOverrun, if set, is called when settlement finds usage above the
+	// reservation. It must not block.
+	OnOverrun func(Overrun)
+}
+
+// Overrun is a settlement that charged more than was reserved.
+type Overrun struct {
+	Rule     string
+	Subject  string
+	Reserved int64
+	Actual   int64
+}
+
+// Stats counts a Limiter's events since it was made.
+type Stats struct {
+	Admitted int64
+	Refused  int64
+	Overruns int64
+}
+
+// Limiter admits requests against a policy of rules held in a Store. It is
+// safe for concurrent use.
+type Limiter struct {
+	store          Store
+	clock          Clock
+	serverID       string
+	defaultTimeout time.Duration
+	expirySlack    time.Duration
+	busyRetryAfter time.Duration
+	onOverrun      func(Overrun)
+
+	policy  atomic.Pointer[compiledPolicy]
+	nextID  atomic.Uint64
+	waiters waitQueues
+
+	admitted, refused, overruns atomic.Int64
+}
+
+// New returns a Limiter over opts.Store with the policy in opts.
+func New(opts Options) (*Limiter, error) {
+	if opts.Store == nil {
+		return nil, errors.New("sluice: new: Options.Store is required")
+	}
+	l := &Limiter{
+		store:          opts.Store,
+		clock:          opts.Clock,
+		serverID:       opts.ServerID,
+		defaultTimeout: opts.DefaultTimeout,
+		expirySlack:    opts.ExpirySlack,
+		busyRetryAfter: opts.BusyRetryAfter,
+		onOverrun:      opts.OnOverrun,
+	}
+	if l.clock == nil {
+		l.clock = realClock{}
+	}
+	if l.serverID == "" {
+		host, _ := os.Hostname()
+		l.serverID = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	if l.defaultTimeout <= 0 {
+		l.defaultTimeout = 10 * time.Minute
+	}
+	if l.expirySlack <= 0 {
+		l.expirySlack = 30 * time.Second
+	}
+	if l.busyRetryAfter <= 0 {
+		l.busyRetryAfter = time.Second
+	}
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
+	l.nextID.Store(binary.LittleEndian.Uint64(seed[:]) &^ (1 << 63))
+	rules := append(opts.Simple.Rules(), opts.Rules...)
+	if err := l.SetPolicy(Policy{Rules: rules, Overrides: opts.Overrides, Tiers: opts.Tiers}); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// SetPolicy validates p and swaps it in atomically; the next admission uses
+// it. An invalid policy is refused and the current one kept.
+func (l *Limiter) SetPolicy(p Policy) error {
+	cp, err := compilePolicy(p)
+	if err != nil {
+		return err
+	}
+	l.policy.Store(cp)
+	return nil
+}
+
+// Policy returns the policy in force.
+func (l *Limiter) Policy() Policy { return l.policy.Load().source }
+
+// Stats returns the Limiter's counts.
+func (l *Limiter) Stats() Stats {
+	return Stats{Admitted: l.admitted.Load(), Refused: l.refused.Load(), Overruns: l.overruns.Load()}
+}
+
+// Admit checks every applicable rule of req and charges all of them in one
+// atomic step, or none. It returns a Reservation to settle when the call
+// ends, or a refusal: *RateLimitError, *BusyError, *BudgetError,
+// *TooLargeError, *StoreError, or the context's error. With req.MaxWait it
+// may wait for rate and concurrency rules.
+func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := req.Max.validate(); err != nil {
+		return nil, err
+	}
+	if err := req.Expected.validate(); err != nil {
+		return nil, err
+	}
+	r := &Reservation{limiter: l}
+	r.batch.Charges = r.inline[:0]
+	r.batch.ID = l.nextID.Add(1)
+	now := l.clock.Now()
+	p := l.policy.Load()
+	if err := l.build(p, &req, now, r); err != nil {
+		l.refused.Add(1)
+		return nil, err
+	}
+	if req.MaxWait > 0 && l.waiters.active() {
+		if key, ok := l.waiters.existing(r.batch.Charges); ok {
+			return l.wait(ctx, &req, r, key, now)
+		}
+	}
+	err := l.try(ctx, &req, r, now)
+	if err == nil {
+		return r, nil
+	}
+	if req.MaxWait > 0 && waitable(err, req.MaxWait) {
+		return l.wait(ctx, &req, r, decidingKey(r), now)
+	}
+	l.refused.Add(1)
+	return nil, err
+}
+
+// try runs one admission attempt at now.
+func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now time.Time) error {
+	r.batch.Deadline = now.Add(l.timeout(req) + l.expirySlack)
+	if len(r.batch.Charges) == 0 {
+		r.state.Store(stateOpen)
+		l.admitted.Add(1)
+		return nil
+	}
+	ok, err := l.store.Admit(ctx, now, &r.batch)
+	if err != nil {
+		return &StoreError{Op: "admit", Err: err}
+	}
+	if !ok {
+		return l.refusal(r)
+	}
+	l.finish(r, now)
+	r.state.Store(stateOpen)
+	l.admitted.Add(1)
+	return nil
+}
+
+func (l *Limiter) timeout(req *Request) time.Duration {
+	if req.Timeout > 0 {
+		return req.Timeout
+	}
+	return l.defaultTimeout
+}
+
+// build appends to r one charge per applicable rule and subject.
+func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reservation) error {
+	r.batch.Charges = r.batch.Charges[:0]
+	r.result = Result{}
+	id := &req.Identity
+	for _, rule := range p.rules {
+		if rule.Disabled || rule.Limit == 0 && len(p.overrides) == 0 || !rule.matches(id) {
+			continue
+		}
+		limit, burst, source := p.effective(rule, id, now)
+		if limit == 0 {
+			continue
+		}
+		c := Charge{
+			Kind:     rule.Kind,
+			Limit:    limit,
+			Burst:    burst,
+			Window:   rule.Window,
+			Shadow:   rule.Mode == ModeShadow,
+			OnExpiry: rule.OnExpiry,
+			rule:     rule,
+			source:   source,
+		}
+		c.Key.Rule = rule.id
+		c.Amount = rule.reserveAmount(req)
+		switch rule.Kind {
+		case KindRate:
+			if !c.Shadow && c.Amount > c.BurstOrLimit() {
+				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: c.BurstOrLimit()}
+			}
+		case KindBudget:
+			if !c.Shadow && c.Amount > limit {
+				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: limit}
+			}
+			start, end := PeriodBounds(rule.Period, now, rule.location)
+			c.Key.Period = start.Unix()
+			c.PeriodEnd = end
+		}
+		if !rule.hasTag {
+			c.Key.Subject = subjectValue(rule, id, "", l.serverID)
+			r.batch.Charges = append(r.batch.Charges, c)
+			continue
+		}
+		for i, tag := range id.Tags {
+			if slices.Contains(id.Tags[:i], tag) {
+				continue
+			}
+			c.Key.Subject = subjectValue(rule, id, tag, l.serverID)
+			r.batch.Charges = append(r.batch.Charges, c)
+		}
+	}
+	return nil
+}
+
+func (r *compiledRule) matches(id *Identity) bool {
+	m := &r.Match
+	return (len(m.Models) == 0 || slices.Contains(m.Models, id.Model)) &&
+		(len(m.Tiers) == 0 || slices.Contains(m.Tiers, id.Tier)) &&
+		(len(m.Routes) == 0 || slices.Contains(m.Routes, id.Route))
+}
+
+// reserveAmount is what r charges at admission for req.
+func (r *compiledRule) reserveAmount(req *Request) int64 {
+	switch r.metric {
+	case MetricRequests, MetricConcurrency:
+		return 1
+	}
+	switch r.Reserve {
+	case ReserveFixed:
+		return r.ReserveAmount
+	case ReserveEstimate:
+		if !req.Expected.IsZero() {
+			return req.Expected.amount(r.metric)
+		}
+	}
+	return req.Max.amount(r.metric)
+}
+
+// refusal builds the error for a refused batch: a budget wins over a rate;
+// among rates and concurrency, the longest wait.
+func (l *Limiter) refusal(r *Reservation) error {
+	var budget, wait *Charge
+	for i := range r.batch.Charges {
+		c := &r.batch.Charges[i]
+		if c.Allowed || c.Shadow {
+			continue
+		}
+		if c.Kind == KindConcurrency && c.RetryAfter > l.busyRetryAfter {
+			c.RetryAfter = l.busyRetryAfter
+		}
+		c.RetryAfter = ceilMillisecond(c.RetryAfter)
+		switch {
+		case c.Kind == KindBudget:
+			if budget == nil || c.ResetAt.After(budget.ResetAt) {
+				budget = c
+			}
+		case wait == nil || c.RetryAfter > wait.RetryAfter:
+			wait = c
+		}
+	}
+	if budget != nil {
+		return &BudgetError{refusalOf(budget)}
+	}
+	if wait == nil {
+		return &StoreError{Op: "admit", Err: errors.New("store refused a batch without saying which charge")}
+	}
+	if wait.Kind == KindConcurrency {
+		return &BusyError{refusalOf(wait)}
+	}
+	return &RateLimitError{refusalOf(wait)}
+}
+
+func refusalOf(c *Charge) Refusal {
+	return Refusal{
+		Rule: c.rule.Name, Subject: c.rule.Subject, Kind: c.Kind, Metric: c.rule.metric,
+		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining,
+		Window: c.rule.Window, Period: c.rule.Period,
+		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt,
+	}
+}
+
+// ceilMillisecond rounds d up to the next millisecond, never down.
+func ceilMillisecond(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r != 0 {
+		d += time.Millisecond - r
+	}
+	return d
+}
+
+// Sweep settles the reservations past their deadline (see Store.Sweep).
+// Run it periodically, or use RunSweeper.
+func (l *Limiter) Sweep(ctx context.Context) (SweepResult, error) {
+	res, err := l.store.Sweep(ctx, l.clock.Now())
+	if err != nil {
+		return res, &StoreError{Op: "sweep", Err: err}
+	}
+	if res.Reservations > 0 {
+		l.waiters.notify()
+	}
+	return res, nil
+}
+
+// RunSweeper calls Sweep every interval until ctx is done. Errors are passed
+// to onError when it is not nil.
+func (l *Limiter) RunSweeper(ctx context.Context, interval time.Duration, onError func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := l.Sweep(ctx); err != nil && onError != nil {
+				onError(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,302 @@
+package sluice
+
+import (
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Override changes one rule's limit for one subject: every request whose
+// identity has Attribute equal to Value. A nil field inherits the rule's
+// value; 0 disables the rule for that subject. An Override with a non-zero
+// ExpiresAt stops applying at that instant.
+type Override struct {
+	// Rule is the name of the rule it changes.
+	Rule string
+	// Attribute is the identity attribute it keys on: org, workspace, team,
+	// user, key, ip or session.
+	Attribute string
+	Value     string
+	Limit     *int64
+	Burst     *int64
+	ExpiresAt time.Time
+}
+
+// Tier scales the limits of every rule for requests whose identity carries
+// its name: a new account starts on a smaller tier and is promoted later.
+type Tier struct {
+	Name string
+	// Percent of each rule's Limit and Burst that applies (100 = unchanged).
+	Percent int64
+}
+
+// Policy is the complete set of limits a Limiter enforces.
+type Policy struct {
+	Rules     []Rule
+	Overrides []Override
+	Tiers     []Tier
+}
+
+// Layer is one source of rules in the resolution order: built-in defaults,
+// the config file, environment knobs, rules stored in the database.
+type Layer struct {
+	Source string
+	Rules  []Rule
+}
+
+// Resolve merges layers in order: a rule in a later layer replaces the rule
+// of the same name from an earlier one. Each rule's Source is set to its
+// layer's Source. The order of first appearance is kept.
+func Resolve(layers ...Layer) []Rule {
+	var out []Rule
+	index := map[string]int{}
+	for _, layer := range layers {
+		for _, r := range layer.Rules {
+			r.Source = layer.Source
+			if i, ok := index[r.Name]; ok {
+				out[i] = r
+				continue
+			}
+			index[r.Name] = len(out)
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// compiledRule is a validated rule with its parsed subject and identity.
+type compiledRule struct {
+	Rule
+	id       uint64
+	attrs    []attribute
+	hasTag   bool
+	metric   Metric
+	location *time.Location
+}
+
+// compileRule validates r and prepares it for admissions.
+func compileRule(r Rule) (*compiledRule, error) {
+	bad := func(field, format string, args ...any) error {
+		return &RuleError{Rule: r.Name, Field: field, Message: fmt.Sprintf(format, args...)}
+	}
+	if r.Name == "" {
+		return nil, bad("name", "is empty")
+	}
+	c := &compiledRule{Rule: r, metric: r.metric(), location: time.UTC}
+	switch r.Kind {
+	case KindRate, KindConcurrency, KindBudget:
+	default:
+		return nil, bad("kind", "must be rate, concurrency or budget, not %q", r.Kind)
+	}
+	attrs, err := parseSubject(r.Subject)
+	if err != nil {
+		return nil, bad("subject", "%v", err)
+	}
+	c.attrs = attrs
+	c.hasTag = slices.Contains(attrs, attrTag)
+	if r.Kind == KindConcurrency {
+		if c.metric != MetricConcurrency {
+			return nil, bad("metric", "a concurrency rule counts concurrency, not %q", r.Metric)
+		}
+	} else if c.metric == MetricConcurrency {
+		return nil, bad("metric", "concurrency is counted by concurrency rules only")
+	} else if !validMetricName(c.metric) {
+		return nil, bad("metric", "unknown metric %q (custom metrics use a-z, 0-9 and _)", r.Metric)
+	}
+	if r.Limit < 0 {
+		return nil, bad("limit", "must not be negative (0 disables), got %d", r.Limit)
+	}
+	if r.MinOutputTokens < 0 {
+		return nil, bad("min_output_tokens", "must not be negative")
+	}
+	switch r.Kind {
+	case KindRate:
+		if r.Window <= 0 {
+			return nil, bad("window", "must be positive, got %v", r.Window)
+		}
+		if r.Burst < 0 {
+			return nil, bad("burst", "must not be negative, got %d", r.Burst)
+		}
+		if r.Burst > 0 && r.Burst < r.MinOutputTokens {
+			return nil, bad("burst", "%d is smaller than one request's minimum (%d)", r.Burst, r.MinOutputTokens)
+		}
+	case KindBudget:
+		switch r.Period {
+		case PeriodDay, PeriodWeek, PeriodMonth:
+		default:
+			return nil, bad("period", "must be day, week or month, not %q", r.Period)
+		}
+		if r.TimeZone != "" {
+			loc, err := time.LoadLocation(r.TimeZone)
+			if err != nil {
+				return nil, bad("time_zone", "unknown time zone %q", r.TimeZone)
+			}
+			c.location = loc
+		}
+		if r.SoftLimit < 0 || (r.Limit > 0 && r.SoftLimit > r.Limit) {
+			return nil, bad("soft_limit", "must be between 0 and the limit, got %d", r.SoftLimit)
+		}
+		for _, f := range r.WarnAt {
+			if !(f > 0 && f <= 1) {
+				return nil, bad("warn_at", "fractions must be in (0, 1], got %v", f)
+			}
+		}
+	}
+	switch r.Reserve {
+	case "", ReserveWorstCase, ReserveEstimate:
+	case ReserveFixed:
+		if r.ReserveAmount <= 0 {
+			return nil, bad("reserve_amount", "must be positive with reserve: fixed")
+		}
+	default:
+		return nil, bad("reserve", "must be worst_case, estimate or fixed, not %q", r.Reserve)
+	}
+	switch r.OnExpiry {
+	case "", ExpiryCharge, ExpiryRelease:
+	default:
+		return nil, bad("on_expiry", "must be charge or release, not %q", r.OnExpiry)
+	}
+	switch r.OnStoreError {
+	case "", StoreErrorClosed, StoreErrorOpen:
+	default:
+		return nil, bad("on_store_error", "must be closed or open, not %q", r.OnStoreError)
+	}
+	switch r.Mode {
+	case "", ModeEnforce, ModeShadow:
+	default:
+		return nil, bad("mode", "must be enforce or shadow, not %q", r.Mode)
+	}
+	switch r.Fit {
+	case "", "clamp":
+	default:
+		return nil, bad("fit", "must be clamp or empty, not %q", r.Fit)
+	}
+	c.id = fingerprint(&r, c.metric)
+	return c, nil
+}
+
+// fingerprint identifies a rule's counters. It covers what a counter means
+// (name, kind, subject, metric, window, period, zone) and not the limit, so
+// raising a limit keeps the usage while changing a window or a subject starts
+// new counters.
+func fingerprint(r *Rule, m Metric) uint64 {
+	h := fnv.New64a()
+	for _, s := range []string{r.Name, string(r.Kind), r.Subject, string(m),
+		strconv.FormatInt(int64(r.Window), 10), string(r.Period), r.TimeZone} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+type overrideKey struct {
+	attr  attribute
+	value string
+}
+
+// compiledPolicy is an immutable, validated Policy.
+type compiledPolicy struct {
+	source    Policy
+	rules     []*compiledRule
+	byName    map[string]*compiledRule
+	overrides map[overrideKey][]*Override
+	// overrideAttrs lists the attributes that have overrides, most specific
+	// first.
+	overrideAttrs []attribute
+	tiers         map[string]int64
+}
+
+// overrideOrder ranks attributes from the most specific.
+var overrideOrder = []attribute{attrKey, attrSession, attrUser, attrTeam, attrWorkspace, attrOrg, attrIP}
+
+func compilePolicy(p Policy) (*compiledPolicy, error) {
+	cp := &compiledPolicy{source: p, byName: map[string]*compiledRule{}}
+	for _, r := range p.Rules {
+		c, err := compileRule(r)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := cp.byName[r.Name]; dup {
+			return nil, &RuleError{Rule: r.Name, Field: "name", Message: "is used by two rules"}
+		}
+		cp.byName[r.Name] = c
+		cp.rules = append(cp.rules, c)
+	}
+	for i := range p.Overrides {
+		o := &p.Overrides[i]
+		a, ok := attributeNames[o.Attribute]
+		if !ok || !slices.Contains(overrideOrder, a) {
+			return nil, fmt.Errorf("sluice: override of %q: attribute %q must be one of org, workspace, team, user, key, session, ip", o.Rule, o.Attribute)
+		}
+		if _, ok := cp.byName[o.Rule]; !ok {
+			return nil, fmt.Errorf("sluice: override for %s %q: no rule named %q", o.Attribute, o.Value, o.Rule)
+		}
+		if (o.Limit != nil && *o.Limit < 0) || (o.Burst != nil && *o.Burst < 0) {
+			return nil, fmt.Errorf("sluice: override of %q for %s %q: limits must not be negative", o.Rule, o.Attribute, o.Value)
+		}
+		if cp.overrides == nil {
+			cp.overrides = map[overrideKey][]*Override{}
+		}
+		k := overrideKey{a, o.Value}
+		cp.overrides[k] = append(cp.overrides[k], o)
+	}
+	for _, a := range overrideOrder {
+		for k := range cp.overrides {
+			if k.attr == a {
+				cp.overrideAttrs = append(cp.overrideAttrs, a)
+				break
+			}
+		}
+	}
+	for _, t := range p.Tiers {
+		if t.Name == "" || t.Percent <= 0 {
+			return nil, fmt.Errorf("sluice: tier %q: needs a name and a positive percent", t.Name)
+		}
+		if cp.tiers == nil {
+			cp.tiers = map[string]int64{}
+		}
+		cp.tiers[t.Name] = t.Percent
+	}
+	return cp, nil
+}
+
+// effective returns a rule's limit and burst for one identity at now, and
+// where they came from.
+func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time) (limit, burst int64, source string) {
+	limit, burst, source = r.Limit, r.Burst, r.Source
+	if pct, ok := cp.tiers[id.Tier]; ok && pct != 100 {
+		limit = scale(limit, pct)
+		burst = scale(burst, pct)
+		source = "tier"
+	}
+	for _, a := range cp.overrideAttrs {
+		for _, o := range cp.overrides[overrideKey{a, id.attribute(a)}] {
+			if o.Rule != r.Name || (!o.ExpiresAt.IsZero() && !now.Before(o.ExpiresAt)) {
+				continue
+			}
+			if o.Limit != nil {
+				limit = *o.Limit
+			}
+			if o.Burst != nil {
+				burst = *o.Burst
+			}
+			return limit, burst, "override"
+		}
+	}
+	return limit, burst, source
+}
+
+// scale returns v*pct/100, at least 1 when v is positive.
+func scale(v, pct int64) int64 {
+	if v <= 0 {
+		return v
+	}
+	s := v / 100 * pct
+	s += v % 100 * pct / 100
+	if s < 1 {
+		s = 1
+	}
+	return s
+}

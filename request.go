@@ -1,0 +1,209 @@
+package sluice
+
+import (
+	"fmt"
+	"math/bits"
+	"strings"
+	"time"
+)
+
+// Identity is who a request is charged to. It must come from a trusted
+// record (an API key, a verified header from a trusted proxy, a session),
+// never from the request body.
+type Identity struct {
+	Org       string
+	Workspace string
+	Team      string
+	User      string
+	Key       string
+	IP        string
+	Session   string
+	Model     string
+	Route     string
+	Tier      string
+	// Tags attribute a request to cooperating groups; a rule on "tag"
+	// charges one counter per distinct tag.
+	Tags []string
+}
+
+func (id *Identity) attribute(a attribute) string {
+	switch a {
+	case attrOrg:
+		return id.Org
+	case attrWorkspace:
+		return id.Workspace
+	case attrTeam:
+		return id.Team
+	case attrUser:
+		return id.User
+	case attrKey:
+		return id.Key
+	case attrIP:
+		return id.IP
+	case attrSession:
+		return id.Session
+	case attrModel:
+		return id.Model
+	case attrRoute:
+		return id.Route
+	case attrTier:
+		return id.Tier
+	}
+	return ""
+}
+
+// subjectSeparator joins the parts of a composite subject.
+const subjectSeparator = "\x1f"
+
+// subjectValue builds the counter subject of r for id. A missing attribute
+// counts as the empty value, so requests without it share one counter
+// rather than escaping the rule.
+func subjectValue(r *compiledRule, id *Identity, tag, serverID string) string {
+	if len(r.attrs) == 1 {
+		switch a := r.attrs[0]; a {
+		case attrGlobal:
+			return ""
+		case attrServer:
+			return serverID
+		case attrTag:
+			return tag
+		default:
+			return id.attribute(a)
+		}
+	}
+	var b strings.Builder
+	for i, a := range r.attrs {
+		if i > 0 {
+			b.WriteString(subjectSeparator)
+		}
+		if a == attrTag {
+			b.WriteString(tag)
+		} else {
+			b.WriteString(id.attribute(a))
+		}
+	}
+	return b.String()
+}
+
+// Usage is what a call consumed, as the provider reported it, or a bound on
+// it before the call.
+type Usage struct {
+	// InputTokens counts every input token, cached or not.
+	InputTokens int64
+	// OutputTokens counts the output tokens of every completion.
+	OutputTokens int64
+	// CachedInputTokens is the part of InputTokens read from a cache.
+	CachedInputTokens int64
+	// CacheWriteTokens is the part of InputTokens written to a cache.
+	CacheWriteTokens int64
+	// Cost is the price of the call in micro-dollars.
+	Cost int64
+	// Custom holds custom metrics by name (audio seconds, sandbox seconds).
+	Custom map[string]int64
+}
+
+// IsZero reports whether u reports nothing at all.
+func (u *Usage) IsZero() bool {
+	return u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 &&
+		u.CacheWriteTokens == 0 && u.Cost == 0 && len(u.Custom) == 0
+}
+
+func (u *Usage) validate() error {
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.Cost < 0 {
+		return fmt.Errorf("%w: negative amounts %+v", ErrInvalidUsage, *u)
+	}
+	for name, v := range u.Custom {
+		if v < 0 {
+			return fmt.Errorf("%w: custom metric %q is negative (%d)", ErrInvalidUsage, name, v)
+		}
+	}
+	return nil
+}
+
+// amount returns how much of metric m u holds.
+func (u *Usage) amount(m Metric) int64 {
+	switch m {
+	case MetricRequests, MetricConcurrency:
+		return 1
+	case MetricInputTokens:
+		return u.InputTokens
+	case MetricOutputTokens:
+		return u.OutputTokens
+	case MetricTokens:
+		return saturatingAdd(u.InputTokens, u.OutputTokens)
+	case MetricCost:
+		return u.Cost
+	}
+	return u.Custom[string(m)]
+}
+
+func saturatingAdd(a, b int64) int64 {
+	s := a + b
+	if s < a {
+		return 1<<63 - 1
+	}
+	return s
+}
+
+// Request is one admission: who pays and what the call may cost.
+type Request struct {
+	Identity Identity
+	// Max bounds the call: the input estimate plus the output bound (output
+	// cap times n), and the cost of both. Worst-case reservations charge it.
+	Max Usage
+	// Expected is the likely usage, reserved by rules with ReserveEstimate.
+	// Zero means Max.
+	Expected Usage
+	// OutputPrice is the price of one million output tokens in
+	// micro-dollars; Fit uses it to turn a cost budget's room into tokens.
+	OutputPrice int64
+	// Timeout is the model deadline; leases and reservations expire at
+	// Timeout plus Options.ExpirySlack. Zero means Options.DefaultTimeout.
+	Timeout time.Duration
+	// MaxWait lets the admission wait for rate and concurrency rules (never
+	// budgets), in arrival order per subject. Zero refuses at once.
+	MaxWait time.Duration
+}
+
+// Price is a model's price list in micro-dollars per million tokens.
+type Price struct {
+	Input       int64
+	CachedInput int64
+	CacheWrite  int64
+	Output      int64
+}
+
+// Cost prices u in micro-dollars, rounded up. Cached and cache-write tokens
+// are priced apart from the rest of the input.
+func (p Price) Cost(u Usage) int64 {
+	plain := u.InputTokens - u.CachedInputTokens - u.CacheWriteTokens
+	if plain < 0 {
+		plain = 0
+	}
+	var hi, lo uint64
+	add := func(tokens, price int64) {
+		if tokens <= 0 || price <= 0 {
+			return
+		}
+		h, l := bits.Mul64(uint64(tokens), uint64(price))
+		var carry uint64
+		lo, carry = bits.Add64(lo, l, 0)
+		hi += h + carry
+	}
+	add(plain, p.Input)
+	add(u.CachedInputTokens, p.CachedInput)
+	add(u.CacheWriteTokens, p.CacheWrite)
+	add(u.OutputTokens, p.Output)
+	const million = 1_000_000
+	if hi >= million {
+		return 1<<63 - 1
+	}
+	q, r := bits.Div64(hi, lo, million)
+	if r > 0 {
+		q++
+	}
+	if q > 1<<63-1 {
+		return 1<<63 - 1
+	}
+	return int64(q)
+}

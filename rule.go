@@ -1,0 +1,247 @@
+package sluice
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Kind is the algorithm of a rule.
+type Kind string
+
+// The three kinds of rule.
+const (
+	// KindRate is a token bucket: at most Limit per Window, refilled
+	// continuously, with capacity Burst.
+	KindRate Kind = "rate"
+	// KindConcurrency caps the calls admitted and not yet settled.
+	KindConcurrency Kind = "concurrency"
+	// KindBudget caps a metric per calendar period.
+	KindBudget Kind = "budget"
+)
+
+// Metric names what a rule counts. Any other non-empty name made of
+// lower-case letters, digits and underscores is a custom metric, charged
+// from Usage.Custom.
+type Metric string
+
+// The built-in metrics.
+const (
+	MetricRequests     Metric = "requests"
+	MetricInputTokens  Metric = "input_tokens"
+	MetricOutputTokens Metric = "output_tokens"
+	MetricTokens       Metric = "tokens"
+	MetricCost         Metric = "cost" // integer micro-dollars
+	MetricConcurrency  Metric = "concurrency"
+)
+
+// Mode says whether a rule refuses. The empty Mode is ModeEnforce.
+type Mode string
+
+// Rule modes.
+const (
+	ModeEnforce Mode = "enforce"
+	// ModeShadow counts and reports, but never refuses.
+	ModeShadow Mode = "shadow"
+)
+
+// Period is the calendar period of a budget.
+type Period string
+
+// Budget periods.
+const (
+	PeriodDay   Period = "day"
+	PeriodWeek  Period = "week" // ISO week, from Monday
+	PeriodMonth Period = "month"
+)
+
+// ReservePolicy says what a budget (or a token bucket) reserves at admission.
+// The empty policy is ReserveWorstCase.
+type ReservePolicy string
+
+// Reservation policies.
+const (
+	// ReserveWorstCase reserves Request.Max: the input estimate plus the
+	// output bound.
+	ReserveWorstCase ReservePolicy = "worst_case"
+	// ReserveEstimate reserves Request.Expected (Request.Max when Expected is
+	// zero).
+	ReserveEstimate ReservePolicy = "estimate"
+	// ReserveFixed reserves Rule.ReserveAmount.
+	ReserveFixed ReservePolicy = "fixed"
+)
+
+// ExpiryPolicy says what the sweep does with a budget reservation that was
+// not settled by its deadline. The empty policy is ExpiryCharge.
+type ExpiryPolicy string
+
+// Expiry policies.
+const (
+	// ExpiryCharge charges the reserved amount (fail closed).
+	ExpiryCharge ExpiryPolicy = "charge"
+	// ExpiryRelease refunds the reservation.
+	ExpiryRelease ExpiryPolicy = "release"
+)
+
+// StoreErrorPolicy says what the gateway does when the store cannot answer
+// for a rule. The empty policy is StoreErrorClosed.
+type StoreErrorPolicy string
+
+// Store error policies.
+const (
+	StoreErrorClosed StoreErrorPolicy = "closed"
+	StoreErrorOpen   StoreErrorPolicy = "open"
+)
+
+// Match narrows a rule to some requests. An empty list matches everything.
+type Match struct {
+	Models []string
+	Tiers  []string
+	Routes []string
+}
+
+// Rule is one limit. The zero values of the optional fields are the
+// documented defaults; a Limit of 0 disables the rule.
+type Rule struct {
+	// Name identifies the rule; it is unique in a policy and named in
+	// refusals.
+	Name string
+	Kind Kind
+	// Subject is who pays: an identity attribute (org, workspace, team,
+	// user, key, ip, session, model, route, tag, tier), a composite of them
+	// joined by "+" ("workspace+user": one counter per user in each
+	// workspace), "global" (one counter for everyone) or "server" (one per
+	// Limiter, named by Options.ServerID).
+	Subject string
+	// Metric is what is counted. Empty means requests for rate and budget
+	// rules and concurrency for concurrency rules.
+	Metric Metric
+	// Limit is the most that is admitted per Window (rate), in flight
+	// (concurrency) or per Period (budget). 0 disables the rule.
+	Limit int64
+	// Burst is the capacity of a rate rule's bucket; 0 means Limit.
+	Burst int64
+	// Window is the refill window of a rate rule.
+	Window time.Duration
+	// Period is the calendar period of a budget.
+	Period Period
+	// TimeZone is the IANA zone in which a budget's periods begin; empty
+	// means UTC.
+	TimeZone string
+	// SoftLimit raises a warning once a budget's usage reaches it; 0 means
+	// none.
+	SoftLimit int64
+	// WarnAt lists fractions of Limit (in (0, 1]) at which a budget raises a
+	// warning.
+	WarnAt []float64
+	// Reserve is what is reserved at admission for token and cost metrics.
+	Reserve ReservePolicy
+	// ReserveAmount is the fixed reservation when Reserve is ReserveFixed.
+	ReserveAmount int64
+	// OnExpiry is what the sweep does with an unsettled budget reservation.
+	OnExpiry ExpiryPolicy
+	// OnStoreError is what the gateway does when the store cannot answer.
+	OnStoreError StoreErrorPolicy
+	// Fit, when "clamp", lets the gateway lower a request's output cap to
+	// what still fits instead of refusing, down to MinOutputTokens.
+	Fit             string
+	MinOutputTokens int64
+	Match           Match
+	Mode            Mode
+	// Disabled rules are not checked and count nothing.
+	Disabled bool
+	// Source says where the rule came from (default, config, env, rule,
+	// override, tier); it is reported, never interpreted.
+	Source string
+}
+
+// RuleError reports an invalid rule, naming the rule and the field.
+type RuleError struct {
+	Rule    string
+	Field   string
+	Message string
+}
+
+func (e *RuleError) Error() string {
+	return fmt.Sprintf("sluice: rule %q: %s: %s", e.Rule, e.Field, e.Message)
+}
+
+// attribute indexes the identity attributes a subject is built from.
+type attribute uint8
+
+const (
+	attrOrg attribute = iota
+	attrWorkspace
+	attrTeam
+	attrUser
+	attrKey
+	attrIP
+	attrSession
+	attrModel
+	attrRoute
+	attrTier
+	attrTag
+	attrGlobal
+	attrServer
+)
+
+var attributeNames = map[string]attribute{
+	"org": attrOrg, "workspace": attrWorkspace, "team": attrTeam, "user": attrUser,
+	"key": attrKey, "ip": attrIP, "session": attrSession, "model": attrModel,
+	"route": attrRoute, "tier": attrTier, "tag": attrTag, "global": attrGlobal,
+	"server": attrServer,
+}
+
+// parseSubject splits a subject into its attributes.
+func parseSubject(subject string) ([]attribute, error) {
+	if subject == "" {
+		return nil, fmt.Errorf("is empty")
+	}
+	parts := strings.Split(subject, "+")
+	attrs := make([]attribute, 0, len(parts))
+	seen := map[attribute]bool{}
+	for _, p := range parts {
+		a, ok := attributeNames[p]
+		if !ok {
+			return nil, fmt.Errorf("unknown attribute %q", p)
+		}
+		if (a == attrGlobal || a == attrServer) && len(parts) > 1 {
+			return nil, fmt.Errorf("%q cannot be combined", p)
+		}
+		if seen[a] {
+			return nil, fmt.Errorf("attribute %q repeated", p)
+		}
+		seen[a] = true
+		attrs = append(attrs, a)
+	}
+	return attrs, nil
+}
+
+func validMetricName(m Metric) bool {
+	if m == "" || len(m) > 64 {
+		return false
+	}
+	for _, r := range m {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate reports the first problem with r as a *RuleError.
+func (r *Rule) Validate() error {
+	_, err := compileRule(*r)
+	return err
+}
+
+// metric returns the rule's metric with its default applied.
+func (r *Rule) metric() Metric {
+	if r.Metric != "" {
+		return r.Metric
+	}
+	if r.Kind == KindConcurrency {
+		return MetricConcurrency
+	}
+	return MetricRequests
+}

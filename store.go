@@ -1,0 +1,109 @@
+package sluice
+
+import (
+	"context"
+	"time"
+)
+
+// Store holds counters and reservations. Admit checks and charges a Batch
+// atomically; Settle replaces its charges by their Actual amounts; Sweep
+// settles batches past their deadline. Every method returns an error when
+// the store cannot answer: an outage must never look like room.
+//
+// Local stores decide at the now they are given; distributed stores may use
+// their server's clock instead.
+type Store interface {
+	// Admit evaluates every charge of b. If every charge that is not
+	// Shadow is allowed, it applies every charge and returns true;
+	// otherwise it applies none and returns false. Either way it fills
+	// each charge's result fields.
+	Admit(ctx context.Context, now time.Time, b *Batch) (bool, error)
+	// Settle replaces each charge's Amount by its Actual and frees the
+	// batch's leases. A batch already settled by Sweep is left alone.
+	Settle(ctx context.Context, now time.Time, b *Batch) error
+	// Peek fills each charge's result fields without charging anything.
+	Peek(ctx context.Context, now time.Time, b *Batch) error
+	// Sweep settles every admitted batch whose Deadline is not after now:
+	// leases are freed, budget charges are charged their Amount
+	// (ExpiryCharge) or refunded (ExpiryRelease).
+	Sweep(ctx context.Context, now time.Time) (SweepResult, error)
+	// Close releases the store's resources.
+	Close() error
+}
+
+// SweepResult counts what a sweep did.
+type SweepResult struct {
+	// Reservations settled by the sweep.
+	Reservations int
+	// Charged and Released count budget charges by expiry policy.
+	Charged  int
+	Released int
+}
+
+// CounterKey names one counter.
+type CounterKey struct {
+	// Rule is the fingerprint of the rule's name and counting shape.
+	Rule uint64
+	// Subject is the subject's value (parts of a composite joined by 0x1f).
+	Subject string
+	// Period is, for budgets, the Unix second at which the period began.
+	Period int64
+}
+
+// Charge is one rule's part of a Batch.
+type Charge struct {
+	Key  CounterKey
+	Kind Kind
+	// Limit and Burst are the effective values (tier and overrides applied).
+	Limit int64
+	Burst int64
+	// Window is a rate rule's refill window.
+	Window time.Duration
+	// PeriodEnd is when a budget's period ends.
+	PeriodEnd time.Time
+	// Amount is charged at admission.
+	Amount int64
+	// Actual replaces Amount at settlement. Stores read it only in Settle.
+	Actual int64
+	// Shadow charges are counted but never refuse.
+	Shadow   bool
+	OnExpiry ExpiryPolicy
+
+	// Filled by Admit and Peek.
+
+	// Allowed reports whether this charge fits.
+	Allowed bool
+	// Remaining is the room left: after the charge when admitted, before
+	// it otherwise.
+	Remaining int64
+	// Used is the usage counted (budgets: settled plus reserved; rate: the
+	// bucket's drawn level; concurrency: leases held).
+	Used int64
+	// RetryAfter is, for a refused rate or concurrency charge, when it may
+	// fit.
+	RetryAfter time.Duration
+	// ResetAt is when the counter is whole again: a full bucket, the end of
+	// the period, the earliest lease expiry.
+	ResetAt time.Time
+
+	rule   *compiledRule
+	source string
+}
+
+// Batch is the set of charges of one admission.
+type Batch struct {
+	// ID is unique per Limiter.
+	ID uint64
+	// Deadline is when the sweep may settle the batch and when its leases
+	// expire.
+	Deadline time.Time
+	Charges  []Charge
+}
+
+// BurstOrLimit returns a rate charge's bucket capacity.
+func (c *Charge) BurstOrLimit() int64 {
+	if c.Burst > 0 {
+		return c.Burst
+	}
+	return c.Limit
+}

@@ -1,0 +1,236 @@
+package memstore
+
+import (
+	"math/bits"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// counter is the state of one CounterKey. A key belongs to one rule, so
+// only the fields of its kind are used.
+type counter struct {
+	// Rate: the theoretical arrival time of the next unit, in Unix
+	// nanoseconds plus frac/limit of a nanosecond, kept exact so that a
+	// bucket admits exactly its burst whatever the limit and window.
+	tat, frac int64
+	// Budget: settled usage, open reservations, end of the period (Unix ns).
+	used, reserved, end int64
+	// Concurrency: leases held.
+	leases []lease
+}
+
+type lease struct {
+	id     uint64
+	expiry int64
+}
+
+// idle reports whether c holds nothing worth keeping: a full bucket, an
+// empty or finished budget, no live lease.
+func (c *counter) idle(now int64) bool {
+	return c.tat <= now && c.reserved == 0 && (c.used == 0 || c.end <= now) && c.liveLeases(now) == 0
+}
+
+func (c *counter) liveLeases(now int64) int {
+	n := 0
+	for _, l := range c.leases {
+		if l.expiry > now {
+			n++
+		}
+	}
+	return n
+}
+
+// u128 is an unsigned 128-bit integer for exact bucket arithmetic.
+type u128 struct{ hi, lo uint64 }
+
+func mul(a, b int64) u128 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	return u128{hi, lo}
+}
+
+func (x u128) add(y uint64) u128 {
+	lo, carry := bits.Add64(x.lo, y, 0)
+	return u128{x.hi + carry, lo}
+}
+
+func (x u128) plus(y u128) u128 {
+	lo, carry := bits.Add64(x.lo, y.lo, 0)
+	return u128{x.hi + y.hi + carry, lo}
+}
+
+func (x u128) less(y u128) bool { return x.hi < y.hi || x.hi == y.hi && x.lo < y.lo }
+
+func (x u128) minus(y u128) u128 {
+	lo, borrow := bits.Sub64(x.lo, y.lo, 0)
+	return u128{x.hi - y.hi - borrow, lo}
+}
+
+// div returns x/d and x%d, or ok false when the quotient does not fit in
+// 62 bits.
+func (x u128) div(d int64) (q, r int64, ok bool) {
+	if x.hi >= uint64(d) {
+		return 0, 0, false
+	}
+	uq, ur := bits.Div64(x.hi, x.lo, uint64(d))
+	if uq > 1<<62 {
+		return 0, 0, false
+	}
+	return int64(uq), int64(ur), true
+}
+
+// bucket is a rate charge's parameters: capacity burst, refill limit per
+// window (ns).
+type bucket struct{ limit, burst, window int64 }
+
+func bucketOf(ch *sluice.Charge) bucket {
+	return bucket{limit: ch.Limit, burst: ch.BurstOrLimit(), window: int64(ch.Window)}
+}
+
+// start returns where the bucket's next charge begins: the tat, or now if
+// the bucket is full.
+func (b bucket) start(c *counter, now int64) (tat, frac int64) {
+	tat, frac = c.tat, c.frac
+	if frac >= b.limit { // the limit changed under this counter
+		tat, frac = tat+frac/b.limit, frac%b.limit
+	}
+	if tat < now {
+		return now, 0
+	}
+	return tat, frac
+}
+
+// advance adds n units to (tat, frac).
+func (b bucket) advance(tat, frac, n int64) (int64, int64, bool) {
+	q, r, ok := mul(n, b.window).add(uint64(frac)).div(b.limit)
+	if !ok {
+		return 0, 0, false
+	}
+	return tat + q, r, true
+}
+
+// drawn returns how far (tat, frac) is ahead of now, in ns*limit.
+func (b bucket) drawn(tat, frac, now int64) u128 {
+	if tat < now {
+		return u128{}
+	}
+	return mul(tat-now, b.limit).add(uint64(frac))
+}
+
+// remaining is the units that fit now for a bucket drawn that far.
+func (b bucket) remaining(drawn u128) int64 {
+	capacity := mul(b.burst, b.window)
+	if capacity.less(drawn) {
+		return 0
+	}
+	q, _, _ := capacity.minus(drawn).div(b.window)
+	return q
+}
+
+func resetAt(tat, frac int64) time.Time {
+	if frac > 0 {
+		tat++
+	}
+	return time.Unix(0, tat)
+}
+
+// checkRate evaluates a rate charge of n units at now without applying it.
+func (b bucket) check(c *counter, ch *sluice.Charge, now int64) (newTat, newFrac int64) {
+	tat, frac := b.start(c, now)
+	before := b.drawn(tat, frac, now)
+	newTat, newFrac, ok := b.advance(tat, frac, ch.Amount)
+	capacity := mul(b.burst, b.window)
+	after := b.drawn(newTat, newFrac, now)
+	if ok && !capacity.less(after) {
+		ch.Allowed = true
+		ch.Remaining = b.remaining(after)
+		ch.ResetAt = resetAt(newTat, newFrac)
+	} else {
+		ch.Allowed = false
+		ch.Remaining = b.remaining(before)
+		ch.ResetAt = resetAt(tat, frac)
+		if ok {
+			wait, rem, _ := after.minus(capacity).div(b.limit)
+			if rem > 0 {
+				wait++
+			}
+			ch.RetryAfter = time.Duration(wait)
+		} else {
+			ch.RetryAfter = time.Duration(1 << 62)
+		}
+	}
+	ch.Used = b.burst - ch.Remaining
+	return newTat, newFrac
+}
+
+// adjust moves the bucket by delta units after settlement: a refund gives
+// room back (never more than a full bucket), an overrun draws it into debt
+// bounded by one burst.
+func (b bucket) adjust(c *counter, delta, now int64) {
+	if delta == 0 {
+		return
+	}
+	tat, frac := b.start(c, now)
+	if delta > 0 {
+		newTat, newFrac, ok := b.advance(tat, frac, delta)
+		limit := mul(2*b.burst, b.window)
+		if !ok || limit.less(b.drawn(newTat, newFrac, now)) {
+			q, r, _ := limit.div(b.limit)
+			newTat, newFrac = now+q, r
+		}
+		c.tat, c.frac = newTat, newFrac
+		return
+	}
+	q, r, ok := mul(-delta, b.window).div(b.limit)
+	if !ok {
+		c.tat, c.frac = now, 0
+		return
+	}
+	tat, frac = tat-q, frac-r
+	if frac < 0 {
+		frac += b.limit
+		tat--
+	}
+	if tat < now {
+		tat, frac = now, 0
+	}
+	c.tat, c.frac = tat, frac
+}
+
+// checkBudget evaluates a budget charge without applying it. A spent budget
+// refuses even a charge of zero.
+func checkBudget(c *counter, ch *sluice.Charge) {
+	inUse := c.used + c.reserved
+	ch.Allowed = inUse+ch.Amount <= ch.Limit && (ch.Amount > 0 || inUse < ch.Limit)
+	if ch.Allowed {
+		inUse += ch.Amount
+	}
+	ch.Used = inUse
+	ch.Remaining = max(0, ch.Limit-inUse)
+	ch.ResetAt = ch.PeriodEnd
+}
+
+// checkConcurrency evaluates a lease request, dropping expired leases.
+func checkConcurrency(c *counter, ch *sluice.Charge, now int64) {
+	c.leases = slices.DeleteFunc(c.leases, func(l lease) bool { return l.expiry <= now })
+	held := int64(len(c.leases))
+	ch.Allowed = held < ch.Limit
+	if ch.Allowed {
+		held++
+	}
+	ch.Used = held
+	ch.Remaining = max(0, ch.Limit-held)
+	var earliest int64
+	for _, l := range c.leases {
+		if earliest == 0 || l.expiry < earliest {
+			earliest = l.expiry
+		}
+	}
+	if earliest > 0 {
+		ch.ResetAt = time.Unix(0, earliest)
+		if !ch.Allowed {
+			ch.RetryAfter = time.Duration(earliest - now)
+		}
+	}
+}
