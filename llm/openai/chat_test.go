@@ -241,8 +241,8 @@ func chatBody(textBytes int) []byte {
 	return []byte(sb.String())
 }
 
-func BenchmarkParseChat_1KiB(b *testing.B)  { benchParse(b, chatBody(1<<10), ParseChat) }
-func BenchmarkParseChat_1MiB(b *testing.B)  { benchParse(b, chatBody(1<<20), ParseChat) }
+func BenchmarkParseChat_1KiB(b *testing.B) { benchParse(b, chatBody(1<<10), ParseChat) }
+func BenchmarkParseChat_1MiB(b *testing.B) { benchParse(b, chatBody(1<<20), ParseChat) }
 func BenchmarkParseChat_ManyMessages(b *testing.B) {
 	var sb strings.Builder
 	sb.WriteString(`{"model":"gpt-4o","messages":[`)
