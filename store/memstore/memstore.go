@@ -187,14 +187,21 @@ func hasBudget(b *sluice.Batch) bool {
 // Settle applies each charge's Actual in place of its Amount and frees the
 // batch's leases. A batch the sweep already settled is left alone.
 func (s *Store) Settle(_ context.Context, now time.Time, b *sluice.Batch) error {
+	_, err := s.SettleOpen(now, b)
+	return err
+}
+
+// SettleOpen is Settle, reporting whether the batch was applied (false when
+// the sweep had already settled it), for a durable store built on this one.
+func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
 	if hasBudget(b) && !s.takeOpen(b.ID) {
-		return nil
+		return false, nil
 	}
 	var ls lockSet
 	s.lock(b, &ls)
 	defer s.unlock(&ls)
 	s.applyLocked(now.UnixNano(), b, func(i int) int64 { return b.Charges[i].Actual })
-	return nil
+	return true, nil
 }
 
 // takeOpen removes an open batch, reporting whether it was there.

@@ -1,0 +1,125 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// writer is the journal's one goroutine: it takes everything queued, writes
+// it in one transaction, commits, and wakes the settlements waiting for it.
+func (s *Store) writer() {
+	defer close(s.stopped)
+	ctx := context.Background()
+	w, err := newJournalWriter(ctx, s.db)
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	defer w.close()
+	g := newGroup()
+	var ops []op
+	for {
+		s.mu.Lock()
+		for len(s.pending) == 0 && !s.closing {
+			s.mu.Unlock()
+			<-s.wake
+			s.mu.Lock()
+		}
+		if len(s.pending) == 0 {
+			s.mu.Unlock()
+			return
+		}
+		ops, s.pending = s.pending, ops[:0]
+		upto := s.queued
+		s.mu.Unlock()
+
+		g.reset()
+		for i := range ops {
+			g.add(&ops[i])
+		}
+		err := w.commit(ctx, g)
+		clear(ops)
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		s.mu.Lock()
+		s.done = upto
+		s.committed.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
+func (s *Store) fail(err error) {
+	s.mu.Lock()
+	s.err = fmt.Errorf("sqlitestore: journal: %w", err)
+	s.committed.Broadcast()
+	s.mu.Unlock()
+}
+
+// journalWriter holds the writer's connection and prepared statements.
+type journalWriter struct {
+	conn                     *sql.Conn
+	insert, remove, addUsage *sql.Stmt
+}
+
+func newJournalWriter(ctx context.Context, db *sql.DB) (*journalWriter, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := &journalWriter{conn: conn}
+	for _, p := range []struct {
+		dst   **sql.Stmt
+		query string
+	}{
+		{&w.insert, `INSERT INTO reservations (id, deadline, charges) VALUES (?, ?, ?)`},
+		{&w.remove, `DELETE FROM reservations WHERE id = ?`},
+		{&w.addUsage, upsertUsage},
+	} {
+		if *p.dst, err = conn.PrepareContext(ctx, p.query); err != nil {
+			w.close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+func (w *journalWriter) close() {
+	for _, st := range []*sql.Stmt{w.insert, w.remove, w.addUsage} {
+		if st != nil {
+			st.Close()
+		}
+	}
+	w.conn.Close()
+}
+
+func (w *journalWriter) commit(ctx context.Context, g *group) (err error) {
+	if _, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_, _ = w.conn.ExecContext(ctx, "ROLLBACK")
+		}
+	}()
+	for id, b := range g.opened {
+		g.scratch = encodeCharges(g.scratch[:0], b)
+		if _, err := w.insert.ExecContext(ctx, int64(id), unixNano(b.Deadline), g.scratch); err != nil {
+			return fmt.Errorf("insert reservation: %w", err)
+		}
+	}
+	for _, id := range g.closed {
+		if _, err := w.remove.ExecContext(ctx, int64(id)); err != nil {
+			return fmt.Errorf("delete reservation: %w", err)
+		}
+	}
+	for k, d := range g.deltas {
+		if _, err := w.addUsage.ExecContext(ctx, int64(k.Rule), k.Subject, k.Period, d.periodEnd, d.used); err != nil {
+			return fmt.Errorf("add usage: %w", err)
+		}
+	}
+	_, err = w.conn.ExecContext(ctx, "COMMIT")
+	return err
+}
