@@ -1,0 +1,310 @@
+package sluice_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+// The limits of the throughput benchmarks are high enough that nothing is
+// ever refused: the benchmarks measure the admission path, not refusals.
+const (
+	benchRequestsPerMinute = 1 << 40
+	benchTokensPerMinute   = 1 << 50
+	benchConcurrency       = 1 << 20
+	benchParallelSubjects  = 10_000
+)
+
+// benchMax and benchUsed are one call's bound and its real usage: 100 input
+// tokens plus an output cap of 100, of which 37 were produced.
+var (
+	benchMax  = sluice.Usage{InputTokens: 100, OutputTokens: 100}
+	benchUsed = sluice.Usage{InputTokens: 100, OutputTokens: 37}
+)
+
+// newBenchLimiter returns a Limiter over memstore with three rules on the
+// subject "key": requests per minute, tokens per minute, concurrency.
+func newBenchLimiter(b *testing.B) *sluice.Limiter {
+	b.Helper()
+	l, err := sluice.New(sluice.Options{
+		Store:    memstore.New(memstore.Options{}),
+		ServerID: "bench",
+		Simple: sluice.Simple{
+			RequestsPerMinute: benchRequestsPerMinute,
+			TokensPerMinute:   benchTokensPerMinute,
+			Concurrency:       benchConcurrency,
+			Subject:           "key",
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+// admitSettle is one call through the engine: Admit with the bound, Settle
+// with the real usage.
+func admitSettle(ctx context.Context, l *sluice.Limiter, key string) error {
+	r, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{Key: key}, Max: benchMax})
+	if err != nil {
+		return fmt.Errorf("admit %q: %w", key, err)
+	}
+	if err := r.Settle(ctx, benchUsed); err != nil {
+		return fmt.Errorf("settle %q: %w", key, err)
+	}
+	return nil
+}
+
+func BenchmarkAdmitSettle3Rules(b *testing.B) {
+	l := newBenchLimiter(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := admitSettle(ctx, l, "key-1"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if s := l.Stats(); s.Refused != 0 {
+		b.Fatalf("%d admissions refused", s.Refused)
+	}
+}
+
+// xtimeTriple is the nearest x/time/rate equivalent of the three rules. The
+// package has no concurrency cap: the third limiter stands in for it, with
+// one token reserved and given back per call.
+type xtimeTriple struct {
+	requests, tokens, concurrency *rate.Limiter
+}
+
+func newXTimeTriple() xtimeTriple {
+	return xtimeTriple{
+		requests:    rate.NewLimiter(rate.Limit(float64(benchRequestsPerMinute)/60), benchRequestsPerMinute),
+		tokens:      rate.NewLimiter(rate.Limit(float64(benchTokensPerMinute)/60), benchTokensPerMinute),
+		concurrency: rate.NewLimiter(rate.Limit(float64(benchConcurrency)/60), benchConcurrency),
+	}
+}
+
+// reserveCancel mirrors admitSettle: ReserveN on each limiter at one
+// instant, then CancelAt on each. CancelAt is given the reservation's own
+// instant: x/time/rate ignores a cancellation whose time has passed, and
+// with a later time the peer would skip the refund work our Settle does.
+// It gives back the whole reservation, not only the unused part, as the
+// package has no partial refund.
+func (x xtimeTriple) reserveCancel() error {
+	now := time.Now()
+	requests := x.requests.ReserveN(now, 1)
+	tokens := x.tokens.ReserveN(now, int(benchMax.InputTokens+benchMax.OutputTokens))
+	concurrency := x.concurrency.ReserveN(now, 1)
+	for _, r := range [...]*rate.Reservation{requests, tokens, concurrency} {
+		if !r.OK() || r.DelayFrom(now) > 0 {
+			return fmt.Errorf("x/time/rate refused a reservation (delay %v)", r.DelayFrom(now))
+		}
+	}
+	requests.CancelAt(now)
+	tokens.CancelAt(now)
+	concurrency.CancelAt(now)
+	return nil
+}
+
+func BenchmarkXTimeRate3(b *testing.B) {
+	x := newXTimeTriple()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := x.reserveCancel(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchKeys returns n distinct subject values.
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%06d", i)
+	}
+	return keys
+}
+
+// parallelStart spreads the goroutines of RunParallel over the keys, so
+// that they do not walk the same subjects in step.
+func parallelStart(seq *atomic.Int64, n int) int {
+	return int(seq.Add(1)*7919) % n
+}
+
+func BenchmarkAdmitSettle3RulesParallel(b *testing.B) {
+	l := newBenchLimiter(b)
+	keys := benchKeys(benchParallelSubjects)
+	ctx := context.Background()
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := parallelStart(&seq, len(keys))
+		for pb.Next() {
+			if err := admitSettle(ctx, l, keys[i]); err != nil {
+				b.Error(err)
+				return
+			}
+			if i++; i == len(keys) {
+				i = 0
+			}
+		}
+	})
+	if s := l.Stats(); s.Refused != 0 {
+		b.Fatalf("%d admissions refused", s.Refused)
+	}
+}
+
+// BenchmarkXTimeRate3Parallel finds its limiters by index in a slice: a
+// real per-subject deployment would also pay for a map lookup.
+func BenchmarkXTimeRate3Parallel(b *testing.B) {
+	triples := make([]xtimeTriple, benchParallelSubjects)
+	for i := range triples {
+		triples[i] = newXTimeTriple()
+	}
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := parallelStart(&seq, len(triples))
+		for pb.Next() {
+			if err := triples[i].reserveCancel(); err != nil {
+				b.Error(err)
+				return
+			}
+			if i++; i == len(triples) {
+				i = 0
+			}
+		}
+	})
+}
+
+// subjectKey is the subject value of subject i: 16 bytes, like an API key
+// identifier.
+func subjectKey(i int) string { return fmt.Sprintf("k%015d", i) }
+
+// newSubjectsLimiter returns a Limiter with one rate rule per key whose
+// counters stay live for the whole benchmark: each admission draws 86.4
+// seconds from a bucket of 1,000, so no counter is idle and none is evicted.
+func newSubjectsLimiter(b *testing.B) (*sluice.Limiter, *memstore.Store) {
+	b.Helper()
+	store := memstore.New(memstore.Options{})
+	l, err := sluice.New(sluice.Options{
+		Store:    store,
+		ServerID: "bench",
+		Rules: []sluice.Rule{{Name: "daily_requests", Kind: sluice.KindRate, Subject: "key",
+			Limit: 1000, Window: 24 * time.Hour}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l, store
+}
+
+func fillSubjects(b *testing.B, ctx context.Context, l *sluice.Limiter, n int) {
+	b.Helper()
+	for i := range n {
+		// The key is made here and held by the store alone, so its bytes
+		// count in the store's memory.
+		if _, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{Key: subjectKey(i)}}); err != nil {
+			b.Fatalf("fill: %v", err)
+		}
+	}
+}
+
+func heapInuse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// percentile returns the p-th percentile of sorted durations, in ns.
+func percentile(sorted []time.Duration, p float64) float64 {
+	return float64(sorted[int(float64(len(sorted)-1)*p)].Nanoseconds())
+}
+
+// BenchmarkSubjects1M measures what a million subjects cost: heap in use per
+// subject, and admission latency over random subjects of that store against
+// one of 1,000 subjects, sampled in alternation in the same process so that
+// both see the same machine, the same heap and the same collector. It runs
+// once whatever b.N; run it with -benchtime 1x.
+func BenchmarkSubjects1M(b *testing.B) {
+	const (
+		bigSubjects   = 1_000_000
+		smallSubjects = 1_000
+		samples       = 200_000
+		chunk         = 1_000
+	)
+	ctx := context.Background()
+	b.StopTimer()
+
+	big, bigStore := newSubjectsLimiter(b)
+	small, smallStore := newSubjectsLimiter(b)
+	fillSubjects(b, ctx, small, smallSubjects)
+	before := heapInuse()
+	start := time.Now()
+	fillSubjects(b, ctx, big, bigSubjects)
+	fill := time.Since(start)
+	after := heapInuse()
+	if n := bigStore.Len(); n != bigSubjects {
+		b.Fatalf("store holds %d counters, want %d: the memory figure would be wrong", n, bigSubjects)
+	}
+	bytesPerSubject := (float64(after) - float64(before)) / bigSubjects
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	bigKeys := make([]string, samples)
+	smallKeys := make([]string, samples)
+	for i := range samples {
+		bigKeys[i] = subjectKey(rng.IntN(bigSubjects))
+		smallKeys[i] = subjectKey(rng.IntN(smallSubjects))
+	}
+	bigLat := make([]time.Duration, samples)
+	smallLat := make([]time.Duration, samples)
+	sample := func(l *sluice.Limiter, keys []string, lat []time.Duration) {
+		for i, key := range keys {
+			req := sluice.Request{Identity: sluice.Identity{Key: key}}
+			t0 := time.Now()
+			_, err := l.Admit(ctx, req)
+			lat[i] = time.Since(t0)
+			if err != nil {
+				b.Fatalf("sample %q: %v", key, err)
+			}
+		}
+	}
+	for i := 0; i < samples; i += chunk {
+		sample(big, bigKeys[i:i+chunk], bigLat[i:i+chunk])
+		sample(small, smallKeys[i:i+chunk], smallLat[i:i+chunk])
+	}
+	if s := big.Stats(); s.Refused != 0 {
+		b.Fatalf("%d admissions refused", s.Refused)
+	}
+	if s := small.Stats(); s.Refused != 0 {
+		b.Fatalf("%d admissions refused", s.Refused)
+	}
+	runtime.KeepAlive(bigStore)
+	runtime.KeepAlive(smallStore)
+
+	slices.Sort(bigLat)
+	slices.Sort(smallLat)
+	bigP99, smallP99 := percentile(bigLat, 0.99), percentile(smallLat, 0.99)
+	b.ReportMetric(0, "ns/op") // one measurement, not a loop of ops
+	b.ReportMetric(bytesPerSubject, "bytes/subject")
+	b.ReportMetric(float64(fill.Nanoseconds())/bigSubjects, "fill-ns/subject")
+	b.ReportMetric(percentile(bigLat, 0.50), "p50-1M-ns")
+	b.ReportMetric(bigP99, "p99-1M-ns")
+	b.ReportMetric(percentile(smallLat, 0.50), "p50-1k-ns")
+	b.ReportMetric(smallP99, "p99-1k-ns")
+	b.ReportMetric(bigP99/smallP99, "p99-ratio")
+}
