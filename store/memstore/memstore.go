@@ -74,28 +74,55 @@ func (s *Store) shardOf(k *sluice.CounterKey) int {
 }
 
 // lockSet is the set of shards a batch touches, locked in ascending order
-// so that two batches never deadlock.
+// so that two batches never deadlock. Batches of more than maxLockSet
+// distinct shards lock every shard.
 type lockSet struct {
-	inline [8]int
-	idx    []int
+	idx [maxLockSet]int
+	n   int
+	all bool
 }
 
-func (s *Store) lock(b *sluice.Batch, ls *lockSet) {
-	ls.idx = ls.inline[:0]
+const maxLockSet = 8
+
+func (s *Store) lock(b *sluice.Batch) lockSet {
+	var ls lockSet
 	for i := range b.Charges {
 		j := s.shardOf(&b.Charges[i].Key)
-		if !slices.Contains(ls.idx, j) {
-			ls.idx = append(ls.idx, j)
+		pos := 0
+		for pos < ls.n && ls.idx[pos] < j {
+			pos++
 		}
+		if pos < ls.n && ls.idx[pos] == j {
+			continue
+		}
+		if ls.n == maxLockSet {
+			ls.all = true
+			break
+		}
+		copy(ls.idx[pos+1:ls.n+1], ls.idx[pos:ls.n])
+		ls.idx[pos] = j
+		ls.n++
 	}
-	slices.Sort(ls.idx)
-	for _, j := range ls.idx {
+	if ls.all {
+		for j := range s.shards {
+			s.shards[j].mu.Lock()
+		}
+		return ls
+	}
+	for _, j := range ls.idx[:ls.n] {
 		s.shards[j].mu.Lock()
 	}
+	return ls
 }
 
 func (s *Store) unlock(ls *lockSet) {
-	for _, j := range ls.idx {
+	if ls.all {
+		for j := range s.shards {
+			s.shards[j].mu.Unlock()
+		}
+		return
+	}
+	for _, j := range ls.idx[:ls.n] {
 		s.shards[j].mu.Unlock()
 	}
 }
@@ -112,12 +139,13 @@ func (s *Store) counter(k *sluice.CounterKey, create bool) *counter {
 
 // Admit checks every charge of b and applies all of them or none.
 func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
-	var ls lockSet
-	s.lock(b, &ls)
+	ls := s.lock(b)
 	defer s.unlock(&ls)
 	ok := s.admitLocked(now.UnixNano(), b)
-	for _, j := range ls.idx {
-		s.maybeEvict(&s.shards[j], now.UnixNano())
+	if !ls.all {
+		for _, j := range ls.idx[:ls.n] {
+			s.maybeEvict(&s.shards[j], now.UnixNano())
+		}
 	}
 	if ok && hasBudget(b) {
 		o := &s.open[b.ID%uint64(len(s.open))]
@@ -197,8 +225,7 @@ func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
 	if hasBudget(b) && !s.takeOpen(b.ID) {
 		return false, nil
 	}
-	var ls lockSet
-	s.lock(b, &ls)
+	ls := s.lock(b)
 	defer s.unlock(&ls)
 	s.applyLocked(now.UnixNano(), b, func(i int) int64 { return b.Charges[i].Actual })
 	return true, nil
@@ -235,8 +262,7 @@ func (s *Store) applyLocked(now int64, b *sluice.Batch, actual func(i int) int64
 
 // Peek fills the result fields of b's charges without charging.
 func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
-	var ls lockSet
-	s.lock(b, &ls)
+	ls := s.lock(b)
 	defer s.unlock(&ls)
 	n := now.UnixNano()
 	for i := range b.Charges {
@@ -306,8 +332,7 @@ func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
 				}
 			}
 		}
-		var ls lockSet
-		s.lock(b, &ls)
+		ls := s.lock(b)
 		s.applyLocked(now.UnixNano(), b, func(i int) int64 { return e.Actual[i] })
 		s.unlock(&ls)
 		res.Reservations++
