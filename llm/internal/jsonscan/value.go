@@ -115,3 +115,52 @@ func hex4(raw []byte, i int) rune {
 	}
 	return r
 }
+
+// errFound stops an Object walk early once Lookup has what it wants.
+var errFound = &SyntaxError{Msg: "found"}
+
+// Lookup returns the offset of the value of the first member named key (compared unescaped)
+// of the object at b[i], or -1 when the object has no such member or is not valid up to it.
+func Lookup(b []byte, i int, key string) int {
+	if i < 0 || i >= len(b) || b[i] != '{' {
+		return -1
+	}
+	found := -1
+	Object(b, i, 1, func(m Member) (int, error) {
+		raw := b[m.KeyStart:m.KeyEnd]
+		if (!m.Escaped && string(raw) == key) || (m.Escaped && string(Unescape(nil, raw)) == key) {
+			found = m.Value
+			return m.Value, errFound
+		}
+		return -1, nil
+	})
+	return found
+}
+
+// Count reads the non-negative integer value at b[v]; anything else reads as 0.
+func Count(b []byte, v int) int64 {
+	if v < 0 || v >= len(b) {
+		return 0
+	}
+	n, _, isInt, err := Int(b, v)
+	if err != nil || !isInt || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// StringAt returns the raw content of the string value at b[v] (unescaped when it has
+// escapes), or nil when b[v] is not a valid string.
+func StringAt(b []byte, v int) []byte {
+	if v < 0 || v >= len(b) || b[v] != '"' {
+		return nil
+	}
+	end, esc, err := String(b, v)
+	if err != nil {
+		return nil
+	}
+	if esc {
+		return Unescape(nil, b[v+1:end-1])
+	}
+	return b[v+1 : end-1]
+}
