@@ -1,0 +1,295 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+// flakyStore is a memstore whose methods can be made to fail, as a store
+// whose server went away would.
+type flakyStore struct {
+	*memstore.Store
+	mu                            sync.Mutex
+	admitErr, settleErr, peekErr  error
+	sweepErr                      error
+	admitCalls, settleCalls, seen int
+}
+
+var _ sluice.Store = (*flakyStore)(nil)
+
+func newFlakyStore() *flakyStore { return &flakyStore{Store: memstore.New(memstore.Options{})} }
+
+// fail sets the error of each operation; nil makes it work again.
+func (s *flakyStore) fail(admit, settle, peek, sweep error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.admitErr, s.settleErr, s.peekErr, s.sweepErr = admit, settle, peek, sweep
+}
+
+func (s *flakyStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+	s.mu.Lock()
+	err := s.admitErr
+	s.admitCalls++
+	s.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	return s.Store.Admit(ctx, now, b)
+}
+
+func (s *flakyStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
+	s.mu.Lock()
+	err := s.settleErr
+	s.settleCalls++
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.Store.Settle(ctx, now, b)
+}
+
+func (s *flakyStore) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
+	s.mu.Lock()
+	err := s.peekErr
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.Store.Peek(ctx, now, b)
+}
+
+func (s *flakyStore) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
+	s.mu.Lock()
+	err := s.sweepErr
+	s.mu.Unlock()
+	if err != nil {
+		return sluice.SweepResult{}, err
+	}
+	return s.Store.Sweep(ctx, now)
+}
+
+// refusals returns one refusal of each class from a real Limiter.
+func refusals(t *testing.T) map[string]error {
+	t.Helper()
+	rps := sluice.Rule{Name: "per_second", Kind: sluice.KindRate, Subject: "key", Limit: 3, Window: time.Second}
+	l, _ := withRules(t, rps, inFlight(1), daily(sluice.MetricTokens, 100))
+	out := map[string]error{}
+	r := admit(t, l, byKey("busy"))
+	out["busy"] = refuse(t, l, byKey("busy"), sluice.ErrBusy)
+	settle(t, r, sluice.Usage{})
+	for range 3 {
+		settle(t, admit(t, l, byKey("rate")), sluice.Usage{})
+	}
+	out["rate"] = refuse(t, l, byKey("rate"), sluice.ErrRateLimited)
+	out["too large"] = refuse(t, l, tokens("big", 60, 41), sluice.ErrTooLarge)
+	settle(t, admit(t, l, tokens("budget", 60, 40)), sluice.Usage{InputTokens: 60, OutputTokens: 40})
+	out["budget"] = refuse(t, l, tokens("budget", 1, 0), sluice.ErrBudgetExhausted)
+	return out
+}
+
+func TestErrors_IsAndAs(t *testing.T) {
+	got := refusals(t)
+	sentinels := map[string]error{
+		"rate": sluice.ErrRateLimited, "busy": sluice.ErrBusy, "budget": sluice.ErrBudgetExhausted,
+		"too large": sluice.ErrTooLarge,
+	}
+	all := []error{sluice.ErrRateLimited, sluice.ErrBusy, sluice.ErrBudgetExhausted, sluice.ErrTooLarge, sluice.ErrStoreUnavailable, sluice.ErrInvalidUsage}
+	for name, err := range got {
+		t.Run(name, func(t *testing.T) {
+			wrapped := fmt.Errorf("call model: %w", err)
+			for _, target := range all {
+				want := target == sentinels[name]
+				if errors.Is(wrapped, target) != want {
+					t.Errorf("errors.Is(%v, %v) = %v, want %v", err, target, !want, want)
+				}
+			}
+			var (
+				rate   *sluice.RateLimitError
+				busy   *sluice.BusyError
+				budget *sluice.BudgetError
+				large  *sluice.TooLargeError
+				store  *sluice.StoreError
+			)
+			as := map[string]bool{
+				"rate":      errors.As(wrapped, &rate),
+				"busy":      errors.As(wrapped, &busy),
+				"budget":    errors.As(wrapped, &budget),
+				"too large": errors.As(wrapped, &large),
+				"store":     errors.As(wrapped, &store),
+			}
+			for class, ok := range as {
+				if ok != (class == name) {
+					t.Errorf("errors.As to the %s error: %v", class, ok)
+				}
+			}
+		})
+	}
+	var rate *sluice.RateLimitError
+	if errors.As(got["rate"], &rate); rate.Rule != "per_second" || rate.Kind != sluice.KindRate || rate.Limit != 3 || rate.Remaining != 0 || rate.RetryAfter != 334*time.Millisecond {
+		t.Errorf("rate refusal %+v", rate.Refusal)
+	}
+	var busy *sluice.BusyError
+	if errors.As(got["busy"], &busy); busy.Rule != "inflight" || busy.Kind != sluice.KindConcurrency || busy.Limit != 1 || busy.Used != 1 || busy.RetryAfter != time.Second {
+		t.Errorf("busy refusal %+v", busy.Refusal)
+	}
+	var budget *sluice.BudgetError
+	if errors.As(got["budget"], &budget); budget.Rule != "daily" || budget.Used != 100 || budget.Limit != 100 || budget.Remaining != 0 ||
+		!budget.ResetAt.Equal(time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC)) || budget.Period != sluice.PeriodDay || budget.Metric != sluice.MetricTokens {
+		t.Errorf("budget refusal %+v", budget.Refusal)
+	}
+	var large *sluice.TooLargeError
+	if errors.As(got["too large"], &large); large.Rule != "daily" || large.Estimate != 101 || large.Limit != 100 || large.Metric != sluice.MetricTokens {
+		t.Errorf("too large refusal %+v", large)
+	}
+}
+
+func TestErrors_MessagesNameRuleAndReset(t *testing.T) {
+	got := refusals(t)
+	tests := []struct {
+		name string
+		want []string
+	}{
+		{"rate", []string{`"per_second"`, "3 requests per 1s", "retry in 334ms"}},
+		{"busy", []string{`"inflight"`, "1 calls in flight", "retry in 1s"}},
+		{"budget", []string{`"daily"`, "100 of 100 tokens", "this day", "resets at 2026-03-05T00:00:00Z"}},
+		{"too large", []string{`"daily"`, "101 tokens", "100"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := got[tt.name].Error()
+			for _, s := range tt.want {
+				if !strings.Contains(msg, s) {
+					t.Errorf("message %q does not contain %q", msg, s)
+				}
+			}
+		})
+	}
+}
+
+// A budget in a time zone still says when it resets in RFC 3339, in UTC.
+func TestBudgetError_ResetAtIsRFC3339UTC(t *testing.T) {
+	b := daily(sluice.MetricRequests, 1)
+	b.TimeZone = "America/New_York"
+	l, _ := withRules(t, b)
+	admit(t, l, byKey("k"))
+	err := refuse(t, l, byKey("k"), sluice.ErrBudgetExhausted)
+	// 2026-03-05 00:00 in New York (EST, UTC-5) is 05:00 UTC.
+	if !strings.Contains(err.Error(), "resets at 2026-03-05T05:00:00Z") {
+		t.Fatalf("message %q, want the reset at 2026-03-05T05:00:00Z", err)
+	}
+}
+
+func TestStoreError_WrapsStoreError(t *testing.T) {
+	down := errors.New("connection refused")
+	s := newFlakyStore()
+	l, _ := newLimiter(t, sluice.Options{Store: s, Rules: []sluice.Rule{rpm(1)}})
+	s.fail(down, nil, down, down)
+
+	_, err := l.Admit(context.Background(), byKey("k"))
+	var se *sluice.StoreError
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, down) || !errors.As(err, &se) || se.Op != "admit" {
+		t.Fatalf("admit with the store down: %#v", err)
+	}
+	for _, msg := range []string{"store unavailable", "admit", "connection refused"} {
+		if !strings.Contains(err.Error(), msg) {
+			t.Errorf("message %q does not contain %q", err, msg)
+		}
+	}
+	if errors.Is(err, sluice.ErrRateLimited) {
+		t.Error("a store error matches ErrRateLimited")
+	}
+	if _, err := l.Effective(context.Background(), ident("k")); !errors.Is(err, down) || !errors.As(err, &se) || se.Op != "peek" {
+		t.Fatalf("effective with the store down: %v", err)
+	}
+	if _, err := l.Fit(context.Background(), tokens("k", 1, 1)); !errors.Is(err, down) || !errors.As(err, &se) || se.Op != "peek" {
+		t.Fatalf("fit with the store down: %v", err)
+	}
+	if _, err := l.Sweep(context.Background()); !errors.Is(err, down) || !errors.As(err, &se) || se.Op != "sweep" {
+		t.Fatalf("sweep with the store down: %v", err)
+	}
+	if st := l.Stats(); st.Refused != 1 || st.Admitted != 0 {
+		t.Fatalf("stats %+v, want one refusal", st)
+	}
+
+	// Back up: the refused admission charged nothing.
+	s.fail(nil, nil, nil, nil)
+	admit(t, l, byKey("k"))
+}
+
+func TestReservation_SettleAfterStoreErrorCanBeRetried(t *testing.T) {
+	down := errors.New("i/o timeout")
+	s := newFlakyStore()
+	l, _ := newLimiter(t, sluice.Options{Store: s, Rules: []sluice.Rule{daily(sluice.MetricTokens, 1000), inFlight(1)}})
+	r := admit(t, l, tokens("k", 100, 200))
+
+	s.fail(nil, down, nil, nil)
+	err := r.Settle(context.Background(), sluice.Usage{InputTokens: 100, OutputTokens: 50})
+	var se *sluice.StoreError
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, down) || !errors.As(err, &se) || se.Op != "settle" {
+		t.Fatalf("settle with the store down: %#v", err)
+	}
+	if err := r.Release(context.Background()); !errors.Is(err, down) {
+		t.Fatalf("release with the store down: %v, want the store error again", err)
+	}
+	if used := effective(t, l, ident("k"), "daily").Used; used != 300 {
+		t.Fatalf("used %d after failed settles, want the 300 still reserved", used)
+	}
+
+	s.fail(nil, nil, nil, nil)
+	settle(t, r, sluice.Usage{InputTokens: 100, OutputTokens: 50})
+	if used := effective(t, l, ident("k"), "daily").Used; used != 150 {
+		t.Fatalf("used %d after the retried settle, want 150", used)
+	}
+	// The lease is free and a third settle is a no-op.
+	settle(t, r, sluice.Usage{InputTokens: 900})
+	if used := effective(t, l, ident("k"), "daily").Used; used != 150 {
+		t.Fatalf("used %d after settling again, want 150", used)
+	}
+	admit(t, l, tokens("k", 1, 1))
+}
+
+// A settlement that fails in the store and is retried is one overrun, not
+// two: the hook feeds logs and the audit trail.
+func TestReservation_SettleRetryCountsOverrunOnce(t *testing.T) {
+	knownBug(t, "reservation.go settle counts overruns and calls OnOverrun before store.Settle succeeds")
+	var overruns []sluice.Overrun
+	s := newFlakyStore()
+	l, _ := newLimiter(t, sluice.Options{Store: s, Rules: []sluice.Rule{daily(sluice.MetricTokens, 1000)},
+		OnOverrun: func(o sluice.Overrun) { overruns = append(overruns, o) }})
+	r := admit(t, l, tokens("k", 10, 10))
+	s.fail(nil, errors.New("down"), nil, nil)
+	if err := r.Settle(context.Background(), sluice.Usage{InputTokens: 10, OutputTokens: 500}); err == nil {
+		t.Fatal("settle succeeded with the store down")
+	}
+	s.fail(nil, nil, nil, nil)
+	settle(t, r, sluice.Usage{InputTokens: 10, OutputTokens: 500})
+	if got := l.Stats().Overruns; got != 1 || len(overruns) != 1 {
+		t.Fatalf("one overrun counted %d times, reported %d times", got, len(overruns))
+	}
+}
+
+func TestReservation_SettleRejectsNegativeUsage(t *testing.T) {
+	l, _ := withRules(t, daily(sluice.MetricTokens, 1000))
+	r := admit(t, l, tokens("k", 10, 10))
+	for _, u := range []sluice.Usage{
+		{InputTokens: -1}, {OutputTokens: -1}, {CachedInputTokens: -1}, {CacheWriteTokens: -1}, {Cost: -1},
+		{Custom: map[string]int64{"audio_seconds": -3}},
+	} {
+		err := r.Settle(context.Background(), u)
+		if !errors.Is(err, sluice.ErrInvalidUsage) || !strings.HasPrefix(err.Error(), "settle: ") {
+			t.Errorf("settle %+v: %v, want ErrInvalidUsage prefixed by settle", u, err)
+		}
+	}
+	settle(t, r, sluice.Usage{InputTokens: 5})
+	if used := effective(t, l, ident("k"), "daily").Used; used != 5 {
+		t.Fatalf("used %d, want 5", used)
+	}
+}
