@@ -1,0 +1,382 @@
+package sluice_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+func TestResolve_LaterLayerReplacesByName(t *testing.T) {
+	rule := func(name string, limit int64) sluice.Rule {
+		r := rpm(limit)
+		r.Name = name
+		return r
+	}
+	tests := []struct {
+		name   string
+		layers []sluice.Layer
+		want   []sluice.Rule // Name, Limit and Source
+	}{
+		{"nothing", nil, nil},
+		{"one layer keeps its order and gets its source",
+			[]sluice.Layer{{Source: "default", Rules: []sluice.Rule{rule("b", 1), rule("a", 2)}}},
+			[]sluice.Rule{{Name: "b", Limit: 1, Source: "default"}, {Name: "a", Limit: 2, Source: "default"}}},
+		{"later replaces earlier in place",
+			[]sluice.Layer{
+				{Source: "default", Rules: []sluice.Rule{rule("rate", 20), rule("budget", 2_000_000), rule("inflight", 16)}},
+				{Source: "config", Rules: []sluice.Rule{rule("budget", 500), rule("extra", 7)}},
+				{Source: "env", Rules: []sluice.Rule{rule("rate", 0)}},
+				{Source: "rule", Rules: []sluice.Rule{rule("extra", 8)}},
+			},
+			[]sluice.Rule{
+				{Name: "rate", Limit: 0, Source: "env"},
+				{Name: "budget", Limit: 500, Source: "config"},
+				{Name: "inflight", Limit: 16, Source: "default"},
+				{Name: "extra", Limit: 8, Source: "rule"},
+			}},
+		{"a rule's own source is overwritten",
+			[]sluice.Layer{{Source: "config", Rules: []sluice.Rule{{Name: "x", Source: "made up"}}}},
+			[]sluice.Rule{{Name: "x", Source: "config"}}},
+		{"empty layers change nothing",
+			[]sluice.Layer{{Source: "default", Rules: []sluice.Rule{rule("a", 1)}}, {Source: "config"}},
+			[]sluice.Rule{{Name: "a", Limit: 1, Source: "default"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := sluice.Resolve(tt.layers...)
+			var short []sluice.Rule
+			for _, r := range got {
+				short = append(short, sluice.Rule{Name: r.Name, Limit: r.Limit, Source: r.Source})
+			}
+			if !reflect.DeepEqual(short, tt.want) {
+				t.Fatalf("Resolve = %+v, want %+v", short, tt.want)
+			}
+		})
+	}
+}
+
+func TestResolve_DoesNotModifyLayers(t *testing.T) {
+	layer := sluice.Layer{Source: "config", Rules: []sluice.Rule{rpm(1)}}
+	sluice.Resolve(layer)
+	if layer.Rules[0].Source != "" {
+		t.Fatalf("Resolve wrote %q into its input", layer.Rules[0].Source)
+	}
+}
+
+func TestLimiter_EffectiveReportsSourceAndHeadroom(t *testing.T) {
+	budget := daily(sluice.MetricTokens, 1000)
+	budget.Mode = sluice.ModeShadow
+	rules := sluice.Resolve(
+		sluice.Layer{Source: "default", Rules: []sluice.Rule{rpm(20), budget, inFlight(3)}},
+		sluice.Layer{Source: "config", Rules: []sluice.Rule{rpm(10)}},
+	)
+	l, clock := withRules(t, rules...)
+	r := admit(t, l, tokens("k", 100, 200))
+	admit(t, l, byKey("k"))
+	admit(t, l, byKey("k"))
+	all, err := l.Effective(context.Background(), ident("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sluice.Effective{
+		{Rule: "rpm", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricRequests, Limit: 10, Source: "config",
+			Mode: sluice.ModeEnforce, Used: 3, Remaining: 7, ResetAt: start.Add(18 * time.Second)},
+		{Rule: "daily", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1000, Source: "default",
+			Mode: sluice.ModeShadow, Used: 300, Remaining: 700, ResetAt: time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC)},
+		{Rule: "inflight", Kind: sluice.KindConcurrency, Subject: "key", Metric: sluice.MetricConcurrency, Limit: 3, Source: "default",
+			Mode: sluice.ModeEnforce, Used: 3, Remaining: 0, ResetAt: start.Add(90 * time.Second)},
+	}
+	for i := range min(len(all), len(want)) {
+		if all[i].ResetAt.Equal(want[i].ResetAt) {
+			all[i].ResetAt = want[i].ResetAt
+		}
+	}
+	if !reflect.DeepEqual(all, want) {
+		t.Fatalf("Effective =\n%+v\nwant\n%+v", all, want)
+	}
+	// Headroom is live: settling refunds the budget, time refills the
+	// bucket.
+	settle(t, r, sluice.Usage{InputTokens: 100, OutputTokens: 20})
+	clock.Advance(12 * time.Second)
+	if e := effective(t, l, ident("k"), "daily"); e.Used != 120 || e.Remaining != 880 {
+		t.Fatalf("budget after settle: used %d remaining %d, want 120 and 880", e.Used, e.Remaining)
+	}
+	if e := effective(t, l, ident("k"), "rpm"); e.Used != 1 || e.Remaining != 9 {
+		t.Fatalf("rate 12s later: used %d remaining %d, want 1 and 9", e.Used, e.Remaining)
+	}
+	if e := effective(t, l, ident("k"), "inflight"); e.Used != 2 || e.Remaining != 1 {
+		t.Fatalf("inflight after one settle: used %d remaining %d, want 2 and 1", e.Used, e.Remaining)
+	}
+}
+
+func TestLimiter_EffectiveConcurrencyCountsLeases(t *testing.T) {
+	l, _ := withRules(t, inFlight(2))
+	admit(t, l, byKey("k"))
+	if e := effective(t, l, ident("k"), "inflight"); e.Used != 1 || e.Remaining != 1 {
+		t.Fatalf("one lease: %+v", e)
+	}
+	admit(t, l, byKey("k"))
+	refuse(t, l, byKey("k"), sluice.ErrBusy)
+	if e := effective(t, l, ident("k"), "inflight"); e.Used != 2 || e.Remaining != 0 {
+		t.Fatalf("two leases: %+v", e)
+	}
+}
+
+func TestLimiter_EffectiveSkipsRulesThatDoNotApply(t *testing.T) {
+	big := rpm(1)
+	big.Name, big.Match.Models = "big_model", []string{"big"}
+	off := rpm(1)
+	off.Name, off.Disabled = "off", true
+	zero := rpm(0)
+	zero.Name = "zero"
+	l, _ := withRules(t, big, off, zero, rpm(5))
+	id := ident("k")
+	if applies(t, l, id, "big_model") || applies(t, l, id, "off") || applies(t, l, id, "zero") || !applies(t, l, id, "rpm") {
+		t.Fatal("Effective lists rules that do not apply to an identity without a model")
+	}
+	id.Model = "big"
+	if !applies(t, l, id, "big_model") {
+		t.Fatal("Effective omits the model rule for its model")
+	}
+}
+
+func TestOverride_Resolution(t *testing.T) {
+	limit := func(n int64) *int64 { return &n }
+	tests := []struct {
+		name       string
+		overrides  []sluice.Override
+		id         sluice.Identity
+		wantLimit  int64 // 0: the rule does not apply
+		wantBurst  int64
+		wantSource string
+	}{
+		{"no override", nil, ident("k"), 10, 0, "config"},
+		{"limit", []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "k", Limit: limit(3)}}, ident("k"), 3, 0, "override"},
+		{"other subject unaffected", []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "other", Limit: limit(3)}}, ident("k"), 10, 0, "config"},
+		{"NULL limit inherits", []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "k", Burst: limit(4)}}, ident("k"), 10, 4, "override"},
+		{"zero disables", []sluice.Override{{Rule: "rpm", Attribute: "workspace", Value: "ws", Limit: limit(0)}}, ident("k"), 0, 0, ""},
+		{"raise above the rule", []sluice.Override{{Rule: "rpm", Attribute: "org", Value: "o", Limit: limit(1000)}}, ident("k"), 1000, 0, "override"},
+		{"override of another rule", []sluice.Override{{Rule: "other", Attribute: "key", Value: "k", Limit: limit(1)}}, ident("k"), 10, 0, "config"},
+		{"not yet expired", []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "k", Limit: limit(3), ExpiresAt: start.Add(time.Nanosecond)}}, ident("k"), 3, 0, "override"},
+		{"expired", []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "k", Limit: limit(3), ExpiresAt: start}}, ident("k"), 10, 0, "config"},
+		{"expired falls through to a wider one", []sluice.Override{
+			{Rule: "rpm", Attribute: "key", Value: "k", Limit: limit(3), ExpiresAt: start},
+			{Rule: "rpm", Attribute: "org", Value: "o", Limit: limit(7)},
+		}, ident("k"), 7, 0, "override"},
+		{"team and session", []sluice.Override{
+			{Rule: "rpm", Attribute: "team", Value: "t", Limit: limit(5)},
+			{Rule: "rpm", Attribute: "session", Value: "s", Limit: limit(6)},
+		}, sluice.Identity{Key: "k", Team: "t", Session: "s"}, 6, 0, "override"},
+		{"ip is the least specific", []sluice.Override{
+			{Rule: "rpm", Attribute: "ip", Value: "10.0.0.1", Limit: limit(2)},
+			{Rule: "rpm", Attribute: "org", Value: "o", Limit: limit(9)},
+		}, sluice.Identity{Key: "k", Org: "o", IP: "10.0.0.1"}, 9, 0, "override"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rpm(10)
+			r.Source = "config"
+			other := rpm(10)
+			other.Name, other.Match.Models = "other", []string{"m"}
+			l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{r, other}, Overrides: tt.overrides})
+			if tt.wantLimit == 0 {
+				if applies(t, l, tt.id, "rpm") {
+					t.Fatalf("rule applies, want it disabled: %+v", effective(t, l, tt.id, "rpm"))
+				}
+				if n := admitN(t, l, sluice.Request{Identity: tt.id}, 50); n != 50 {
+					t.Fatalf("disabled rule refused after %d", n)
+				}
+				return
+			}
+			e := effective(t, l, tt.id, "rpm")
+			if e.Limit != tt.wantLimit || e.Burst != tt.wantBurst || e.Source != tt.wantSource {
+				t.Fatalf("effective limit %d burst %d source %q, want %d %d %q", e.Limit, e.Burst, e.Source, tt.wantLimit, tt.wantBurst, tt.wantSource)
+			}
+			capacity := tt.wantLimit
+			if tt.wantBurst > 0 {
+				capacity = tt.wantBurst
+			}
+			if n := admitN(t, l, sluice.Request{Identity: tt.id}, 2000); int64(n) != capacity {
+				t.Fatalf("admitted %d, want %d", n, capacity)
+			}
+		})
+	}
+}
+
+func TestOverride_MostSpecificAttributeWins(t *testing.T) {
+	overrides := []sluice.Override{
+		{Rule: "rpm", Attribute: "org", Value: "o", Limit: ptr[int64](5)},
+		{Rule: "rpm", Attribute: "workspace", Value: "ws", Limit: ptr[int64](4)},
+		{Rule: "rpm", Attribute: "user", Value: "u", Limit: ptr[int64](3)},
+		{Rule: "rpm", Attribute: "key", Value: "k", Limit: ptr[int64](2)},
+	}
+	tests := []struct {
+		name string
+		id   sluice.Identity
+		want int64
+	}{
+		{"key over user over workspace over org", sluice.Identity{Org: "o", Workspace: "ws", User: "u", Key: "k"}, 2},
+		{"user over workspace over org", sluice.Identity{Org: "o", Workspace: "ws", User: "u", Key: "k2"}, 3},
+		{"workspace over org", sluice.Identity{Org: "o", Workspace: "ws", User: "u2", Key: "k2"}, 4},
+		{"org", sluice.Identity{Org: "o", Workspace: "ws2", User: "u2", Key: "k2"}, 5},
+		{"none", sluice.Identity{Org: "o2", Workspace: "ws2", User: "u2", Key: "k2"}, 10},
+	}
+	// Declaration order must not matter: try it forwards and backwards.
+	for _, reversed := range []bool{false, true} {
+		list := append([]sluice.Override(nil), overrides...)
+		if reversed {
+			for i, j := 0, len(list)-1; i < j; i, j = i+1, j-1 {
+				list[i], list[j] = list[j], list[i]
+			}
+		}
+		l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{rpm(10)}, Overrides: list})
+		for _, tt := range tests {
+			if got := effective(t, l, tt.id, "rpm").Limit; got != tt.want {
+				t.Errorf("%s (reversed %v): limit %d, want %d", tt.name, reversed, got, tt.want)
+			}
+		}
+	}
+}
+
+func TestOverride_AppliesOnNextRequest(t *testing.T) {
+	l, _ := withRules(t, rpm(2))
+	admit(t, l, byKey("k"))
+	admit(t, l, byKey("k"))
+	refuse(t, l, byKey("k"), sluice.ErrRateLimited)
+
+	// Disable the rule for k: the very next request is admitted.
+	p := l.Policy()
+	p.Overrides = []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "k", Limit: ptr[int64](0)}}
+	if err := l.SetPolicy(p); err != nil {
+		t.Fatal(err)
+	}
+	admit(t, l, byKey("k"))
+	if n := admitN(t, l, byKey("other"), 10); n != 2 {
+		t.Fatalf("another key admitted %d, want the rule's 2", n)
+	}
+}
+
+func TestOverride_ExpiresOnTheClock(t *testing.T) {
+	expires := start.Add(time.Hour)
+	l, clock := newLimiter(t, sluice.Options{
+		Rules: []sluice.Rule{daily(sluice.MetricRequests, 2)},
+		Overrides: []sluice.Override{{Rule: "daily", Attribute: "workspace", Value: "ws", Limit: ptr[int64](5), ExpiresAt: expires}},
+	})
+	for range 4 {
+		admit(t, l, byKey("k"))
+	}
+	if e := effective(t, l, ident("k"), "daily"); e.Limit != 5 || e.Source != "override" || e.Remaining != 1 {
+		t.Fatalf("before expiry: %+v", e)
+	}
+	clock.Set(expires.Add(-time.Nanosecond))
+	admit(t, l, byKey("k"))
+	clock.Set(expires)
+	// The rule's own limit of 2 is back, and 5 are already used.
+	e := effective(t, l, ident("k"), "daily")
+	if e.Limit != 2 || e.Source != "" || e.Used != 5 || e.Remaining != 0 {
+		t.Fatalf("at expiry: %+v", e)
+	}
+	refuse(t, l, byKey("k"), sluice.ErrBudgetExhausted)
+}
+
+func TestOverride_EnablesARuleWithLimitZero(t *testing.T) {
+	r := rpm(0)
+	l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{r},
+		Overrides: []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "abuser", Limit: ptr[int64](1)}}})
+	admit(t, l, byKey("abuser"))
+	refuse(t, l, byKey("abuser"), sluice.ErrRateLimited)
+	if n := admitN(t, l, byKey("k"), 20); n != 20 {
+		t.Fatalf("others refused after %d under a disabled rule", n)
+	}
+}
+
+func TestTier_ScalesLimits(t *testing.T) {
+	tiers := []sluice.Tier{{Name: "new", Percent: 50}, {Name: "pro", Percent: 300}, {Name: "same", Percent: 100}, {Name: "tiny", Percent: 1}}
+	tests := []struct {
+		tier       string
+		wantLimit  int64
+		wantSource string
+	}{
+		{"new", 5, "tier"},
+		{"pro", 30, "tier"},
+		{"same", 10, "config"},
+		{"tiny", 1, "tier"}, // 10% of 10 rounds to 0, kept at 1
+		{"unknown", 10, "config"},
+		{"", 10, "config"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.tier, func(t *testing.T) {
+			r := rpm(10)
+			r.Source = "config"
+			l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{r}, Tiers: tiers})
+			req := byKey("k")
+			req.Identity.Tier = tt.tier
+			e := effective(t, l, req.Identity, "rpm")
+			if e.Limit != tt.wantLimit || e.Source != tt.wantSource {
+				t.Fatalf("limit %d source %q, want %d %q", e.Limit, e.Source, tt.wantLimit, tt.wantSource)
+			}
+			if n := admitN(t, l, req, 100); int64(n) != tt.wantLimit {
+				t.Fatalf("admitted %d, want %d", n, tt.wantLimit)
+			}
+		})
+	}
+}
+
+func TestTier_ScalesBurstAndBudget(t *testing.T) {
+	r := tpm(1000)
+	r.Burst = 400
+	l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{r, daily(sluice.MetricTokens, 1_000_000)}, Tiers: []sluice.Tier{{Name: "new", Percent: 25}}})
+	id := ident("k")
+	id.Tier = "new"
+	if e := effective(t, l, id, "tpm"); e.Limit != 250 || e.Burst != 100 || e.Remaining != 100 {
+		t.Fatalf("scaled bucket %+v, want limit 250 burst 100", e)
+	}
+	if e := effective(t, l, id, "daily"); e.Limit != 250_000 {
+		t.Fatalf("scaled budget %+v, want 250000", e)
+	}
+	req := sluice.Request{Identity: id, Max: sluice.Usage{InputTokens: 101}}
+	if _, err := l.Admit(context.Background(), req); err == nil {
+		t.Fatal("101 tokens admitted into a bucket of 100")
+	}
+}
+
+func TestTier_OverrideBeatsTier(t *testing.T) {
+	l, _ := newLimiter(t, sluice.Options{
+		Rules:     []sluice.Rule{rpm(10)},
+		Tiers:     []sluice.Tier{{Name: "new", Percent: 50}},
+		Overrides: []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "vip", Limit: ptr[int64](8)}},
+	})
+	req := byKey("vip")
+	req.Identity.Tier = "new"
+	if e := effective(t, l, req.Identity, "rpm"); e.Limit != 8 || e.Source != "override" {
+		t.Fatalf("override under a tier: %+v, want the override's 8", e)
+	}
+	if n := admitN(t, l, req, 100); n != 8 {
+		t.Fatalf("admitted %d, want 8", n)
+	}
+	other := byKey("k")
+	other.Identity.Tier = "new"
+	if n := admitN(t, l, other, 100); n != 5 {
+		t.Fatalf("tier admitted %d, want 5", n)
+	}
+}
+
+// Effective answers "what applies to this subject and how much room is
+// left", for the admin API: it must not refuse like an admission. A fixed
+// reservation of 8000 under a tier that scales the budget to 5000 can never
+// be admitted, but its headroom is still there to report.
+func TestLimiter_EffectiveWithReservationLargerThanScaledLimit(t *testing.T) {
+	knownBug(t, "fit.go Effective returns build's *TooLargeError for a fixed reservation above the effective limit")
+	b := daily(sluice.MetricTokens, 10_000)
+	b.Reserve, b.ReserveAmount = sluice.ReserveFixed, 8000
+	l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{b}, Tiers: []sluice.Tier{{Name: "new", Percent: 50}}})
+	id := ident("k")
+	id.Tier = "new"
+	all, err := l.Effective(context.Background(), id)
+	if err != nil || len(all) != 1 || all[0].Limit != 5000 || all[0].Remaining != 5000 {
+		t.Fatalf("Effective = %+v, %v; want the budget of 5000 with 5000 left", all, err)
+	}
+}
