@@ -262,7 +262,7 @@ func TestOverride_AppliesOnNextRequest(t *testing.T) {
 func TestOverride_ExpiresOnTheClock(t *testing.T) {
 	expires := start.Add(time.Hour)
 	l, clock := newLimiter(t, sluice.Options{
-		Rules: []sluice.Rule{daily(sluice.MetricRequests, 2)},
+		Rules:     []sluice.Rule{daily(sluice.MetricRequests, 2)},
 		Overrides: []sluice.Override{{Rule: "daily", Attribute: "workspace", Value: "ws", Limit: ptr[int64](5), ExpiresAt: expires}},
 	})
 	for range 4 {
