@@ -19,7 +19,7 @@ func MessageUsage(body []byte) (llm.Usage, bool) {
 // usageAt reads the usage object at b[v] over prev: fields absent from it keep prev's values
 // (a message_delta may carry only output_tokens).
 func usageAt(b []byte, v int, prev llm.Usage) (llm.Usage, bool) {
-	if v < 0 || b[v] != '{' {
+	if jsonscan.At(b, v) != '{' {
 		return prev, false
 	}
 	get := func(key string, old int64) int64 {

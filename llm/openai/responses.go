@@ -115,7 +115,7 @@ func input(body []byte, v int, w *reqparse.Walker) (int, error) {
 		}
 		return v, reqparse.TypeError("input", "a string or an array", body, v)
 	}
-	if body[v+1] == '"' {
+	if jsonscan.At(body, v+1) == '"' {
 		return v, &llm.RequestError{Param: "input", Message: "Invalid 'input': empty string. Expected a non-empty prompt."}
 	}
 	return w.Prompt(v)

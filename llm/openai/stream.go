@@ -99,7 +99,7 @@ func (s *ChatStream) countChoice(data []byte, c int) (int, error) {
 		return -1, nil
 	}
 	d := jsonscan.Lookup(data, c, "delta")
-	if d >= 0 && data[d] == '{' && hasOutput(data, d) {
+	if jsonscan.At(data, d) == '{' && hasOutput(data, d) {
 		s.deltas++
 	}
 	return -1, nil
@@ -111,11 +111,11 @@ func hasOutput(data []byte, d int) bool {
 		key := data[m.KeyStart:m.KeyEnd]
 		switch string(key) {
 		case "content", "refusal", "reasoning_content", "reasoning":
-			if data[m.Value] == '"' && data[m.Value+1] != '"' {
+			if jsonscan.At(data, m.Value) == '"' && jsonscan.At(data, m.Value+1) != '"' {
 				found = true
 			}
 		case "tool_calls", "function_call":
-			if data[m.Value] == '[' || data[m.Value] == '{' {
+			if c := jsonscan.At(data, m.Value); c == '[' || c == '{' {
 				found = true
 			}
 		}

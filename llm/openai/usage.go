@@ -13,7 +13,7 @@ func ChatUsage(body []byte) (llm.Usage, bool) {
 }
 
 func chatUsageAt(b []byte, v int) (llm.Usage, bool) {
-	if v < 0 || b[v] != '{' {
+	if jsonscan.At(b, v) != '{' {
 		return llm.Usage{}, false
 	}
 	u := llm.Usage{
@@ -35,7 +35,7 @@ func ResponsesUsage(body []byte) (llm.Usage, bool) {
 }
 
 func responsesUsageAt(b []byte, v int) (llm.Usage, bool) {
-	if v < 0 || b[v] != '{' {
+	if jsonscan.At(b, v) != '{' {
 		return llm.Usage{}, false
 	}
 	u := llm.Usage{
@@ -52,7 +52,7 @@ func responsesUsageAt(b []byte, v int) (llm.Usage, bool) {
 // ok is false without a usage object.
 func EmbeddingsUsage(body []byte) (llm.Usage, bool) {
 	v := lookupPath(body, "usage")
-	if v < 0 || body[v] != '{' {
+	if jsonscan.At(body, v) != '{' {
 		return llm.Usage{}, false
 	}
 	return llm.Usage{InputTokens: jsonscan.Count(body, jsonscan.Lookup(body, v, "prompt_tokens"))}, true

@@ -119,8 +119,17 @@ func hex4(raw []byte, i int) rune {
 // errFound stops an Object walk early once Lookup has what it wants.
 var errFound = &SyntaxError{Msg: "found"}
 
+// At returns b[i], or 0 when i is out of range.
+func At(b []byte, i int) byte {
+	if i < 0 || i >= len(b) {
+		return 0
+	}
+	return b[i]
+}
+
 // Lookup returns the offset of the value of the first member named key (compared unescaped)
 // of the object at b[i], or -1 when the object has no such member or is not valid up to it.
+// A returned offset is always inside b.
 func Lookup(b []byte, i int, key string) int {
 	if i < 0 || i >= len(b) || b[i] != '{' {
 		return -1
@@ -129,7 +138,9 @@ func Lookup(b []byte, i int, key string) int {
 	Object(b, i, 1, func(m Member) (int, error) {
 		raw := b[m.KeyStart:m.KeyEnd]
 		if (!m.Escaped && string(raw) == key) || (m.Escaped && string(Unescape(nil, raw)) == key) {
-			found = m.Value
+			if m.Value < len(b) {
+				found = m.Value
+			}
 			return m.Value, errFound
 		}
 		return -1, nil
