@@ -1,0 +1,166 @@
+package catalog
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Override is a stored per-subject limit override, the catalog's form of
+// sluice.Override: it changes rule Rule for every request whose identity
+// has Attribute equal to Value. A nil Limit or Burst inherits the rule's
+// value; 0 disables the rule for that subject. A non-zero ExpiresAt ends
+// it.
+type Override struct {
+	Rule      string    `json:"rule"`
+	Attribute string    `json:"attribute"`
+	Value     string    `json:"value"`
+	Limit     *int64    `json:"limit"`
+	Burst     *int64    `json:"burst"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// Sluice returns o as the engine's Override.
+func (o Override) Sluice() sluice.Override {
+	return sluice.Override{
+		Rule:      o.Rule,
+		Attribute: o.Attribute,
+		Value:     o.Value,
+		Limit:     clonePtr(o.Limit),
+		Burst:     clonePtr(o.Burst),
+		ExpiresAt: o.ExpiresAt,
+	}
+}
+
+func clonePtr(p *int64) *int64 {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// overrideAttributes are the identity attributes an override may key on,
+// as the engine accepts them.
+var overrideAttributes = []string{"org", "workspace", "team", "user", "key", "session", "ip"}
+
+func overrideTarget(rule, attribute, value string) string {
+	return "override/" + rule + "/" + attribute + "/" + value
+}
+
+// SetOverride creates or replaces the override for (o.Rule, o.Attribute,
+// o.Value), audited as done by actor with the previous override, if any.
+// The rule is not checked against the live policy: rules may come from
+// the config file, which the catalog does not see.
+func (c *Catalog) SetOverride(ctx context.Context, o Override, actor string) error {
+	switch {
+	case o.Rule == "" || o.Value == "":
+		return fmt.Errorf("catalog: set override: %w: rule and value are required", ErrInvalid)
+	case !slices.Contains(overrideAttributes, o.Attribute):
+		return fmt.Errorf("catalog: set override: %w: attribute %q must be one of org, workspace, team, user, key, session, ip", ErrInvalid, o.Attribute)
+	case (o.Limit != nil && *o.Limit < 0) || (o.Burst != nil && *o.Burst < 0):
+		return fmt.Errorf("catalog: set override: %w: limits must not be negative", ErrInvalid)
+	case actor == "":
+		return fmt.Errorf("catalog: set override: %w: actor is required", ErrInvalid)
+	}
+	now := c.now()
+	o.Limit, o.Burst = clonePtr(o.Limit), clonePtr(o.Burst)
+	o.ExpiresAt = o.ExpiresAt.UTC().Round(0)
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
+		before, err := c.loadOverride(ctx, tx, o.Rule, o.Attribute, o.Value)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO overrides (rule, attribute, value, limit_value, burst, expires_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (rule, attribute, value) DO UPDATE SET
+				limit_value = excluded.limit_value, burst = excluded.burst,
+				expires_at = excluded.expires_at, updated_at = excluded.updated_at`),
+			o.Rule, o.Attribute, o.Value, dbInt(o.Limit), dbInt(o.Burst), dbTime(o.ExpiresAt), now.UnixNano()); err != nil {
+			return err
+		}
+		e := AuditEntry{Actor: actor, Action: ActionOverrideSet, Target: overrideTarget(o.Rule, o.Attribute, o.Value), After: o}
+		if before != nil {
+			e.Before = before
+		}
+		return c.insertAudit(ctx, tx, e, now)
+	})
+	if err != nil {
+		return fmt.Errorf("catalog: set override: %w", err)
+	}
+	return nil
+}
+
+// DeleteOverride removes an override, audited as done by actor. It returns
+// ErrUnknownOverride when there is none.
+func (c *Catalog) DeleteOverride(ctx context.Context, rule, attribute, value, actor string) error {
+	if actor == "" {
+		return fmt.Errorf("catalog: delete override: %w: actor is required", ErrInvalid)
+	}
+	now := c.now()
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
+		before, err := c.loadOverride(ctx, tx, rule, attribute, value)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrUnknownOverride
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, c.d.q(`DELETE FROM overrides WHERE rule = ? AND attribute = ? AND value = ?`), rule, attribute, value); err != nil {
+			return err
+		}
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionOverrideDelete, Target: overrideTarget(rule, attribute, value), Before: before}, now)
+	})
+	if err != nil {
+		return fmt.Errorf("catalog: delete override: %w", err)
+	}
+	return nil
+}
+
+const overrideColumns = `rule, attribute, value, limit_value, burst, expires_at`
+
+func (c *Catalog) loadOverride(ctx context.Context, q queryer, rule, attribute, value string) (*Override, error) {
+	row := q.QueryRowContext(ctx, c.d.q(`SELECT `+overrideColumns+` FROM overrides WHERE rule = ? AND attribute = ? AND value = ?`), rule, attribute, value)
+	o, err := scanOverride(row.Scan)
+	if err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+func scanOverride(scan func(...any) error) (Override, error) {
+	var o Override
+	var limit, burst, expires sql.NullInt64
+	if err := scan(&o.Rule, &o.Attribute, &o.Value, &limit, &burst, &expires); err != nil {
+		return Override{}, err
+	}
+	o.Limit, o.Burst, o.ExpiresAt = fromDBInt(limit), fromDBInt(burst), fromDBTime(expires)
+	return o, nil
+}
+
+// ListOverrides returns every stored override, expired ones included (the
+// engine ignores those), ordered by rule, attribute and value.
+func (c *Catalog) ListOverrides(ctx context.Context) ([]Override, error) {
+	rows, err := c.db.QueryContext(ctx, `SELECT `+overrideColumns+` FROM overrides ORDER BY rule, attribute, value`)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: list overrides: %w", err)
+	}
+	defer rows.Close()
+	var out []Override
+	for rows.Next() {
+		o, err := scanOverride(rows.Scan)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: list overrides: %w", err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("catalog: list overrides: %w", err)
+	}
+	return out, nil
+}
