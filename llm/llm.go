@@ -114,6 +114,10 @@ type Bound struct {
 	MaxOutputTokens int64
 	// HasMaxOutput is true when the request carried a non-null output cap.
 	HasMaxOutput bool
+	// MinOutputTokens is the smallest output cap the provider accepts for this request, the
+	// floor for a gateway that lowers the cap: 1, 16 for OpenAI Responses
+	// (max_output_tokens), thinking.budget_tokens+1 for Anthropic with extended thinking.
+	MinOutputTokens int64
 	// N is the number of completions asked for (OpenAI chat n), at least 1.
 	N int64
 

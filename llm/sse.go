@@ -159,3 +159,19 @@ func AppendEvent(dst, name, data []byte) []byte {
 	dst = append(dst, data...)
 	return append(dst, '\n', '\n')
 }
+
+// Forward returns the bytes to send the client for event e once a stream follower (such as
+// openai.ChatStream) turned its data into data: e.Raw, byte for byte, when e carries no data
+// or data is e.Data unchanged; nil when data is nil (the event is dropped); otherwise the event
+// framed anew with AppendEvent.
+func Forward(e Event, data []byte) []byte {
+	switch {
+	case e.Data == nil:
+		return e.Raw
+	case data == nil:
+		return nil
+	case len(data) == len(e.Data) && (len(data) == 0 || &data[0] == &e.Data[0]):
+		return e.Raw
+	}
+	return AppendEvent(nil, e.Name, data)
+}

@@ -97,3 +97,21 @@ func FuzzEventReader(f *testing.F) {
 		}
 	})
 }
+
+func TestForward_RawUnlessChanged(t *testing.T) {
+	r := NewEventReader(bufio.NewReader(strings.NewReader("event: x\ndata:a\n\n: ping\n\n")))
+	e, _ := r.Next()
+	if got := string(Forward(e, e.Data)); got != "event: x\ndata:a\n\n" {
+		t.Errorf("unchanged: %q", got)
+	}
+	if got := string(Forward(e, []byte("b"))); got != "event: x\ndata: b\n\n" {
+		t.Errorf("changed: %q", got)
+	}
+	if got := Forward(e, nil); got != nil {
+		t.Errorf("dropped: %q", got)
+	}
+	e, _ = r.Next()
+	if got := string(Forward(e, nil)); got != ": ping\n\n" {
+		t.Errorf("comment: %q", got)
+	}
+}

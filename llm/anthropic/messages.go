@@ -24,6 +24,7 @@ const (
 	msgMaxTokens
 	msgStream
 	msgTools
+	msgThinking
 )
 
 var messagesKeys = []string{
@@ -33,6 +34,7 @@ var messagesKeys = []string{
 	msgMaxTokens: "max_tokens",
 	msgStream:    "stream",
 	msgTools:     "tools",
+	msgThinking:  "thinking",
 }
 
 // ParseMessages bounds a POST /v1/messages body: max_tokens, system (a string or text blocks),
@@ -44,7 +46,7 @@ func ParseMessages(body []byte) (llm.Bound, error) { return ParseMessagesText(bo
 // a string, every message or tool_result content that is a string, and the "text" of every
 // block of type text (tool_result blocks included).
 func ParseMessagesText(body []byte, text llm.TextFunc) (llm.Bound, error) {
-	b := llm.Bound{N: 1, Cap: llm.NoSpan, AltCap: llm.NoSpan, StreamOptions: llm.NoSpan, IncludeUsageValue: llm.NoSpan}
+	b := llm.Bound{N: 1, MinOutputTokens: 1, Cap: llm.NoSpan, AltCap: llm.NoSpan, StreamOptions: llm.NoSpan, IncludeUsageValue: llm.NoSpan}
 	keys := reqparse.Keys{Names: messagesKeys}
 	w := reqparse.Walker{B: body, Rules: &messagesRules, Text: text, Bound: &b}
 	var modelSeen, messagesSeen bool
@@ -84,6 +86,11 @@ func ParseMessagesText(body []byte, text llm.TextFunc) (llm.Bound, error) {
 			return end, err
 		case msgTools:
 			return reqparse.Tools(body, v, "tools", &b)
+		case msgThinking:
+			// max_tokens must exceed the thinking budget; Anthropic checks the type.
+			if f := jsonscan.Lookup(body, v, "budget_tokens"); f >= 0 {
+				b.MinOutputTokens = max(b.MinOutputTokens, jsonscan.Count(body, f)+1)
+			}
 		}
 		return -1, nil
 	})

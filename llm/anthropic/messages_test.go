@@ -23,6 +23,8 @@ func TestParseMessages_Accepts(t *testing.T) {
 	}{
 		{"Minimal", `{"model":"claude","max_tokens":1024,"messages":[{"role":"user","content":"Hello"}]}`,
 			llm.Bound{Model: "claude", N: 1, MaxOutputTokens: 1024, HasMaxOutput: true, PromptBytes: 35}, []string{"Hello"}},
+		{"Thinking", `{"model":"claude","max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Hello"}]}`,
+			llm.Bound{Model: "claude", N: 1, MaxOutputTokens: 4096, HasMaxOutput: true, MinOutputTokens: 1025, PromptBytes: 35}, []string{"Hello"}},
 		{"NoMaxTokens", `{"model":"claude","system":"sys","stream":true,"messages":[{"role":"user","content":"Hello"}]}`,
 			llm.Bound{Model: "claude", N: 1, Stream: true, PromptBytes: 35 + 5}, []string{"sys", "Hello"}},
 		{"SystemBlocks", `{"model":"claude","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"Hello"}]}`,
@@ -38,6 +40,9 @@ func TestParseMessages_Accepts(t *testing.T) {
 			got, err := ParseMessagesText([]byte(c.body), func(s []byte) { text = append(text, string(s)) })
 			if err != nil {
 				t.Fatal(err)
+			}
+			if c.want.MinOutputTokens == 0 {
+				c.want.MinOutputTokens = 1
 			}
 			c.want.InputTokens = llm.TokensForBytes(c.want.PromptBytes) + c.want.ImageTokens + c.want.ToolTokens
 			got.Object, got.Cap, got.AltCap, got.StreamOptions, got.IncludeUsageValue = 0, llm.Span{}, llm.Span{}, llm.Span{}, llm.Span{}

@@ -55,7 +55,7 @@ func ParseChat(body []byte) (llm.Bound, error) { return ParseChatText(body, nil)
 // ParseChatText is ParseChat that also hands the prompt text to text: every message content
 // that is a string, and the "text" of every content part of type "text".
 func ParseChatText(body []byte, text llm.TextFunc) (llm.Bound, error) {
-	b := llm.Bound{N: 1, Cap: llm.NoSpan, AltCap: llm.NoSpan, StreamOptions: llm.NoSpan, IncludeUsageValue: llm.NoSpan}
+	b := llm.Bound{N: 1, MinOutputTokens: 1, Cap: llm.NoSpan, AltCap: llm.NoSpan, StreamOptions: llm.NoSpan, IncludeUsageValue: llm.NoSpan}
 	keys := reqparse.Keys{Names: chatKeys}
 	w := reqparse.Walker{B: body, Rules: &chatRules, Text: text, Bound: &b}
 	var modelSeen, messagesSeen bool
@@ -158,7 +158,8 @@ type ChatEdit struct {
 	// CapField is the field inserted when the request has no cap: empty means
 	// max_completion_tokens; set "max_tokens" for servers that know only the older name.
 	CapField string
-	// IncludeUsage sets stream_options.include_usage to true, inserting what is missing.
+	// IncludeUsage sets stream_options.include_usage to true, inserting what is missing. Set
+	// it for streaming requests only: OpenAI rejects stream_options without stream.
 	IncludeUsage bool
 }
 

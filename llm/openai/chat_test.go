@@ -47,6 +47,9 @@ func TestParseChat_Accepts(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseChat: %v", err)
 			}
+			if c.want.MinOutputTokens == 0 {
+				c.want.MinOutputTokens = 1
+			}
 			c.want.InputTokens = llm.TokensForBytes(c.want.PromptBytes) + c.want.ImageTokens + c.want.ToolTokens
 			got.Object, got.Cap, got.AltCap, got.StreamOptions, got.IncludeUsageValue = 0, llm.Span{}, llm.Span{}, llm.Span{}, llm.Span{}
 			if got != c.want {

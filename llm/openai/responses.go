@@ -45,7 +45,7 @@ func ParseResponses(body []byte) (llm.Bound, error) { return ParseResponsesText(
 // input when it is a string, every item content or function call output that is a string, and
 // the "text" of every part of type input_text, output_text or text.
 func ParseResponsesText(body []byte, text llm.TextFunc) (llm.Bound, error) {
-	b := llm.Bound{N: 1, Cap: llm.NoSpan, AltCap: llm.NoSpan, StreamOptions: llm.NoSpan, IncludeUsageValue: llm.NoSpan}
+	b := llm.Bound{N: 1, MinOutputTokens: MinResponsesOutputTokens, Cap: llm.NoSpan, AltCap: llm.NoSpan, StreamOptions: llm.NoSpan, IncludeUsageValue: llm.NoSpan}
 	keys := reqparse.Keys{Names: responsesKeys}
 	w := reqparse.Walker{B: body, Rules: &responsesRules, Text: text, Bound: &b}
 	var modelSeen, inputSeen bool

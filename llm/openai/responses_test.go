@@ -34,6 +34,9 @@ func TestParseResponses_Accepts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if c.want.MinOutputTokens == 0 {
+				c.want.MinOutputTokens = MinResponsesOutputTokens
+			}
 			c.want.InputTokens = llm.TokensForBytes(c.want.PromptBytes) + c.want.ImageTokens + c.want.ToolTokens
 			got.Object, got.Cap, got.AltCap, got.StreamOptions, got.IncludeUsageValue = 0, llm.Span{}, llm.Span{}, llm.Span{}, llm.Span{}
 			if got != c.want {

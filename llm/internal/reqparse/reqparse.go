@@ -183,8 +183,8 @@ func RequireModel(seen bool, model string) error {
 	return nil
 }
 
-// Tools counts the tool definitions of the array at b[v] and their bytes. perTool is added for
-// each definition.
+// Tools counts the tool definitions of the array at b[v] into bound: each costs its JSON
+// bytes at llm.BytesPerToken plus llm.ToolOverheadTokens.
 func Tools(b []byte, v int, param string, bound *llm.Bound) (int, error) {
 	if jsonscan.IsNull(b, v) {
 		return v + 4, nil
