@@ -211,6 +211,9 @@ func TestServer_StreamingMessages(t *testing.T) {
 	s := anthropic.MessagesStream{}
 	var u llm.Usage
 	for _, e := range evs {
+		if !json.Valid([]byte(e[1])) {
+			t.Errorf("event %s: invalid JSON %s", e[0], e[1])
+		}
 		names = append(names, e[0])
 		_, u = s.Feed([]byte(e[0]), []byte(e[1]))
 	}

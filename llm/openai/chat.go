@@ -49,7 +49,9 @@ var chatKeys = []string{
 
 // ParseChat bounds a POST /v1/chat/completions body. The output cap is the larger of
 // max_completion_tokens and max_tokens when both are set (a provider may honour either).
-// Bound.Cap points at max_completion_tokens and Bound.AltCap at max_tokens.
+// Bound.Cap points at max_completion_tokens and Bound.AltCap at max_tokens. Images (parts with
+// image_url) count as llm.OpenAIImageTokens each; audio and file parts count by their bytes,
+// which overestimates them.
 func ParseChat(body []byte) (llm.Bound, error) { return ParseChatText(body, nil) }
 
 // ParseChatText is ParseChat that also hands the prompt text to text: every message content
