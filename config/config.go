@@ -1,0 +1,351 @@
+// Package config is the gateway's configuration: one YAML file, strictly
+// decoded (an unknown field is an error), with every default applied in one
+// place and environment variables (the quick knobs, listen addresses, state
+// URLs) layered on top.
+//
+// Secrets never appear in the file: a provider names the environment
+// variable that holds its key (api_key_env), and a literal api_key field is
+// rejected as unknown.
+//
+// A Config is built by Load, Parse or Default and is not modified afterwards;
+// its methods are then safe for concurrent use.
+package config
+
+import (
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Config is the gateway's configuration. The YAML names are snake_case
+// versions of the field names. After Load, Parse or Default every default is
+// applied: no field that has a default is left empty.
+type Config struct {
+	// Listen is the client-side address (127.0.0.1:8080).
+	Listen string `yaml:"listen"`
+	// AdminListen is the admin API's address (127.0.0.1:8081).
+	AdminListen string `yaml:"admin_listen"`
+	// DataDir holds the embedded SQLite files (./.sluice).
+	DataDir string `yaml:"data_dir"`
+	// Store is the URL of the counters and reservations: sqlite://,
+	// memory://, redis://, rediss://, redis-cluster://host:port,... or
+	// postgres://. Empty means SQLite under DataDir (see StoreURL).
+	Store string `yaml:"store"`
+	// Database is the URL of keys, rules, overrides, ledger and audit:
+	// sqlite:// or postgres://. Empty means SQLite under DataDir (see
+	// DatabaseURL).
+	Database string `yaml:"database"`
+	// MaxBodyBytes caps a request body (8 MiB).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// RequestTimeout is the model deadline of a call (10m), written as a Go
+	// duration ("90s", "10m").
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// Env is "development" (the default) or "production".
+	Env string `yaml:"env"`
+	// UpstreamRetries bounds the retries of a provider's 429 or 5xx before
+	// any byte reached the client (2; 0 means no retry). Never nil after
+	// Load, Parse or Default.
+	UpstreamRetries *int `yaml:"upstream_retries"`
+	// TrustedProxies lists the CIDRs (or single addresses) whose forwarded
+	// client addresses are believed. Empty trusts none.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+
+	Providers []Provider `yaml:"providers"`
+	Models    []Model    `yaml:"models"`
+	Rules     []Rule     `yaml:"rules"`
+	Tiers     []Tier     `yaml:"tiers"`
+
+	// Knobs holds the quick knobs that were set in the environment, by
+	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.
+	Knobs map[string]int64 `yaml:"-"`
+
+	// fromEnv names the environment variable that set a field, by YAML
+	// name, so that problems point at the right place.
+	fromEnv map[string]string
+	// byModel indexes Models by name and alias; nil means scan.
+	byModel map[string]*Model
+	// mockFallback is set when the file named no provider and no model and
+	// the built-in mock ones were used.
+	mockFallback bool
+	// missingKeys are warnings about provider keys absent from the
+	// environment that Load or Parse read.
+	missingKeys []string
+}
+
+// Environments.
+const (
+	EnvDevelopment = "development"
+	EnvProduction  = "production"
+)
+
+// ProviderKind is the wire format a provider speaks.
+type ProviderKind string
+
+// Provider kinds.
+const (
+	KindOpenAI    ProviderKind = "openai"
+	KindAnthropic ProviderKind = "anthropic"
+	// KindOpenAICompatible is any server speaking OpenAI's API; its BaseURL
+	// is required.
+	KindOpenAICompatible ProviderKind = "openai-compatible"
+	// KindMock is the built-in mock provider: it needs no network, and no
+	// BaseURL unless it runs apart (sluice mock).
+	KindMock ProviderKind = "mock"
+)
+
+// Provider is an upstream API.
+type Provider struct {
+	Name string       `yaml:"name"`
+	Kind ProviderKind `yaml:"kind"`
+	// BaseURL is what the API's paths are appended to, as in the official
+	// SDKs: https://api.openai.com/v1 for OpenAI, https://api.anthropic.com
+	// for Anthropic (both filled in by default).
+	BaseURL string `yaml:"base_url"`
+	// APIKeyEnv names the environment variable holding the provider's key
+	// (OPENAI_API_KEY and ANTHROPIC_API_KEY by default for those kinds).
+	APIKeyEnv string `yaml:"api_key_env"`
+}
+
+// APIKey reads the provider's key from env; "" when it has none.
+func (p *Provider) APIKey(env func(string) (string, bool)) string {
+	if p.APIKeyEnv == "" || env == nil {
+		return ""
+	}
+	v, _ := env(p.APIKeyEnv)
+	return v
+}
+
+// Model is a model the gateway serves.
+type Model struct {
+	// Name is what clients ask for.
+	Name string `yaml:"name"`
+	// Provider names the Provider that serves it.
+	Provider string `yaml:"provider"`
+	// UpstreamName is the model's name at the provider (Name by default).
+	UpstreamName string `yaml:"upstream_name"`
+	// Price is nil when the model has no price: its calls then cost 0
+	// against cost budgets (and Warnings says so).
+	Price *Prices `yaml:"price"`
+	// MaxOutputTokens caps a call's output; it is the output bound when a
+	// client sends none. Required.
+	MaxOutputTokens int64 `yaml:"max_output_tokens"`
+	// ContextWindow is the model's input plus output limit in tokens; 0 means
+	// unknown.
+	ContextWindow int64 `yaml:"context_window"`
+	// Aliases are other names clients may use for it.
+	Aliases []string `yaml:"aliases"`
+	// Fallbacks are the models tried, in order, when this one's rules refuse.
+	Fallbacks []string `yaml:"fallbacks"`
+}
+
+// Prices are a model's prices in dollars per million tokens.
+type Prices struct {
+	Input Dollars `yaml:"input"`
+	// CachedInput prices input tokens read from a cache; nil means Input
+	// (no discount is assumed, so budgets are never under-charged).
+	CachedInput *Dollars `yaml:"cached_input"`
+	// CacheWrite prices input tokens written to a cache; nil means Input.
+	CacheWrite *Dollars `yaml:"cache_write"`
+	Output     Dollars  `yaml:"output"`
+}
+
+// SluicePrice returns the model's price list for the engine; the zero Price
+// when the model has none.
+func (m *Model) SluicePrice() sluice.Price {
+	if m.Price == nil {
+		return sluice.Price{}
+	}
+	p := sluice.Price{
+		Input:       int64(m.Price.Input),
+		CachedInput: int64(m.Price.Input),
+		CacheWrite:  int64(m.Price.Input),
+		Output:      int64(m.Price.Output),
+	}
+	if m.Price.CachedInput != nil {
+		p.CachedInput = int64(*m.Price.CachedInput)
+	}
+	if m.Price.CacheWrite != nil {
+		p.CacheWrite = int64(*m.Price.CacheWrite)
+	}
+	return p
+}
+
+// Rule is a limit as written in the file; see sluice.Rule for the meaning of
+// each field. Window is a Go duration ("1m").
+type Rule struct {
+	Name            string                  `yaml:"name"`
+	Kind            sluice.Kind             `yaml:"kind"`
+	Subject         string                  `yaml:"subject"`
+	Metric          sluice.Metric           `yaml:"metric"`
+	Limit           int64                   `yaml:"limit"`
+	Burst           int64                   `yaml:"burst"`
+	Window          time.Duration           `yaml:"window"`
+	Period          sluice.Period           `yaml:"period"`
+	TimeZone        string                  `yaml:"time_zone"`
+	SoftLimit       int64                   `yaml:"soft_limit"`
+	WarnAt          []float64               `yaml:"warn_at"`
+	Reserve         sluice.ReservePolicy    `yaml:"reserve"`
+	ReserveAmount   int64                   `yaml:"reserve_amount"`
+	OnExpiry        sluice.ExpiryPolicy     `yaml:"on_expiry"`
+	OnStoreError    sluice.StoreErrorPolicy `yaml:"on_store_error"`
+	Fit             string                  `yaml:"fit"`
+	MinOutputTokens int64                   `yaml:"min_output_tokens"`
+	Match           Match                   `yaml:"match"`
+	Mode            sluice.Mode             `yaml:"mode"`
+	// Enabled is true by default; never nil after Load, Parse or Default.
+	Enabled *bool `yaml:"enabled"`
+}
+
+// Match narrows a rule to some requests; an empty list matches everything.
+// Models are matched by name, never by alias.
+type Match struct {
+	Models []string `yaml:"models"`
+	Tiers  []string `yaml:"tiers"`
+	Routes []string `yaml:"routes"`
+}
+
+// SluiceRule returns r as the engine's rule (Source is left for
+// sluice.Resolve to set).
+func (r *Rule) SluiceRule() sluice.Rule {
+	return sluice.Rule{
+		Name:            r.Name,
+		Kind:            r.Kind,
+		Subject:         r.Subject,
+		Metric:          r.Metric,
+		Limit:           r.Limit,
+		Burst:           r.Burst,
+		Window:          r.Window,
+		Period:          r.Period,
+		TimeZone:        r.TimeZone,
+		SoftLimit:       r.SoftLimit,
+		WarnAt:          append([]float64(nil), r.WarnAt...),
+		Reserve:         r.Reserve,
+		ReserveAmount:   r.ReserveAmount,
+		OnExpiry:        r.OnExpiry,
+		OnStoreError:    r.OnStoreError,
+		Fit:             r.Fit,
+		MinOutputTokens: r.MinOutputTokens,
+		Match: sluice.Match{
+			Models: append([]string(nil), r.Match.Models...),
+			Tiers:  append([]string(nil), r.Match.Tiers...),
+			Routes: append([]string(nil), r.Match.Routes...),
+		},
+		Mode:     r.Mode,
+		Disabled: r.Enabled != nil && !*r.Enabled,
+	}
+}
+
+// Tier scales every rule's limits for the requests whose identity carries
+// its name (see sluice.Tier).
+type Tier struct {
+	Name string `yaml:"name"`
+	// Percent of each limit that applies (100 = unchanged).
+	Percent int64 `yaml:"percent"`
+	// Promote, when set, moves an account to another tier once it is old
+	// enough; the gateway applies it.
+	Promote *Promotion `yaml:"promote"`
+}
+
+// Promotion moves an account from one tier to another.
+type Promotion struct {
+	// After is the account's age at which it is promoted.
+	After time.Duration `yaml:"after"`
+	// To names the tier it is promoted to.
+	To string `yaml:"to"`
+}
+
+// SluiceTiers returns the tiers for the engine's Policy.
+func (c *Config) SluiceTiers() []sluice.Tier {
+	tiers := make([]sluice.Tier, 0, len(c.Tiers))
+	for _, t := range c.Tiers {
+		tiers = append(tiers, sluice.Tier{Name: t.Name, Percent: t.Percent})
+	}
+	return tiers
+}
+
+// Model returns the model that name or one of its aliases names.
+func (c *Config) Model(name string) (*Model, bool) {
+	if c.byModel != nil {
+		m, ok := c.byModel[name]
+		return m, ok
+	}
+	for i := range c.Models {
+		if c.Models[i].Name == name {
+			return &c.Models[i], true
+		}
+	}
+	for i := range c.Models {
+		for _, a := range c.Models[i].Aliases {
+			if a == name {
+				return &c.Models[i], true
+			}
+		}
+	}
+	return nil, false
+}
+
+// Price returns the price list of the model that name (or an alias) names;
+// the zero Price for an unknown or unpriced model.
+func (c *Config) Price(model string) sluice.Price {
+	m, ok := c.Model(model)
+	if !ok {
+		return sluice.Price{}
+	}
+	return m.SluicePrice()
+}
+
+// Provider returns the provider named name.
+func (c *Config) Provider(name string) (*Provider, bool) {
+	for i := range c.Providers {
+		if c.Providers[i].Name == name {
+			return &c.Providers[i], true
+		}
+	}
+	return nil, false
+}
+
+// StoreURL is Store, or the SQLite file counters.db under DataDir when
+// Store is empty.
+func (c *Config) StoreURL() string {
+	if c.Store != "" {
+		return c.Store
+	}
+	return "sqlite://" + filepath.Join(c.DataDir, "counters.db")
+}
+
+// DatabaseURL is Database, or the SQLite file catalog.db under DataDir when
+// Database is empty.
+func (c *Config) DatabaseURL() string {
+	if c.Database != "" {
+		return c.Database
+	}
+	return "sqlite://" + filepath.Join(c.DataDir, "catalog.db")
+}
+
+// TrustedPrefixes returns TrustedProxies parsed; a single address is a
+// prefix of its full length. Entries that do not parse are skipped
+// (Validate reports them).
+func (c *Config) TrustedPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range c.TrustedProxies {
+		if p, ok := parsePrefix(s); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parsePrefix(s string) (netip.Prefix, bool) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), true
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.PrefixFrom(a, a.BitLen()), true
+	}
+	return netip.Prefix{}, false
+}
+
+// IsProduction reports whether Env is production.
+func (c *Config) IsProduction() bool { return c.Env == EnvProduction }

@@ -1,0 +1,144 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The sources of rule layers, in resolution order.
+const (
+	SourceDefault = "default"
+	SourceConfig  = "config"
+	SourceEnv     = "env"
+)
+
+// The names of the quick-knob rules.
+const (
+	RuleRatePerMinute    = "rate_per_minute"
+	RuleDailyTokenBudget = "daily_token_budget"
+	RuleMaxInFlight      = "max_in_flight"
+)
+
+// quickKnob is a rule whose limit an environment variable sets.
+type quickKnob struct {
+	variable string
+	rule     sluice.Rule
+}
+
+// quickKnobs are the built-in default rules, in the order they resolve.
+var quickKnobs = []quickKnob{
+	{VarRatePerMinute, sluice.Rule{
+		Name: RuleRatePerMinute, Kind: sluice.KindRate, Subject: "workspace+user",
+		Metric: sluice.MetricRequests, Limit: 20, Window: time.Minute,
+	}},
+	{VarDailyTokenBudget, sluice.Rule{
+		// An empty TimeZone is UTC.
+		Name: RuleDailyTokenBudget, Kind: sluice.KindBudget, Subject: "workspace",
+		Metric: sluice.MetricTokens, Limit: 2_000_000, Period: sluice.PeriodDay,
+	}},
+	{VarMaxInFlight, sluice.Rule{
+		Name: RuleMaxInFlight, Kind: sluice.KindConcurrency, Subject: "server",
+		Metric: sluice.MetricConcurrency, Limit: 16,
+	}},
+}
+
+// DefaultRules returns the quick-knob rules at their built-in limits: 20
+// requests a minute per workspace+user, 2,000,000 tokens a UTC day per
+// workspace, 16 calls in flight per server.
+func DefaultRules() []sluice.Rule {
+	rules := make([]sluice.Rule, len(quickKnobs))
+	for i, k := range quickKnobs {
+		rules[i] = k.rule
+	}
+	return rules
+}
+
+// Layers returns the rule layers of c in resolution order: "default" (the
+// quick-knob rules at their built-in limits), "config" (the file's rules)
+// and "env" (the quick-knob rules whose variable is set, with the limit it
+// sets). sluice.Resolve(c.Layers()...) gives the effective rules; a rule
+// whose limit is 0 stays in the list, disabled by its limit.
+//
+// A knob changes only the limit: when the file redefines a quick-knob rule
+// (say rate_per_minute per key), the environment's limit applies to the
+// file's rule.
+func (c *Config) Layers() []sluice.Layer {
+	defaults := DefaultRules()
+	file := make([]sluice.Rule, 0, len(c.Rules))
+	for i := range c.Rules {
+		file = append(file, c.Rules[i].SluiceRule())
+	}
+	var env []sluice.Rule
+	if len(c.Knobs) > 0 {
+		base := sluice.Resolve(
+			sluice.Layer{Source: SourceDefault, Rules: defaults},
+			sluice.Layer{Source: SourceConfig, Rules: file},
+		)
+		for _, k := range quickKnobs {
+			limit, ok := c.Knobs[k.variable]
+			if !ok {
+				continue
+			}
+			for _, r := range base {
+				if r.Name == k.rule.Name {
+					r.Limit, r.Source = limit, ""
+					env = append(env, r)
+					break
+				}
+			}
+		}
+	}
+	return []sluice.Layer{
+		{Source: SourceDefault, Rules: defaults},
+		{Source: SourceConfig, Rules: file},
+		{Source: SourceEnv, Rules: env},
+	}
+}
+
+// EffectiveRules is sluice.Resolve(c.Layers()...): the rules of the
+// defaults, the file and the environment, before the database's.
+func (c *Config) EffectiveRules() []sluice.Rule {
+	return sluice.Resolve(c.Layers()...)
+}
+
+// Warnings returns one sentence per limit that is disabled (a limit of 0,
+// or enabled: false) and per model without a price, plus the fallback to
+// the built-in mock models and provider keys missing from the environment.
+// The gateway prints them at every start in production.
+func (c *Config) Warnings() []string {
+	var out []string
+	for _, r := range c.EffectiveRules() {
+		var why string
+		switch {
+		case r.Limit == 0 && r.Source == SourceEnv:
+			why = fmt.Sprintf("%s=0", c.knobVariable(r.Name))
+		case r.Limit == 0:
+			why = fmt.Sprintf("its limit is 0 in the %s rules", r.Source)
+		case r.Disabled:
+			why = fmt.Sprintf("enabled: false in the %s rules", r.Source)
+		default:
+			continue
+		}
+		out = append(out, fmt.Sprintf("limit %q is disabled (%s): nothing is counted or refused by it", r.Name, why))
+	}
+	for i := range c.Models {
+		if c.Models[i].Price == nil {
+			out = append(out, fmt.Sprintf("model %q has no price: its calls cost 0 against cost budgets", c.Models[i].Name))
+		}
+	}
+	if c.mockFallback {
+		out = append(out, "no provider is configured: serving the built-in mock models")
+	}
+	return append(out, c.missingKeys...)
+}
+
+func (c *Config) knobVariable(rule string) string {
+	for _, k := range quickKnobs {
+		if k.rule.Name == rule {
+			return k.variable
+		}
+	}
+	return rule
+}

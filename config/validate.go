@@ -1,0 +1,383 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+)
+
+// FieldError is one problem with a configuration. Path names where it is:
+// a field path such as models[1].provider, an environment variable such as
+// SLUICE_RATE_PER_MINUTE, or "line N" of the file for a decoding error.
+type FieldError struct {
+	Path    string
+	Message string
+	// Err is the underlying error, such as the *sluice.RuleError of an
+	// invalid rule; often nil.
+	Err error
+}
+
+func (e *FieldError) Error() string {
+	if e.Path == "" {
+		return e.Message
+	}
+	return e.Path + ": " + e.Message
+}
+
+// Unwrap returns the underlying error.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Error lists every problem found in a configuration, in file order.
+type Error struct {
+	Problems []*FieldError
+}
+
+func (e *Error) Error() string {
+	if len(e.Problems) == 1 {
+		return e.Problems[0].Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d problems:", len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n\t")
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the problems, so errors.As finds a *FieldError or a
+// *sluice.RuleError among them.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, len(e.Problems))
+	for i, p := range e.Problems {
+		errs[i] = p
+	}
+	return errs
+}
+
+// Validate reports every problem with c as an *Error, or nil. Parse and Load
+// call it; a Config built in Go should be checked with it too.
+func (c *Config) Validate() error {
+	if p := c.problems(); len(p) > 0 {
+		return &Error{Problems: p}
+	}
+	return nil
+}
+
+// checker collects problems.
+type checker struct {
+	c        *Config
+	problems []*FieldError
+}
+
+func (v *checker) add(path, format string, args ...any) {
+	v.problems = append(v.problems, &FieldError{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// top names a top-level field, and the variable that set it if one did.
+func (v *checker) top(field string) string {
+	if variable, ok := v.c.fromEnv[field]; ok {
+		return field + " (" + variable + ")"
+	}
+	return field
+}
+
+func (c *Config) problems() []*FieldError {
+	v := &checker{c: c}
+	v.server()
+	v.providers()
+	v.models()
+	v.rules()
+	v.tiers()
+	return v.problems
+}
+
+func (v *checker) server() {
+	c := v.c
+	v.address(v.top("listen"), c.Listen)
+	v.address(v.top("admin_listen"), c.AdminListen)
+	if c.Listen == c.AdminListen && c.Listen != "" && !strings.HasSuffix(c.Listen, ":0") {
+		v.add(v.top("admin_listen"), "is the same address as listen (%s)", c.Listen)
+	}
+	if c.DataDir == "" {
+		v.add(v.top("data_dir"), "is empty")
+	}
+	v.stateURL(v.top("store"), c.Store, "sqlite", "memory", "redis", "rediss", "redis-cluster", "postgres", "postgresql")
+	v.stateURL(v.top("database"), c.Database, "sqlite", "postgres", "postgresql")
+	if c.MaxBodyBytes <= 0 {
+		v.add("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)
+	}
+	if c.RequestTimeout <= 0 {
+		v.add("request_timeout", "must be positive, got %v", c.RequestTimeout)
+	}
+	if c.Env != EnvDevelopment && c.Env != EnvProduction {
+		v.add(v.top("env"), "must be development or production, not %q", c.Env)
+	}
+	if r := c.UpstreamRetries; r != nil && (*r < 0 || *r > 10) {
+		v.add("upstream_retries", "must be between 0 and 10, got %d", *r)
+	}
+	for i, s := range c.TrustedProxies {
+		if _, ok := parsePrefix(s); !ok {
+			v.add(fmt.Sprintf("trusted_proxies[%d]", i), "%q is not a CIDR (like 10.0.0.0/8) or an IP address", s)
+		}
+	}
+	for _, k := range quickKnobs {
+		if n, ok := c.Knobs[k.variable]; ok && n < 0 {
+			v.add(k.variable, "must not be negative (0 disables the limit), got %d", n)
+		}
+	}
+}
+
+func (v *checker) address(path, addr string) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.add(path, "%q is not a host:port address", addr)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.add(path, "%q: port must be a number from 0 to 65535", addr)
+	}
+}
+
+// stateURL checks the scheme of a store or database URL; empty means the
+// embedded SQLite.
+func (v *checker) stateURL(path, s string, schemes ...string) {
+	if s == "" {
+		return
+	}
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok || !slices.Contains(schemes, scheme) {
+		v.add(path, "%q: the scheme must be one of %s://", redactURL(s), strings.Join(schemes, "://, "))
+		return
+	}
+	if rest == "" && scheme != "memory" {
+		v.add(path, "%q: names no host or file", s)
+	}
+}
+
+// redactURL hides a password in a URL that is quoted in a message.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			return u.Redacted()
+		}
+	}
+	return s
+}
+
+var providerKinds = []ProviderKind{KindOpenAI, KindAnthropic, KindOpenAICompatible, KindMock}
+
+func (v *checker) providers() {
+	seen := map[string]int{}
+	for i := range v.c.Providers {
+		p := &v.c.Providers[i]
+		at := fmt.Sprintf("providers[%d]", i)
+		v.name(at, p.Name, seen, i, "providers")
+		if !slices.Contains(providerKinds, p.Kind) {
+			v.add(at+".kind", "unknown kind %q (use openai, anthropic, openai-compatible or mock)", p.Kind)
+		}
+		if p.BaseURL == "" && p.Kind == KindOpenAICompatible {
+			v.add(at+".base_url", "is required for kind openai-compatible")
+		}
+		if p.BaseURL != "" {
+			u, err := url.Parse(p.BaseURL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				v.add(at+".base_url", "%q is not an http:// or https:// URL", p.BaseURL)
+			}
+		}
+		if p.APIKeyEnv != "" && !isVariableName(p.APIKeyEnv) {
+			v.add(at+".api_key_env", "must name an environment variable (like OPENAI_API_KEY), not hold the key itself")
+		}
+	}
+}
+
+// name checks that a list element's name is set and unique.
+func (v *checker) name(at, name string, seen map[string]int, i int, list string) {
+	if name == "" {
+		v.add(at+".name", "is empty")
+		return
+	}
+	if j, dup := seen[name]; dup {
+		v.add(at+".name", "%q is also the name of %s[%d]", name, list, j)
+		return
+	}
+	seen[name] = i
+}
+
+func isVariableName(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func (v *checker) models() {
+	c := v.c
+	if len(c.Models) == 0 {
+		v.add("models", "none defined: the gateway serves only the models listed here")
+		return
+	}
+	names := map[string]int{}
+	for i := range c.Models {
+		v.name(fmt.Sprintf("models[%d]", i), c.Models[i].Name, names, i, "models")
+	}
+	// aliases maps each alias to the model that first claimed it.
+	aliases := map[string]int{}
+	for i := range c.Models {
+		m := &c.Models[i]
+		at := fmt.Sprintf("models[%d]", i)
+		switch _, ok := c.Provider(m.Provider); {
+		case m.Provider == "":
+			v.add(at+".provider", "is empty")
+		case !ok:
+			v.add(at+".provider", "unknown provider %q", m.Provider)
+		}
+		if m.MaxOutputTokens <= 0 {
+			v.add(at+".max_output_tokens", "must be positive, got %d", m.MaxOutputTokens)
+		}
+		if m.ContextWindow < 0 {
+			v.add(at+".context_window", "must not be negative (0 means unknown), got %d", m.ContextWindow)
+		} else if m.ContextWindow > 0 && m.MaxOutputTokens > m.ContextWindow {
+			v.add(at+".max_output_tokens", "%d is larger than context_window (%d)", m.MaxOutputTokens, m.ContextWindow)
+		}
+		v.price(at+".price", m.Price)
+		for j, a := range m.Aliases {
+			path := fmt.Sprintf("%s.aliases[%d]", at, j)
+			if a == "" {
+				v.add(path, "is empty")
+				continue
+			}
+			if k, ok := names[a]; ok {
+				if k == i {
+					v.add(path, "%q is the model's own name", a)
+				} else {
+					v.add(path, "%q is the name of models[%d]", a, k)
+				}
+				continue
+			}
+			if k, ok := aliases[a]; ok {
+				v.add(path, "%q is also an alias of models[%d] (%q)", a, k, c.Models[k].Name)
+				continue
+			}
+			aliases[a] = i
+		}
+	}
+	for i := range c.Models {
+		m := &c.Models[i]
+		listed := map[int]bool{}
+		for j, f := range m.Fallbacks {
+			path := fmt.Sprintf("models[%d].fallbacks[%d]", i, j)
+			k, ok := names[f]
+			if !ok {
+				k, ok = aliases[f]
+			}
+			switch {
+			case !ok:
+				v.add(path, "unknown model %q", f)
+			case k == i:
+				v.add(path, "%q is the model itself: a model cannot fall back to itself", f)
+			case listed[k]:
+				v.add(path, "%q is listed twice", c.Models[k].Name)
+			}
+			listed[k] = true
+		}
+	}
+}
+
+func (v *checker) price(at string, p *Prices) {
+	if p == nil {
+		return
+	}
+	for _, d := range []struct {
+		field string
+		value *Dollars
+	}{{"input", &p.Input}, {"cached_input", p.CachedInput}, {"cache_write", p.CacheWrite}, {"output", &p.Output}} {
+		if d.value != nil && *d.value < 0 {
+			v.add(at+"."+d.field, "must not be negative, got %v", *d.value)
+		}
+	}
+}
+
+func (v *checker) rules() {
+	c := v.c
+	names := map[string]int{}
+	invalid := map[string]bool{}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		at := fmt.Sprintf("rules[%d]", i)
+		if r.Name != "" {
+			v.name(at, r.Name, names, i, "rules")
+		}
+		sr := r.SluiceRule()
+		if err := sr.Validate(); err != nil {
+			invalid[r.Name] = true
+			var re *sluice.RuleError
+			if errors.As(err, &re) {
+				v.problems = append(v.problems, &FieldError{Path: at + "." + re.Field, Message: re.Message, Err: err})
+			} else {
+				v.problems = append(v.problems, &FieldError{Path: at, Message: err.Error(), Err: err})
+			}
+		}
+		for j, name := range r.Match.Models {
+			path := fmt.Sprintf("%s.match.models[%d]", at, j)
+			m, ok := c.Model(name)
+			switch {
+			case !ok:
+				v.add(path, "unknown model %q", name)
+			case m.Name != name:
+				v.add(path, "%q is an alias: match the model's name %q (a rule counts every request the model serves, whatever it was called)", name, m.Name)
+			}
+		}
+	}
+	// A knob's limit can break a file rule that is valid on its own (a
+	// soft_limit above the knob's lower limit).
+	for _, r := range c.Layers()[2].Rules {
+		if invalid[r.Name] {
+			continue
+		}
+		if err := r.Validate(); err != nil {
+			v.problems = append(v.problems, &FieldError{
+				Path:    c.knobVariable(r.Name),
+				Message: fmt.Sprintf("makes rule %q invalid: %v", r.Name, err),
+				Err:     err,
+			})
+		}
+	}
+}
+
+func (v *checker) tiers() {
+	c := v.c
+	names := map[string]int{}
+	for i := range c.Tiers {
+		v.name(fmt.Sprintf("tiers[%d]", i), c.Tiers[i].Name, names, i, "tiers")
+	}
+	for i := range c.Tiers {
+		t := &c.Tiers[i]
+		at := fmt.Sprintf("tiers[%d]", i)
+		if t.Percent <= 0 {
+			v.add(at+".percent", "must be positive (100 means unchanged), got %d", t.Percent)
+		}
+		if t.Promote == nil {
+			continue
+		}
+		if t.Promote.After <= 0 {
+			v.add(at+".promote.after", "must be a positive duration, got %v", t.Promote.After)
+		}
+		switch _, ok := names[t.Promote.To]; {
+		case t.Promote.To == "":
+			v.add(at+".promote.to", "is empty")
+		case t.Promote.To == t.Name:
+			v.add(at+".promote.to", "%q is the tier itself", t.Promote.To)
+		case !ok:
+			v.add(at+".promote.to", "unknown tier %q", t.Promote.To)
+		}
+	}
+}
