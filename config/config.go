@@ -32,11 +32,11 @@ type Config struct {
 	// Store is the URL of the counters and reservations: sqlite://,
 	// memory://, redis://, rediss://, redis-cluster://host:port,... or
 	// postgres://. Empty means SQLite under DataDir (see StoreURL).
-	Store string `yaml:"store"`
+	Store string `yaml:"store,omitempty"`
 	// Database is the URL of keys, rules, overrides, ledger and audit:
 	// sqlite:// or postgres://. Empty means SQLite under DataDir (see
 	// DatabaseURL).
-	Database string `yaml:"database"`
+	Database string `yaml:"database,omitempty"`
 	// MaxBodyBytes caps a request body (8 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// RequestTimeout is the model deadline of a call (10m), written as a Go
@@ -50,12 +50,12 @@ type Config struct {
 	UpstreamRetries *int `yaml:"upstream_retries"`
 	// TrustedProxies lists the CIDRs (or single addresses) whose forwarded
 	// client addresses are believed. Empty trusts none.
-	TrustedProxies []string `yaml:"trusted_proxies"`
+	TrustedProxies []string `yaml:"trusted_proxies,omitempty"`
 
 	Providers []Provider `yaml:"providers"`
 	Models    []Model    `yaml:"models"`
-	Rules     []Rule     `yaml:"rules"`
-	Tiers     []Tier     `yaml:"tiers"`
+	Rules     []Rule     `yaml:"rules,omitempty"`
+	Tiers     []Tier     `yaml:"tiers,omitempty"`
 
 	// Knobs holds the quick knobs that were set in the environment, by
 	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.
@@ -102,10 +102,10 @@ type Provider struct {
 	// BaseURL is what the API's paths are appended to, as in the official
 	// SDKs: https://api.openai.com/v1 for OpenAI, https://api.anthropic.com
 	// for Anthropic (both filled in by default).
-	BaseURL string `yaml:"base_url"`
+	BaseURL string `yaml:"base_url,omitempty"`
 	// APIKeyEnv names the environment variable holding the provider's key
 	// (OPENAI_API_KEY and ANTHROPIC_API_KEY by default for those kinds).
-	APIKeyEnv string `yaml:"api_key_env"`
+	APIKeyEnv string `yaml:"api_key_env,omitempty"`
 }
 
 // APIKey reads the provider's key from env; "" when it has none.
@@ -127,17 +127,17 @@ type Model struct {
 	UpstreamName string `yaml:"upstream_name"`
 	// Price is nil when the model has no price: its calls then cost 0
 	// against cost budgets (and Warnings says so).
-	Price *Prices `yaml:"price"`
+	Price *Prices `yaml:"price,omitempty"`
 	// MaxOutputTokens caps a call's output; it is the output bound when a
 	// client sends none. Required.
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
 	// ContextWindow is the model's input plus output limit in tokens; 0 means
 	// unknown.
-	ContextWindow int64 `yaml:"context_window"`
+	ContextWindow int64 `yaml:"context_window,omitempty"`
 	// Aliases are other names clients may use for it.
-	Aliases []string `yaml:"aliases"`
+	Aliases []string `yaml:"aliases,omitempty"`
 	// Fallbacks are the models tried, in order, when this one's rules refuse.
-	Fallbacks []string `yaml:"fallbacks"`
+	Fallbacks []string `yaml:"fallbacks,omitempty"`
 }
 
 // Prices are a model's prices in dollars per million tokens.
@@ -145,9 +145,9 @@ type Prices struct {
 	Input Dollars `yaml:"input"`
 	// CachedInput prices input tokens read from a cache; nil means Input
 	// (no discount is assumed, so budgets are never under-charged).
-	CachedInput *Dollars `yaml:"cached_input"`
+	CachedInput *Dollars `yaml:"cached_input,omitempty"`
 	// CacheWrite prices input tokens written to a cache; nil means Input.
-	CacheWrite *Dollars `yaml:"cache_write"`
+	CacheWrite *Dollars `yaml:"cache_write,omitempty"`
 	Output     Dollars  `yaml:"output"`
 }
 
@@ -178,22 +178,22 @@ type Rule struct {
 	Name            string                  `yaml:"name"`
 	Kind            sluice.Kind             `yaml:"kind"`
 	Subject         string                  `yaml:"subject"`
-	Metric          sluice.Metric           `yaml:"metric"`
+	Metric          sluice.Metric           `yaml:"metric,omitempty"`
 	Limit           int64                   `yaml:"limit"`
-	Burst           int64                   `yaml:"burst"`
-	Window          time.Duration           `yaml:"window"`
-	Period          sluice.Period           `yaml:"period"`
-	TimeZone        string                  `yaml:"time_zone"`
-	SoftLimit       int64                   `yaml:"soft_limit"`
-	WarnAt          []float64               `yaml:"warn_at"`
-	Reserve         sluice.ReservePolicy    `yaml:"reserve"`
-	ReserveAmount   int64                   `yaml:"reserve_amount"`
-	OnExpiry        sluice.ExpiryPolicy     `yaml:"on_expiry"`
-	OnStoreError    sluice.StoreErrorPolicy `yaml:"on_store_error"`
-	Fit             string                  `yaml:"fit"`
-	MinOutputTokens int64                   `yaml:"min_output_tokens"`
-	Match           Match                   `yaml:"match"`
-	Mode            sluice.Mode             `yaml:"mode"`
+	Burst           int64                   `yaml:"burst,omitempty"`
+	Window          time.Duration           `yaml:"window,omitempty"`
+	Period          sluice.Period           `yaml:"period,omitempty"`
+	TimeZone        string                  `yaml:"time_zone,omitempty"`
+	SoftLimit       int64                   `yaml:"soft_limit,omitempty"`
+	WarnAt          []float64               `yaml:"warn_at,omitempty"`
+	Reserve         sluice.ReservePolicy    `yaml:"reserve,omitempty"`
+	ReserveAmount   int64                   `yaml:"reserve_amount,omitempty"`
+	OnExpiry        sluice.ExpiryPolicy     `yaml:"on_expiry,omitempty"`
+	OnStoreError    sluice.StoreErrorPolicy `yaml:"on_store_error,omitempty"`
+	Fit             string                  `yaml:"fit,omitempty"`
+	MinOutputTokens int64                   `yaml:"min_output_tokens,omitempty"`
+	Match           Match                   `yaml:"match,omitempty"`
+	Mode            sluice.Mode             `yaml:"mode,omitempty"`
 	// Enabled is true by default; never nil after Load, Parse or Default.
 	Enabled *bool `yaml:"enabled"`
 }
@@ -201,9 +201,9 @@ type Rule struct {
 // Match narrows a rule to some requests; an empty list matches everything.
 // Models are matched by name, never by alias.
 type Match struct {
-	Models []string `yaml:"models"`
-	Tiers  []string `yaml:"tiers"`
-	Routes []string `yaml:"routes"`
+	Models []string `yaml:"models,omitempty"`
+	Tiers  []string `yaml:"tiers,omitempty"`
+	Routes []string `yaml:"routes,omitempty"`
 }
 
 // SluiceRule returns r as the engine's rule (Source is left for
@@ -245,7 +245,7 @@ type Tier struct {
 	Percent int64 `yaml:"percent"`
 	// Promote, when set, moves an account to another tier once it is old
 	// enough; the gateway applies it.
-	Promote *Promotion `yaml:"promote"`
+	Promote *Promotion `yaml:"promote,omitempty"`
 }
 
 // Promotion moves an account from one tier to another.
