@@ -103,7 +103,9 @@ func (c *Catalog) RecordUsage(e UsageEntry) {
 		s.add(sums)
 		return
 	}
-	l.pending[k] = &sums
+	fresh := new(usageSums) // allocated only for a new row, not per entry
+	*fresh = sums
+	l.pending[k] = fresh
 }
 
 func floorDiv(a, b int64) int64 {
