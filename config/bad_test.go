@@ -76,3 +76,30 @@ func TestLoad_NamesTheFile(t *testing.T) {
 		t.Errorf("Load of a missing file: %v, want os.ErrNotExist", err)
 	}
 }
+
+// FuzzParse feeds arbitrary files to Parse: it must not panic, and what it
+// accepts must validate and resolve to valid rules.
+func FuzzParse(f *testing.F) {
+	paths, _ := filepath.Glob("testdata/*.yaml")
+	for _, p := range paths {
+		if data, err := os.ReadFile(p); err == nil {
+			f.Add(data)
+		}
+	}
+	f.Add(defaultYAML)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data, nil)
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("Parse accepted a config that does not validate: %v", err)
+		}
+		for _, r := range c.EffectiveRules() {
+			if err := r.Validate(); err != nil {
+				t.Fatalf("effective rule %q is invalid: %v", r.Name, err)
+			}
+		}
+		_ = c.Warnings()
+	})
+}
