@@ -33,7 +33,8 @@ func (e *FieldError) Error() string {
 // Unwrap returns the underlying error.
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// Error lists every problem found in a configuration, in file order.
+// Error lists every problem found in a configuration: environment
+// variables first, then the file section by section.
 type Error struct {
 	Problems []*FieldError
 }
