@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -379,4 +380,21 @@ func TestLimiter_EffectiveWithReservationLargerThanScaledLimit(t *testing.T) {
 	if err != nil || len(all) != 1 || all[0].Limit != 5000 || all[0].Remaining != 5000 {
 		t.Fatalf("Effective = %+v, %v; want the budget of 5000 with 5000 left", all, err)
 	}
+}
+
+// MaxInt64 is a common way to write "unlimited". A tier above 100% must
+// keep such a limit huge, not wrap it: scale(MaxInt64, 200) overflows to a
+// negative product and comes back as a limit of 1.
+func TestTier_ScalingAHugeLimitSaturates(t *testing.T) {
+	knownBug(t, "policy.go scale overflows for v/100*pct past MaxInt64")
+	l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{daily(sluice.MetricTokens, math.MaxInt64)},
+		Tiers: []sluice.Tier{{Name: "pro", Percent: 200}}})
+	id := ident("k")
+	id.Tier = "pro"
+	if e := effective(t, l, id, "daily"); e.Limit != math.MaxInt64 {
+		t.Fatalf("200%% of MaxInt64 is %d, want MaxInt64", e.Limit)
+	}
+	req := tokens("k", 1000, 1000)
+	req.Identity.Tier = "pro"
+	admit(t, l, req)
 }
