@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/llm"
+	"github.com/sluicehq/sluice/llm/anthropic"
+	"github.com/sluicehq/sluice/llm/openai"
+	"github.com/valyala/fasthttp"
+)
+
+// apiError is a refusal the gateway decides itself.
+type apiError struct {
+	status    int
+	typ       string // OpenAI error type
+	anthType  string // Anthropic error type
+	code      string
+	param     string
+	message   string
+	terminal  bool // x-should-retry: false
+	retryHint time.Duration
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func errBadKey() error {
+	return &apiError{status: 401, typ: "invalid_request_error", anthType: "authentication_error", code: "invalid_api_key",
+		message: "Invalid API key: send a Sluice key as Authorization: Bearer <key> or x-api-key."}
+}
+
+func errKeyStore(err error) error {
+	return &apiError{status: 503, typ: "server_error", anthType: "api_error", code: "key_store_unavailable",
+		message: "The key store is unavailable; retry shortly.", retryHint: time.Second}
+}
+
+func errNotFound(path string) error {
+	return &apiError{status: 404, typ: "invalid_request_error", anthType: "not_found_error", code: "not_found",
+		message: fmt.Sprintf("No route %s on this gateway.", path)}
+}
+
+func errUnknownModel(name string) error {
+	return &apiError{status: 404, typ: "invalid_request_error", anthType: "not_found_error", code: "model_not_found", param: "model",
+		message: fmt.Sprintf("The model %q does not exist on this gateway.", name)}
+}
+
+func errModelNotAllowed(name string) error {
+	return &apiError{status: 403, typ: "invalid_request_error", anthType: "permission_error", code: "model_not_allowed", param: "model",
+		message: fmt.Sprintf("This key may not use the model %q.", name)}
+}
+
+func errBodyTooLarge(limit int) error {
+	return &apiError{status: 413, typ: "invalid_request_error", anthType: "request_too_large", code: "request_too_large", terminal: true,
+		message: fmt.Sprintf("The request body is larger than this gateway accepts (%d bytes).", limit)}
+}
+
+func errUpstream(status int, err error) error {
+	return &apiError{status: status, typ: "server_error", anthType: "api_error", code: "upstream_error",
+		message: fmt.Sprintf("The provider could not be reached: %v.", err)}
+}
+
+// limitBody is the limit object of a refusal body.
+type limitBody struct {
+	Rule         string `json:"rule"`
+	Subject      string `json:"subject"`
+	Metric       string `json:"metric"`
+	Limit        int64  `json:"limit"`
+	Used         int64  `json:"used"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+	ResetAt      string `json:"reset_at,omitempty"`
+}
+
+func limitOf(r *sluice.Refusal) *limitBody {
+	l := &limitBody{Rule: r.Rule, Subject: r.Subject, Metric: string(r.Metric), Limit: r.Limit, Used: r.Used,
+		Remaining: r.Remaining, RetryAfterMS: r.RetryAfter.Milliseconds()}
+	if !r.ResetAt.IsZero() {
+		l.ResetAt = r.ResetAt.UTC().Format(time.RFC3339)
+	}
+	return l
+}
+
+// writeError is the one place that turns an error into a status, headers
+// and a body in the error shape of the route the client called.
+func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
+	var (
+		status          int
+		typ, anthType   string
+		code, param     string
+		message         string
+		limit           *limitBody
+		terminal        bool
+		retryAfter      time.Duration
+		rateLimitRefuse *sluice.Refusal
+	)
+	var (
+		rl  *sluice.RateLimitError
+		bz  *sluice.BusyError
+		bu  *sluice.BudgetError
+		tl  *sluice.TooLargeError
+		se  *sluice.StoreError
+		req *llm.RequestError
+		ae  *apiError
+	)
+	switch {
+	case errors.As(err, &rl):
+		status, typ, anthType, code = 429, "rate_limit_error", "rate_limit_error", "rate_limit_exceeded"
+		message = "Rate limit reached: " + rl.Error() + "."
+		limit, retryAfter, rateLimitRefuse = limitOf(&rl.Refusal), rl.RetryAfter, &rl.Refusal
+	case errors.As(err, &bz):
+		status, typ, anthType, code = 429, "rate_limit_error", "rate_limit_error", "concurrency_limit_exceeded"
+		message = "Too many calls in flight: " + bz.Error() + "."
+		limit, retryAfter, rateLimitRefuse = limitOf(&bz.Refusal), bz.RetryAfter, &bz.Refusal
+	case errors.As(err, &bu):
+		status, typ, anthType, code = 429, "budget_exceeded", "rate_limit_error", "budget_exceeded"
+		message = "Budget exhausted: " + bu.Error() + ". Do not retry before the reset."
+		limit, terminal, rateLimitRefuse = limitOf(&bu.Refusal), true, &bu.Refusal
+	case errors.As(err, &tl):
+		status, typ, anthType, code = 413, "invalid_request_error", "request_too_large", "request_too_large"
+		message = "This request can never fit: " + tl.Error() + ". Lower max_tokens or shorten the prompt."
+		limit, terminal = &limitBody{Rule: tl.Rule, Metric: string(tl.Metric), Limit: tl.Limit, Used: tl.Estimate}, true
+	case errors.As(err, &se):
+		status, typ, anthType, code = 503, "server_error", "api_error", "store_unavailable"
+		message, retryAfter = "The limit store is unavailable; the request was not admitted. Retry shortly.", time.Second
+	case errors.As(err, &req):
+		status, typ, anthType, code, param = 400, "invalid_request_error", "invalid_request_error", "invalid_request", req.Param
+		message = req.Message
+	case errors.As(err, &ae):
+		status, typ, anthType, code, param, message = ae.status, ae.typ, ae.anthType, ae.code, ae.param, ae.message
+		terminal, retryAfter = ae.terminal, ae.retryHint
+	default:
+		status, typ, anthType, code = 500, "server_error", "api_error", "internal_error"
+		message = "Internal error."
+	}
+	h := &ctx.Response.Header
+	if rateLimitRefuse != nil {
+		setLimitHeaders(h, rateLimitRefuse.Rule, rateLimitRefuse.Limit, rateLimitRefuse.Remaining, rateLimitRefuse.ResetAt, time.Now())
+	}
+	if retryAfter > 0 {
+		secs := (retryAfter + time.Second - 1) / time.Second
+		h.Set("Retry-After", strconv.FormatInt(int64(secs), 10))
+		h.Set("retry-after-ms", strconv.FormatInt(retryAfter.Milliseconds(), 10))
+	}
+	if terminal {
+		h.Set("x-should-retry", "false")
+	}
+	var limitAny any
+	if limit != nil {
+		limitAny = limit
+	}
+	var body []byte
+	if rt != nil && rt.anthropic {
+		body = anthropic.ErrorBody(anthType, message, limitAny)
+	} else {
+		body = openai.ErrorBody(message, typ, code, param, limitAny)
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}
+
+// outcomeOf names a refusal for metrics: its outcome and its class.
+func outcomeOf(err error) (outcome, class string) {
+	switch {
+	case errors.Is(err, sluice.ErrRateLimited):
+		return "rate_limited", "throttled"
+	case errors.Is(err, sluice.ErrBusy):
+		return "busy", "throttled"
+	case errors.Is(err, sluice.ErrBudgetExhausted):
+		return "budget_exceeded", "terminal"
+	case errors.Is(err, sluice.ErrTooLarge):
+		return "too_large", "terminal"
+	case errors.Is(err, sluice.ErrStoreUnavailable):
+		return "store_error", "transient"
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		switch {
+		case ae.status == 401:
+			return "unauthorized", "terminal"
+		case ae.status >= 500:
+			return "upstream_error", "transient"
+		}
+	}
+	return "bad_request", "terminal"
+}
+
+// setLimitHeaders writes the X-RateLimit-* and IETF RateLimit fields for
+// the rule with the least room.
+func setLimitHeaders(h *fasthttp.ResponseHeader, rule string, limit, remaining int64, resetAt, now time.Time) {
+	reset := int64(0)
+	if d := resetAt.Sub(now); d > 0 {
+		reset = int64((d + time.Second - 1) / time.Second)
+	}
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(max(0, remaining), 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+	name := strconv.Quote(rule)
+	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(limit, 10))
+	h.Set("RateLimit", name+";r="+strconv.FormatInt(max(0, remaining), 10)+";t="+strconv.FormatInt(reset, 10))
+}

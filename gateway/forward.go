@@ -1,0 +1,241 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/llm"
+	"github.com/sluicehq/sluice/llm/anthropic"
+	"github.com/sluicehq/sluice/llm/openai"
+	"github.com/valyala/fasthttp"
+)
+
+// forward sends the admitted request to cand's provider, retrying 429s,
+// 5xx and connection errors while nothing has reached the client, and
+// answers the client. It reports whether the client was answered; when not,
+// err says why the provider failed, and the caller may try a fallback.
+func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamped bool) (answered bool, err error) {
+	g := c.g
+	p := cand.provider
+	body, injected := c.upstreamBody(cand, capPer, clamped)
+	apiKey := p.APIKey
+	if c.ownKey != "" {
+		apiKey = c.ownKey
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	p.prepare(req, &c.ctx.Request.Header, c.rt.path, body, apiKey, c.bound.Stream)
+	deadline := time.Now().Add(g.opts.RequestTimeout)
+	resp := fasthttp.AcquireResponse()
+	for attempt := 1; ; attempt++ {
+		c.event.Attempts++
+		err = p.client.DoDeadline(req, resp, deadline)
+		status := resp.StatusCode()
+		retryable := err != nil || status == 429 || status >= 500
+		if err == nil && status == 429 && c.isQuota(resp) {
+			retryable = false
+		}
+		if !retryable {
+			break
+		}
+		if attempt > g.opts.UpstreamRetries || time.Now().Add(g.opts.RetryMax).After(deadline) {
+			break
+		}
+		if err == nil {
+			_ = resp.CloseBodyStream()
+		}
+		time.Sleep(backoff(attempt, g.opts.RetryBase, g.opts.RetryMax))
+	}
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		if errors.Is(err, fasthttp.ErrTimeout) {
+			return false, errUpstream(504, err)
+		}
+		return false, errUpstream(502, err)
+	}
+	status := resp.StatusCode()
+	if status == 429 || status >= 500 {
+		if c.isQuota(resp) {
+			c.passOn(resp, true)
+			fasthttp.ReleaseResponse(resp)
+			c.finishRefused(cand, res)
+			return true, nil
+		}
+		// Spent: let a fallback try before the client hears of it.
+		if cand != c.lastCandidate() {
+			_ = resp.CloseBodyStream()
+			fasthttp.ReleaseResponse(resp)
+			return false, errUpstream(502, errors.New("provider answered "+string(resp.Header.StatusMessage())))
+		}
+	}
+	if status != 200 {
+		c.passOn(resp, false)
+		fasthttp.ReleaseResponse(resp)
+		c.finishRefused(cand, res)
+		return true, nil
+	}
+	h := &c.ctx.Response.Header
+	copyHeaders(h, &resp.Header)
+	c.setResultHeaders(h, cand, res, capPer, clamped)
+	c.event.Model = cand.Name
+	c.event.Outcome = "admitted"
+	if c.bound.Stream && c.rt.stream != nil && isEventStream(&resp.Header) {
+		c.stream(cand, res, resp, injected)
+		return true, nil
+	}
+	out := resp.Body()
+	c.ctx.SetStatusCode(200)
+	c.ctx.SetBody(out)
+	u, ok := c.rt.usage(out)
+	_ = resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(resp)
+	c.finish(cand, res, u, ok)
+	return true, nil
+}
+
+func (c *call) lastCandidate() *model {
+	m := c.g.models[c.bound.Model]
+	if len(m.fallbacks) > 0 {
+		return m.fallbacks[len(m.fallbacks)-1]
+	}
+	return m
+}
+
+// isQuota reads an upstream error body and reports whether it is the
+// provider's quota-exhausted error, which waiting does not clear.
+func (c *call) isQuota(resp *fasthttp.Response) bool {
+	if resp.StatusCode() != 429 {
+		return false
+	}
+	body := resp.Body()
+	if c.rt.anthropic {
+		return anthropic.IsQuotaError(resp.StatusCode(), body)
+	}
+	return openai.IsQuotaError(resp.StatusCode(), body)
+}
+
+// passOn answers the client with the provider's own error response.
+func (c *call) passOn(resp *fasthttp.Response, terminal bool) {
+	body := resp.Body()
+	h := &c.ctx.Response.Header
+	copyHeaders(h, &resp.Header)
+	c.ctx.SetStatusCode(resp.StatusCode())
+	c.ctx.SetBody(body)
+	if terminal {
+		h.Set("x-should-retry", "false")
+	}
+	_ = resp.CloseBodyStream()
+	c.event.Outcome, c.event.Class = "upstream_error", "transient"
+	if terminal || resp.StatusCode() < 500 && resp.StatusCode() != 429 {
+		c.event.Class = "terminal"
+	}
+}
+
+// finishRefused releases the reservation of a call the provider refused:
+// the model did no work.
+func (c *call) finishRefused(cand *model, res *sluice.Reservation) {
+	if err := res.Release(context.Background()); err != nil {
+		c.g.log.Error("release failed", "route", c.rt.name, "model", cand.Name, "err", err)
+	}
+}
+
+func copyHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
+	for k, v := range src.All() {
+		if hopByHop[string(k)] {
+			continue
+		}
+		dst.SetBytesKV(k, v)
+	}
+}
+
+func isEventStream(h *fasthttp.ResponseHeader) bool {
+	ct := h.ContentType()
+	return len(ct) >= 17 && string(ct[:17]) == "text/event-stream"
+}
+
+// stream passes the provider's events to the client as they arrive, one
+// flush per event, and settles when the stream ends: with the reported
+// usage, or when none came (a cut, a client gone), with the input estimate
+// and the output counted in the stream.
+func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Response, injected bool) {
+	c.ctx.SetStatusCode(200)
+	h := &c.ctx.Response.Header
+	h.Set("Cache-Control", "no-cache")
+	c.g.inFlight.Add(1)
+	reader := c.rt.stream(injected)
+	upstream := resp.BodyStream()
+	events := llm.NewEventReader(bufio.NewReaderSize(upstream, 4096))
+	stopTimer := time.AfterFunc(c.g.opts.RequestTimeout, func() {
+		closeStream(upstream, errors.New("request deadline"))
+	})
+	c.ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer c.g.inFlight.Done()
+		defer stopTimer.Stop()
+		var out []byte
+		clientGone := false
+		for {
+			ev, err := events.Next()
+			if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+				break
+			}
+			if len(ev.Raw) > 0 {
+				forward := ev.Data
+				if ev.Data != nil {
+					forward, _ = reader.Feed(ev.Name, ev.Data)
+				}
+				switch {
+				case ev.Data != nil && forward == nil:
+					// dropped (the usage chunk the client did not ask for)
+				case ev.Data == nil || sameSlice(forward, ev.Data):
+					_, _ = w.Write(ev.Raw)
+				default:
+					out = llm.AppendEvent(out[:0], ev.Name, forward)
+					_, _ = w.Write(out)
+				}
+				if ferr := w.Flush(); ferr != nil {
+					clientGone = true
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		if clientGone {
+			closeStream(upstream, errors.New("client went away"))
+			c.event.Outcome = "client_gone"
+		} else {
+			_ = resp.CloseBodyStream()
+		}
+		u := reader.Usage()
+		reported := reader.Reported()
+		if !reported {
+			// Charge what was produced: the input as estimated (or as
+			// the stream's start reported it) and the output counted.
+			u.InputTokens = max(u.InputTokens, c.bound.InputTokens)
+			reported = true
+		}
+		fasthttp.ReleaseResponse(resp)
+		c.finish(cand, res, u, reported)
+		if c.g.opts.Observer != nil {
+			c.event.Status = 200
+			c.g.opts.Observer(c.event)
+		}
+	})
+}
+
+// closeStream stops reading an upstream stream, closing its connection:
+// the provider sees the call cancelled.
+func closeStream(upstream io.Reader, why error) {
+	if s, ok := upstream.(fasthttp.ReadCloserWithError); ok {
+		_ = s.CloseWithError(why)
+	}
+}
+
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}

@@ -1,0 +1,296 @@
+// Package gateway is Sluice's HTTP proxy in front of OpenAI- and
+// Anthropic-compatible providers: it authenticates a request from its key
+// record, bounds its cost from the body, admits it through the limiter
+// before the model is called, forwards it, streams the answer back chunk by
+// chunk, and settles the usage the provider reported.
+//
+// The server and the upstream client are fasthttp's: the gateway sits on
+// every call's path, and fasthttp costs a fraction of net/http's CPU per
+// proxied request (see BENCHMARKS.md).
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/valyala/fasthttp"
+)
+
+// Principal is who an API key belongs to, from its trusted record.
+type Principal struct {
+	KeyID         string
+	Org           string
+	Workspace     string
+	Team          string
+	User          string
+	Tier          string
+	AllowedModels []string
+}
+
+// ErrBadKey is returned by an Authenticator for a key that is unknown,
+// malformed, revoked or expired.
+var ErrBadKey = errors.New("gateway: invalid API key")
+
+// Authenticator resolves an API key to its principal. Any error other than
+// ErrBadKey is treated as the key store being unavailable.
+type Authenticator interface {
+	Authenticate(ctx context.Context, secret string) (Principal, error)
+}
+
+// UsageRecord is one settled call, for the usage ledger: counters only,
+// never a prompt or an answer.
+type UsageRecord struct {
+	At                time.Time
+	Workspace         string
+	Route             string
+	Model             string
+	InputTokens       int64
+	OutputTokens      int64
+	CachedInputTokens int64
+	Cost              int64
+	Tags              []string
+}
+
+// UsageRecorder receives settled usage. RecordUsage is called on the
+// request's path and must not block.
+type UsageRecorder interface {
+	RecordUsage(UsageRecord)
+}
+
+// Model is a model the gateway serves.
+type Model struct {
+	Name string
+	// Provider names the Provider that serves it.
+	Provider string
+	// UpstreamName is the name sent to the provider; empty means Name.
+	UpstreamName    string
+	Price           sluice.Price
+	MaxOutputTokens int64
+	ContextWindow   int64
+	Aliases         []string
+	// Fallbacks are tried in order when this model's own rules refuse or its
+	// provider fails before the first byte.
+	Fallbacks []string
+}
+
+// Provider kinds.
+const (
+	KindOpenAI           = "openai"
+	KindAnthropic        = "anthropic"
+	KindOpenAICompatible = "openai-compatible"
+	KindMock             = "mock"
+)
+
+// Provider is an upstream API.
+type Provider struct {
+	Name string
+	Kind string
+	// BaseURL is the scheme and host (and optional path prefix) requests
+	// are sent to, e.g. https://api.openai.com.
+	BaseURL string
+	// APIKey authenticates the gateway to the provider.
+	APIKey string
+}
+
+// Options configures a Gateway. Limiter, Keys, Models and Providers are
+// required.
+type Options struct {
+	Limiter   *sluice.Limiter
+	Keys      Authenticator
+	Usage     UsageRecorder
+	Models    []Model
+	Providers []Provider
+	// MaxBodyBytes caps a request body (8 MiB).
+	MaxBodyBytes int
+	// RequestTimeout bounds a call upstream; leases and reservations
+	// expire after it (10 minutes).
+	RequestTimeout time.Duration
+	// UpstreamRetries is how many times a provider 429, 5xx or connection
+	// error is retried before the first byte reaches the client (2).
+	UpstreamRetries int
+	// RetryBase and RetryMax bound the backoff between upstream attempts
+	// (100 ms and 2 s), with full jitter.
+	RetryBase, RetryMax time.Duration
+	// BatchMaxWait is how long a request marked X-Sluice-Priority: batch may
+	// wait for rate and concurrency rules (30 seconds).
+	BatchMaxWait time.Duration
+	Logger       *slog.Logger
+	// Observer, if set, is told about every request; it must not block.
+	Observer func(Event)
+}
+
+// Event describes one finished client request, for metrics and logs.
+type Event struct {
+	Route    string
+	Model    string
+	Outcome  string // admitted, rate_limited, busy, budget_exceeded, too_large, store_error, upstream_error, bad_request, unauthorized
+	Class    string // throttled, terminal, transient, or empty
+	Status   int
+	Attempts int
+	Usage    sluice.Usage
+	Decision time.Duration
+}
+
+// Gateway serves the client API. It is safe for concurrent use.
+type Gateway struct {
+	opts      Options
+	limiter   *sluice.Limiter
+	models    map[string]*model
+	modelList []*model
+	providers map[string]*provider
+	log       *slog.Logger
+	inFlight  sync.WaitGroup
+	draining  atomic.Bool
+}
+
+type model struct {
+	Model
+	provider  *provider
+	fallbacks []*model
+}
+
+// New validates opts and returns a Gateway.
+func New(opts Options) (*Gateway, error) {
+	if opts.Limiter == nil || opts.Keys == nil {
+		return nil, errors.New("gateway: Limiter and Keys are required")
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 8 << 20
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 10 * time.Minute
+	}
+	if opts.UpstreamRetries < 0 {
+		opts.UpstreamRetries = 0
+	} else if opts.UpstreamRetries == 0 {
+		opts.UpstreamRetries = 2
+	}
+	if opts.RetryBase <= 0 {
+		opts.RetryBase = 100 * time.Millisecond
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = 2 * time.Second
+	}
+	if opts.BatchMaxWait <= 0 {
+		opts.BatchMaxWait = 30 * time.Second
+	}
+	g := &Gateway{opts: opts, limiter: opts.Limiter, models: map[string]*model{}, providers: map[string]*provider{}, log: opts.Logger}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	for _, p := range opts.Providers {
+		pp, err := newProvider(p, opts.RequestTimeout)
+		if err != nil {
+			return nil, err
+		}
+		g.providers[p.Name] = pp
+	}
+	for _, m := range opts.Models {
+		p, ok := g.providers[m.Provider]
+		if !ok {
+			return nil, fmt.Errorf("gateway: model %q: unknown provider %q", m.Name, m.Provider)
+		}
+		if m.MaxOutputTokens <= 0 {
+			return nil, fmt.Errorf("gateway: model %q: max_output_tokens must be positive", m.Name)
+		}
+		if m.UpstreamName == "" {
+			m.UpstreamName = m.Name
+		}
+		mm := &model{Model: m, provider: p}
+		for _, name := range append([]string{m.Name}, m.Aliases...) {
+			if _, dup := g.models[name]; dup {
+				return nil, fmt.Errorf("gateway: model name %q is used twice", name)
+			}
+			g.models[name] = mm
+		}
+		g.modelList = append(g.modelList, mm)
+	}
+	for _, m := range g.modelList {
+		for _, f := range m.Fallbacks {
+			fm, ok := g.models[f]
+			if !ok || fm == m {
+				return nil, fmt.Errorf("gateway: model %q: bad fallback %q", m.Name, f)
+			}
+			m.fallbacks = append(m.fallbacks, fm)
+		}
+	}
+	return g, nil
+}
+
+// Handler is the fasthttp handler of the client API.
+func (g *Gateway) Handler(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	method := string(ctx.Method())
+	switch {
+	case path == "/healthz" || path == "/readyz":
+		g.health(ctx, path == "/readyz")
+	case path == "/v1/models" && method == fasthttp.MethodGet:
+		g.listModels(ctx)
+	case method != fasthttp.MethodPost:
+		ctx.SetStatusCode(fasthttp.StatusMethodNotAllowed)
+	default:
+		rt, ok := routes[path]
+		if !ok {
+			writeError(ctx, routeForShape(path), errNotFound(path))
+			return
+		}
+		g.inFlight.Add(1)
+		defer g.inFlight.Done()
+		g.serve(ctx, rt)
+	}
+}
+
+func routeForShape(path string) *route {
+	if strings.HasPrefix(path, "/v1/messages") {
+		return routes["/v1/messages"]
+	}
+	return routes["/v1/chat/completions"]
+}
+
+func (g *Gateway) health(ctx *fasthttp.RequestCtx, ready bool) {
+	ctx.SetContentType("application/json")
+	if ready && g.draining.Load() {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBodyString(`{"status":"draining"}`)
+		return
+	}
+	ctx.SetBodyString(`{"status":"ok"}`)
+}
+
+func (g *Gateway) listModels(ctx *fasthttp.RequestCtx) {
+	var b strings.Builder
+	b.WriteString(`{"object":"list","data":[`)
+	for i, m := range g.modelList {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"id":%q,"object":"model","created":0,"owned_by":%q}`, m.Name, m.Provider)
+	}
+	b.WriteString(`]}`)
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(b.String())
+}
+
+// Drain marks the gateway as shutting down (readyz answers 503) and waits
+// until every in-flight request has finished and been settled, or ctx ends.
+func (g *Gateway) Drain(ctx context.Context) error {
+	g.draining.Store(true)
+	done := make(chan struct{})
+	go func() {
+		g.inFlight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

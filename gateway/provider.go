@@ -1,0 +1,108 @@
+package gateway
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// provider is an upstream with its connection pool.
+type provider struct {
+	Provider
+	client *fasthttp.HostClient
+	host   string
+	prefix string
+	tls    bool
+}
+
+func newProvider(p Provider, timeout time.Duration) (*provider, error) {
+	switch p.Kind {
+	case KindOpenAI, KindAnthropic, KindOpenAICompatible, KindMock:
+	default:
+		return nil, fmt.Errorf("gateway: provider %q: unknown kind %q", p.Name, p.Kind)
+	}
+	u, err := url.Parse(p.BaseURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("gateway: provider %q: base URL %q must be http(s)://host[:port][/prefix]", p.Name, p.BaseURL)
+	}
+	pp := &provider{Provider: p, host: u.Host, prefix: strings.TrimSuffix(u.Path, "/"), tls: u.Scheme == "https"}
+	addr := u.Host
+	if u.Port() == "" {
+		if pp.tls {
+			addr += ":443"
+		} else {
+			addr += ":80"
+		}
+	}
+	pp.client = &fasthttp.HostClient{
+		Addr:                          addr,
+		IsTLS:                         pp.tls,
+		Name:                          "sluice",
+		MaxConns:                      4096,
+		MaxIdleConnDuration:           90 * time.Second,
+		ReadTimeout:                   timeout,
+		WriteTimeout:                  timeout,
+		StreamResponseBody:            true,
+		NoDefaultUserAgentHeader:      true,
+		DisablePathNormalizing:        true,
+		MaxResponseBodySize:           256 << 20,
+	}
+	return pp, nil
+}
+
+// prepare fills an upstream request for path with body, authenticated with
+// apiKey (the provider's, or the client's own), copying the client headers
+// that the provider's API reads.
+func (p *provider) prepare(req *fasthttp.Request, client *fasthttp.RequestHeader, path string, body []byte, apiKey string, stream bool) {
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(p.prefix + path)
+	req.Header.SetHost(p.host)
+	req.URI().SetScheme(map[bool]string{true: "https", false: "http"}[p.tls])
+	req.Header.SetContentType("application/json")
+	if stream {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	switch p.Kind {
+	case KindAnthropic:
+		if apiKey != "" {
+			req.Header.Set("x-api-key", apiKey)
+		}
+	default:
+		if apiKey != "" {
+			req.Header.Set("Authorization", "Bearer "+apiKey)
+		}
+	}
+	// Headers that select API behaviour pass through; identity and the
+	// client's Sluice key never do.
+	for _, name := range []string{"anthropic-version", "anthropic-beta", "OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta", "Idempotency-Key"} {
+		if v := client.Peek(name); len(v) > 0 {
+			req.Header.SetBytesV(name, v)
+		}
+	}
+	if p.Kind == KindAnthropic && len(req.Header.Peek("anthropic-version")) == 0 {
+		req.Header.Set("anthropic-version", "2023-06-01")
+	}
+	req.SetBodyRaw(body)
+}
+
+// backoff returns the pause before upstream attempt n (1-based): full
+// jitter over an exponential capped at max.
+func backoff(n int, base, max time.Duration) time.Duration {
+	d := base << (n - 1)
+	if d <= 0 || d > max {
+		d = max
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// hopByHop are response headers the gateway does not copy from upstream.
+var hopByHop = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Transfer-Encoding": true, "Content-Length": true,
+	"Upgrade": true, "Proxy-Authenticate": true, "Trailer": true, "Te": true, "Server": true, "Date": true,
+	"X-Ratelimit-Limit": true, "X-Ratelimit-Remaining": true, "X-Ratelimit-Reset": true,
+	"Ratelimit": true, "Ratelimit-Policy": true,
+}

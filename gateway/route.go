@@ -1,0 +1,52 @@
+package gateway
+
+import (
+	"github.com/sluicehq/sluice/llm"
+	"github.com/sluicehq/sluice/llm/anthropic"
+	"github.com/sluicehq/sluice/llm/openai"
+)
+
+// route is one client API: how to bound a request, edit it, read its
+// usage, and answer errors in its shape.
+type route struct {
+	path string
+	// name is the route's name in rules and the ledger (chat, responses,
+	// embeddings, messages).
+	name      string
+	anthropic bool
+	parse     func(body []byte) (llm.Bound, error)
+	// setCap returns the body with its output cap set; nil for routes
+	// without output.
+	setCap func(body []byte, b llm.Bound, n int64) []byte
+	usage  func(body []byte) (llm.Usage, bool)
+	stream func(injectedUsage bool) streamReader
+}
+
+// streamReader follows one SSE stream (see llm/openai and llm/anthropic).
+type streamReader interface {
+	Feed(event, data []byte) (forward []byte, usage llm.Usage)
+	Usage() llm.Usage
+	Reported() bool
+}
+
+var routes = map[string]*route{
+	"/v1/chat/completions": {
+		path: "/v1/chat/completions", name: "chat",
+		parse: openai.ParseChat, setCap: openai.SetChatOutputCap, usage: openai.ChatUsage,
+		stream: func(injected bool) streamReader { return &openai.ChatStream{StripUsage: injected} },
+	},
+	"/v1/responses": {
+		path: "/v1/responses", name: "responses",
+		parse: openai.ParseResponses, setCap: openai.SetResponsesOutputCap, usage: openai.ResponsesUsage,
+		stream: func(bool) streamReader { return &openai.ResponsesStream{} },
+	},
+	"/v1/embeddings": {
+		path: "/v1/embeddings", name: "embeddings",
+		parse: openai.ParseEmbeddings, usage: openai.EmbeddingsUsage,
+	},
+	"/v1/messages": {
+		path: "/v1/messages", name: "messages", anthropic: true,
+		parse: anthropic.ParseMessages, setCap: anthropic.SetMaxTokens, usage: anthropic.MessageUsage,
+		stream: func(bool) streamReader { return &anthropic.MessagesStream{} },
+	},
+}

@@ -1,0 +1,335 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/llm"
+	"github.com/sluicehq/sluice/llm/openai"
+	"github.com/valyala/fasthttp"
+)
+
+// Request headers the gateway reads.
+const (
+	// HeaderProviderKey carries the client's own provider key: the call is
+	// made with it, its tokens are counted, its cost is not.
+	HeaderProviderKey = "X-Sluice-Provider-Key"
+	// HeaderTags attributes the request to comma-separated tags.
+	HeaderTags = "X-Sluice-Tags"
+	// HeaderPriority set to "batch" lets the request wait for rate and
+	// concurrency rules instead of being refused at once.
+	HeaderPriority = "X-Sluice-Priority"
+)
+
+// call is one client request on its way through the gateway.
+type call struct {
+	g       *Gateway
+	ctx     *fasthttp.RequestCtx
+	rt      *route
+	body    []byte
+	bound   llm.Bound
+	who     Principal
+	ownKey  string
+	tags    []string
+	maxWait time.Duration
+	event   Event
+	start   time.Time
+}
+
+func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
+	c := &call{g: g, ctx: ctx, rt: rt, start: time.Now()}
+	c.event.Route = rt.name
+	if err := c.run(); err != nil {
+		c.event.Outcome, c.event.Class = outcomeOf(err)
+		writeError(ctx, rt, err)
+	}
+	c.event.Status = ctx.Response.StatusCode()
+	if g.opts.Observer != nil && !c.streaming() {
+		g.opts.Observer(c.event)
+	}
+}
+
+func (c *call) streaming() bool { return c.ctx.Response.IsBodyStream() }
+
+// run authenticates, bounds, admits and forwards the request. An error
+// returned has not been answered yet.
+func (c *call) run() error {
+	g, ctx := c.g, c.ctx
+	secret := bearer(&ctx.Request.Header)
+	if secret == "" {
+		return errBadKey()
+	}
+	who, err := g.opts.Keys.Authenticate(context.Background(), secret)
+	if err != nil {
+		if errors.Is(err, ErrBadKey) {
+			return errBadKey()
+		}
+		return errKeyStore(err)
+	}
+	c.who = who
+	c.body = ctx.PostBody()
+	if len(c.body) > g.opts.MaxBodyBytes {
+		return errBodyTooLarge(g.opts.MaxBodyBytes)
+	}
+	if c.bound, err = c.rt.parse(c.body); err != nil {
+		return err
+	}
+	m, ok := g.models[c.bound.Model]
+	if !ok {
+		return errUnknownModel(c.bound.Model)
+	}
+	c.ownKey = string(ctx.Request.Header.Peek(HeaderProviderKey))
+	c.tags = parseTags(ctx.Request.Header.Peek(HeaderTags))
+	if bytes.EqualFold(ctx.Request.Header.Peek(HeaderPriority), []byte("batch")) {
+		c.maxWait = g.opts.BatchMaxWait
+	}
+	candidates := append([]*model{m}, m.fallbacks...)
+	var last error
+	for i, cand := range candidates {
+		if len(who.AllowedModels) > 0 && !slices.Contains(who.AllowedModels, cand.Name) {
+			if i == 0 {
+				return errModelNotAllowed(c.bound.Model)
+			}
+			continue
+		}
+		res, capPer, clamped, err := c.admit(cand)
+		if err != nil {
+			last = err
+			if i+1 < len(candidates) && g.modelScoped(err, cand) {
+				continue
+			}
+			return err
+		}
+		answered, err := c.forward(cand, res, capPer, clamped)
+		if answered {
+			return nil
+		}
+		_ = res.Release(context.Background())
+		last = err
+	}
+	if last == nil {
+		last = errModelNotAllowed(c.bound.Model)
+	}
+	return last
+}
+
+// bearer returns the API key from Authorization: Bearer or x-api-key.
+func bearer(h *fasthttp.RequestHeader) string {
+	if v := h.Peek("Authorization"); len(v) > 7 && strings.EqualFold(string(v[:7]), "bearer ") {
+		return string(bytes.TrimSpace(v[7:]))
+	}
+	return string(bytes.TrimSpace(h.Peek("x-api-key")))
+}
+
+func parseTags(v []byte) []string {
+	if len(v) == 0 {
+		return nil
+	}
+	var tags []string
+	for _, t := range strings.Split(string(v), ",") {
+		if t = strings.TrimSpace(t); t != "" && len(t) <= 64 && len(tags) < 8 {
+			tags = append(tags, t)
+		}
+	}
+	return tags
+}
+
+// outputCap is the output cap per completion for cand: the client's,
+// capped at the model's maximum, or the maximum when the client set none.
+func (c *call) outputCap(cand *model) int64 {
+	if c.bound.NoOutput {
+		return 0
+	}
+	if c.bound.HasMaxOutput && c.bound.MaxOutputTokens <= cand.MaxOutputTokens {
+		return c.bound.MaxOutputTokens
+	}
+	return cand.MaxOutputTokens
+}
+
+func (c *call) request(cand *model, capPer int64) sluice.Request {
+	who := &c.who
+	max := sluice.Usage{InputTokens: c.bound.InputTokens, OutputTokens: capPer * c.bound.N}
+	price := cand.Price
+	if c.ownKey != "" {
+		price = sluice.Price{}
+	}
+	max.Cost = price.Cost(max)
+	return sluice.Request{
+		Identity: sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User,
+			Key: who.KeyID, IP: c.ctx.RemoteIP().String(), Model: cand.Name, Route: c.rt.name, Tier: who.Tier, Tags: c.tags},
+		Max:         max,
+		OutputPrice: price.Output,
+		Timeout:     c.g.opts.RequestTimeout,
+		MaxWait:     c.maxWait,
+	}
+}
+
+// admit admits the request for cand. When a rule with fit: clamp refuses,
+// it admits with the largest output cap that fits, if that is at least the
+// rule's min_output_tokens.
+func (c *call) admit(cand *model) (*sluice.Reservation, int64, bool, error) {
+	capPer := c.outputCap(cand)
+	req := c.request(cand, capPer)
+	ctx, cancel := context.WithTimeout(context.Background(), c.maxWait+c.g.opts.RequestTimeout)
+	defer cancel()
+	t0 := time.Now()
+	res, err := c.g.limiter.Admit(ctx, req)
+	c.event.Decision += time.Since(t0)
+	if err == nil || c.bound.NoOutput || capPer == 0 {
+		return res, capPer, false, err
+	}
+	rule, ok := c.g.clampRule(err)
+	if !ok {
+		return nil, capPer, false, err
+	}
+	fit, ferr := c.g.limiter.Fit(ctx, req)
+	if ferr != nil {
+		return nil, capPer, false, err
+	}
+	perCompletion := fit / c.bound.N
+	if perCompletion < max(1, rule.MinOutputTokens) {
+		return nil, capPer, false, err
+	}
+	req = c.request(cand, perCompletion)
+	res, err2 := c.g.limiter.Admit(ctx, req)
+	if err2 != nil {
+		return nil, capPer, false, err2
+	}
+	return res, perCompletion, true, nil
+}
+
+// clampRule returns the rule behind a refusal when it lets the gateway
+// clamp the output cap.
+func (g *Gateway) clampRule(err error) (sluice.Rule, bool) {
+	var name string
+	var rl *sluice.RateLimitError
+	var bu *sluice.BudgetError
+	var tl *sluice.TooLargeError
+	switch {
+	case errors.As(err, &rl):
+		name = rl.Rule
+	case errors.As(err, &bu):
+		name = bu.Rule
+	case errors.As(err, &tl):
+		name = tl.Rule
+	default:
+		return sluice.Rule{}, false
+	}
+	for _, r := range g.limiter.Policy().Rules {
+		if r.Name == name && r.Fit == "clamp" {
+			return r, true
+		}
+	}
+	return sluice.Rule{}, false
+}
+
+// modelScoped reports whether the rule that refused belongs to the model
+// itself (matches it, or counts per model), so another model may serve.
+func (g *Gateway) modelScoped(err error, cand *model) bool {
+	var name string
+	var rl *sluice.RateLimitError
+	var bz *sluice.BusyError
+	var bu *sluice.BudgetError
+	var tl *sluice.TooLargeError
+	switch {
+	case errors.As(err, &rl):
+		name = rl.Rule
+	case errors.As(err, &bz):
+		name = bz.Rule
+	case errors.As(err, &bu):
+		name = bu.Rule
+	case errors.As(err, &tl):
+		name = tl.Rule
+	default:
+		return false
+	}
+	for _, r := range g.limiter.Policy().Rules {
+		if r.Name == name {
+			return slices.Contains(r.Match.Models, cand.Name) || slices.Contains(strings.Split(r.Subject, "+"), "model")
+		}
+	}
+	return false
+}
+
+// upstreamBody returns the body to send for cand: the output cap set when
+// the client sent none, one above the model's maximum, or a clamped one;
+// usage asked for in OpenAI chat streams; the model renamed for aliases and
+// fallbacks.
+func (c *call) upstreamBody(cand *model, capPer int64, clamped bool) (body []byte, injected bool) {
+	body = c.body
+	b := c.bound
+	setCap := !b.NoOutput && (!b.HasMaxOutput || clamped || b.MaxOutputTokens > cand.MaxOutputTokens)
+	if c.rt.name == "chat" {
+		injected = b.Stream && !b.IncludeUsage
+		if setCap || injected {
+			edit := openai.ChatEdit{IncludeUsage: injected}
+			if setCap {
+				edit.OutputCap = capPer
+			}
+			body = openai.EditChat(body, b, edit)
+		}
+	} else if setCap && c.rt.setCap != nil {
+		body = c.rt.setCap(body, b, capPer)
+	}
+	if cand.UpstreamName != b.Model {
+		body = setModel(body, cand.UpstreamName)
+	}
+	return body, injected
+}
+
+// settleUsage turns reported usage into what the limiter charges.
+func (c *call) settleUsage(cand *model, u llm.Usage) sluice.Usage {
+	su := sluice.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CachedInputTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteTokens}
+	if c.ownKey == "" {
+		su.Cost = cand.Price.Cost(su)
+	}
+	return su
+}
+
+// finish settles the reservation with usage (or the estimate when nothing
+// was reported) and records it in the ledger.
+func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reported bool) {
+	var su sluice.Usage // zero: nothing reported, the reservation is charged
+	if reported {
+		su = c.settleUsage(cand, u)
+	}
+	if err := res.Settle(context.Background(), su); err != nil {
+		c.g.log.Error("settle failed", "route", c.rt.name, "model", cand.Name, "err", err)
+	}
+	if su.IsZero() {
+		su = c.request(cand, c.outputCap(cand)).Max
+	}
+	c.event.Usage = su
+	if c.g.opts.Usage != nil {
+		c.g.opts.Usage.RecordUsage(UsageRecord{At: time.Now(), Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
+			InputTokens: su.InputTokens, OutputTokens: su.OutputTokens, CachedInputTokens: su.CachedInputTokens, Cost: su.Cost, Tags: c.tags})
+	}
+}
+
+// setResultHeaders writes the admission's headers on a response.
+func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sluice.Reservation, capPer int64, clamped bool) {
+	r := res.Result()
+	if r.Rule != "" {
+		setLimitHeaders(h, r.Rule, r.Limit, r.Remaining, r.ResetAt, time.Now())
+	}
+	h.Set("X-Sluice-Model", cand.Name)
+	if clamped {
+		h.Set("X-Sluice-Output-Cap", strconv.FormatInt(capPer, 10))
+	}
+	for _, w := range r.Warnings {
+		v := w.Rule + "; used=" + strconv.FormatInt(w.Used, 10) + "; limit=" + strconv.FormatInt(w.Limit, 10)
+		if w.Soft {
+			v += "; soft"
+		} else {
+			v += "; threshold=" + strconv.FormatFloat(w.Threshold, 'g', -1, 64)
+		}
+		h.Add("X-Sluice-Budget-Warning", v)
+	}
+}
