@@ -3,6 +3,10 @@
 # the same run, then a million subjects. Raw output goes to bench/out/
 # (gitignored); the summary is printed. Takes about 3 to 5 minutes.
 #
+# What it runs, COUNT times in alternation (one test binary):
+#   go test -run '^$' -bench 'AdmitSettle3Rules|XTimeRate3' -benchmem -count 1 -cpu 1,2 .
+#   go test -run '^$' -bench 'Subjects1M' -benchtime 1x -count 1 -cpu 2 .
+#
 #   bash bench/engine.sh            # COUNT=6 by default
 #   COUNT=10 bash bench/engine.sh
 set -euo pipefail
@@ -12,6 +16,15 @@ COUNT="${COUNT:-6}"
 # benchstat is fetched through the module proxy at a pinned version; if that
 # fails, the medians below are still printed.
 BENCHSTAT="${BENCHSTAT:-golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da}"
+
+# load is the load average and, where the kernel reports it, the share of
+# the last 10 s during which some task waited for a CPU: on a shared machine
+# read the figures with it.
+load() {
+  local psi=""
+  [ -r /proc/pressure/cpu ] && psi=", cpu pressure $(awk '/^some/ { sub("avg10=", "", $2); print $2 "%" }' /proc/pressure/cpu)"
+  echo "$(cut -d' ' -f1-3 /proc/loadavg)$psi"
+}
 
 mkdir -p bench/out
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
@@ -24,16 +37,24 @@ machine="bench/out/engine-$stamp.machine.txt"
   echo "cpu: $(lscpu | grep 'Model name' | sed 's/Model name: *//')"
   echo "go: $(go version)"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "load: $(load)"
 } | tee "$machine"
 
-set -x
-# Throughput: ours and the peer, serial and over 10,000 subjects, 1 and 2 Ps.
-go test -run '^$' -bench 'AdmitSettle3Rules|XTimeRate3' -benchmem -count "$COUNT" -cpu 1,2 -timeout 20m . | tee "$out"
-# Memory and tail latency: one measurement per run, so -benchtime 1x.
-go test -run '^$' -bench 'Subjects1M' -benchtime 1x -count "$COUNT" -cpu 2 -timeout 20m . | tee -a "$out"
-set +x
-echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$machine"
+# One test binary, run COUNT rounds; each round measures ours and the peer
+# back to back, so that a busy spell on a shared machine falls on both
+# rather than on whichever ran during it.
+go test -c -o bench/out/sluice.test .
+for round in $(seq 1 "$COUNT"); do
+  echo "round $round/$COUNT: load $(load)" | tee -a "$machine" >&2
+  # Throughput: ours and the peer, serial and over 10,000 subjects, 1 and 2 Ps.
+  bench/out/sluice.test -test.run '^$' -test.bench 'AdmitSettle3Rules|XTimeRate3' \
+    -test.benchmem -test.count 1 -test.cpu 1,2 -test.timeout 10m >>"$out"
+  # Memory and tail latency: one measurement per run, so -benchtime 1x.
+  bench/out/sluice.test -test.run '^$' -test.bench 'Subjects1M' \
+    -test.benchtime 1x -test.count 1 -test.cpu 2 -test.timeout 10m >>"$out"
+done
+echo "load after: $(load)" | tee -a "$machine"
+grep '^Benchmark' "$out"
 
 echo
 echo "== benchstat"
