@@ -29,7 +29,7 @@ func (e *apiError) Error() string { return e.message }
 
 func errBadKey() error {
 	return &apiError{status: 401, typ: "invalid_request_error", anthType: "authentication_error", code: "invalid_api_key",
-		message: "Invalid API key: send a Sluice key as Authorization: Bearer <key> or x-api-key."}
+		message: "Invalid API key: send your Sluice key in the Authorization header (Bearer) or in x-api-key."}
 }
 
 func errKeyStore(err error) error {
@@ -50,6 +50,15 @@ func errUnknownModel(name string) error {
 func errModelNotAllowed(name string) error {
 	return &apiError{status: 403, typ: "invalid_request_error", anthType: "permission_error", code: "model_not_allowed", param: "model",
 		message: fmt.Sprintf("This key may not use the model %q.", name)}
+}
+
+func errWrongAPI(name string, rt *route) error {
+	use := "/v1/messages"
+	if rt.anthropic {
+		use = "/v1/chat/completions or /v1/responses"
+	}
+	return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "wrong_api", param: "model",
+		message: fmt.Sprintf("The model %q is served by a provider that does not speak %s; use %s.", name, rt.path, use)}
 }
 
 func errBodyTooLarge(limit int) error {

@@ -92,8 +92,10 @@ const (
 type Provider struct {
 	Name string
 	Kind string
-	// BaseURL is the scheme and host (and optional path prefix) requests
-	// are sent to, e.g. https://api.openai.com.
+	// BaseURL is what the API's paths are appended to, as in the official
+	// SDKs: https://api.openai.com/v1 for OpenAI and OpenAI-compatible
+	// servers (the /v1 of the route is not repeated), the host root for
+	// Anthropic (https://api.anthropic.com) and the mock.
 	BaseURL string
 	// APIKey authenticates the gateway to the provider.
 	APIKey string

@@ -17,6 +17,19 @@ type provider struct {
 	host   string
 	prefix string
 	tls    bool
+	// paths maps a route's path to the upstream path.
+	paths map[string]string
+}
+
+// serves reports whether the provider speaks the wire format of rt.
+func (p *provider) serves(rt *route) bool {
+	switch p.Kind {
+	case KindMock:
+		return true
+	case KindAnthropic:
+		return rt.anthropic
+	}
+	return !rt.anthropic
 }
 
 func newProvider(p Provider, timeout time.Duration) (*provider, error) {
@@ -29,7 +42,14 @@ func newProvider(p Provider, timeout time.Duration) (*provider, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("gateway: provider %q: base URL %q must be http(s)://host[:port][/prefix]", p.Name, p.BaseURL)
 	}
-	pp := &provider{Provider: p, host: u.Host, prefix: strings.TrimSuffix(u.Path, "/"), tls: u.Scheme == "https"}
+	pp := &provider{Provider: p, host: u.Host, prefix: strings.TrimSuffix(u.Path, "/"), tls: u.Scheme == "https", paths: map[string]string{}}
+	for path := range routes {
+		pp.paths[path] = pp.prefix + path
+		if p.Kind == KindOpenAI || p.Kind == KindOpenAICompatible {
+			// As in the OpenAI SDK, the base URL ends with the version.
+			pp.paths[path] = pp.prefix + strings.TrimPrefix(path, "/v1")
+		}
+	}
 	addr := u.Host
 	if u.Port() == "" {
 		if pp.tls {
@@ -59,7 +79,7 @@ func newProvider(p Provider, timeout time.Duration) (*provider, error) {
 // that the provider's API reads.
 func (p *provider) prepare(req *fasthttp.Request, client *fasthttp.RequestHeader, path string, body []byte, apiKey string, stream bool) {
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(p.prefix + path)
+	req.SetRequestURI(p.paths[path])
 	req.Header.SetHost(p.host)
 	req.URI().SetScheme(map[bool]string{true: "https", false: "http"}[p.tls])
 	req.Header.SetContentType("application/json")

@@ -98,6 +98,12 @@ func (c *call) run() error {
 			}
 			continue
 		}
+		if !cand.provider.serves(c.rt) {
+			if i == 0 {
+				return errWrongAPI(c.bound.Model, c.rt)
+			}
+			continue
+		}
 		res, capPer, clamped, err := c.admit(cand)
 		if err != nil {
 			last = err

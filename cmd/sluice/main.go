@@ -1,4 +1,5 @@
-// Command sluice runs the Sluice gateway and its tools.
+// Command sluice runs the Sluice gateway and its tools. It only wires: the
+// work is in the packages it imports.
 package main
 
 import (
@@ -9,8 +10,15 @@ import (
 const usage = `usage: sluice <command> [flags]
 
 commands:
-  serve    run the gateway (not built yet: see issue "The gateway")
-  version  print the version
+  serve            run the gateway (client API and admin API)
+  keys create      create an API key: --workspace W --user U [--org O] [--team T] [--tier T]
+  keys list        list API keys [--workspace W]
+  keys revoke ID   revoke an API key
+  check            validate a config and print the effective limits and warnings
+  mock             run the mock provider alone: --listen ADDR
+  version          print the version
+
+Run "sluice <command> -h" for a command's flags.
 `
 
 func main() {
@@ -22,15 +30,27 @@ func run(args []string) int {
 		fmt.Fprint(os.Stderr, usage)
 		return 2
 	}
+	var err error
 	switch args[0] {
 	case "serve":
-		fmt.Fprintln(os.Stderr, "sluice serve: the gateway is not built yet; the engine is usable as a Go library (see README)")
-		return 1
+		err = serve(args[1:])
+	case "keys":
+		err = keys(args[1:])
+	case "check":
+		err = check(args[1:])
+	case "mock":
+		err = mock(args[1:])
 	case "version":
 		fmt.Println("sluice (development)")
-		return 0
+	case "-h", "--help", "help":
+		fmt.Print(usage)
 	default:
 		fmt.Fprintf(os.Stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sluice %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
 }

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+)
+
+// check validates a config and prints the effective limits and warnings.
+func check(args []string) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	fmt.Println("config is valid")
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "RULE\tKIND\tSUBJECT\tMETRIC\tLIMIT\tPER\tSOURCE\tSTATE")
+	for _, r := range cfg.EffectiveRules() {
+		per := r.Window.String()
+		if r.Kind == "budget" {
+			per = string(r.Period)
+		} else if r.Kind == "concurrency" {
+			per = "in flight"
+		}
+		state := "enforce"
+		switch {
+		case r.Disabled || r.Limit == 0:
+			state = "disabled"
+		case r.Mode == "shadow":
+			state = "shadow"
+		}
+		metric := string(r.Metric)
+		if metric == "" {
+			metric = "requests"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Name, r.Kind, r.Subject, metric, r.Limit, per, r.Source, state)
+	}
+	_ = w.Flush()
+	fmt.Println()
+	for _, m := range cfg.Models {
+		fmt.Printf("model %s (provider %s): max output %d tokens\n", m.Name, m.Provider, m.MaxOutputTokens)
+	}
+	for _, warning := range cfg.Warnings() {
+		fmt.Println("warning:", warning)
+	}
+	return nil
+}

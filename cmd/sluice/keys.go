@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluicehq/sluice/catalog"
+)
+
+// keys runs "sluice keys create|list|revoke", against the data directory,
+// or against a running server's admin API with --admin-url.
+func keys(args []string) error {
+	if len(args) == 0 {
+		return errors.New("want create, list or revoke")
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	adminURL := fs.String("admin-url", "", "admin API of a running server (token from $SLUICE_ADMIN_TOKEN); default: the data directory")
+	var req keyRequest
+	models := fs.String("models", "", "comma-separated models the key may use (default: all)")
+	if sub == "create" {
+		fs.StringVar(&req.Workspace, "workspace", "", "workspace (required)")
+		fs.StringVar(&req.User, "user", "", "user (required)")
+		fs.StringVar(&req.Org, "org", "", "organisation (default \"default\")")
+		fs.StringVar(&req.Team, "team", "", "team")
+		fs.StringVar(&req.Tier, "tier", "", "tier")
+		fs.StringVar(&req.Name, "name", "", "a name to recognise the key by")
+	}
+	workspace := ""
+	if sub == "list" {
+		fs.StringVar(&workspace, "workspace", "", "only this workspace")
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *models != "" {
+		req.AllowedModels = strings.Split(*models, ",")
+	}
+	if *adminURL != "" {
+		return keysRemote(sub, *adminURL, req, workspace, fs.Args())
+	}
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	cat, err := openCatalog(cfg)
+	if err != nil {
+		return err
+	}
+	defer cat.Close()
+	ctx := context.Background()
+	switch sub {
+	case "create":
+		if req.Workspace == "" || req.User == "" {
+			return errors.New("--workspace and --user are required")
+		}
+		secret, key, err := cat.CreateKey(ctx, catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team, User: req.User,
+			Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels}, "cli")
+		if err != nil {
+			return err
+		}
+		printCreated(key.ID, key.Workspace, key.User, secret)
+	case "list":
+		list, err := cat.ListKeys(ctx, workspace)
+		if err != nil {
+			return err
+		}
+		printKeys(list)
+	case "revoke":
+		if fs.NArg() != 1 {
+			return errors.New("want the key id")
+		}
+		if err := cat.RevokeKey(ctx, fs.Arg(0), "cli"); err != nil {
+			return err
+		}
+		fmt.Println("revoked", fs.Arg(0))
+	default:
+		return fmt.Errorf("unknown subcommand %q: want create, list or revoke", sub)
+	}
+	return nil
+}
+
+// printCreated prints a new key, the secret alone on the last line.
+func printCreated(id, workspace, user, secret string) {
+	fmt.Printf("created key %s for workspace %q, user %q; the secret is shown once:\n%s\n", id, workspace, user, secret)
+}
+
+func printKeys(list []catalog.Key) {
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tORG\tWORKSPACE\tUSER\tTIER\tCREATED\tSTATUS")
+	for _, k := range list {
+		status := "active"
+		if !k.RevokedAt.IsZero() {
+			status = "revoked"
+		} else if !k.ExpiresAt.IsZero() && k.ExpiresAt.Before(time.Now()) {
+			status = "expired"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Org, k.Workspace, k.User, k.Tier, k.CreatedAt.UTC().Format(time.RFC3339), status)
+	}
+	_ = w.Flush()
+}
+
+func keysRemote(sub, base string, req keyRequest, workspace string, args []string) error {
+	base = strings.TrimSuffix(base, "/")
+	var method, url string
+	var body io.Reader
+	switch sub {
+	case "create":
+		b, _ := json.Marshal(req)
+		method, url, body = http.MethodPost, base+"/admin/v1/keys", bytes.NewReader(b)
+	case "list":
+		method, url = http.MethodGet, base+"/admin/v1/keys?workspace="+workspace
+	case "revoke":
+		if len(args) != 1 {
+			return errors.New("want the key id")
+		}
+		method, url = http.MethodDelete, base+"/admin/v1/keys/"+args[0]
+	default:
+		return fmt.Errorf("unknown subcommand %q", sub)
+	}
+	r, err := http.NewRequest(method, url, body)
+	if err != nil {
+		return err
+	}
+	r.Header.Set("Authorization", "Bearer "+os.Getenv("SLUICE_ADMIN_TOKEN"))
+	r.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(data)))
+	}
+	switch sub {
+	case "create":
+		var out struct {
+			Key    catalog.Key `json:"key"`
+			Secret string      `json:"secret"`
+		}
+		if err := json.Unmarshal(data, &out); err != nil {
+			return err
+		}
+		printCreated(out.Key.ID, out.Key.Workspace, out.Key.User, out.Secret)
+	case "list":
+		var out struct {
+			Keys []catalog.Key `json:"keys"`
+		}
+		if err := json.Unmarshal(data, &out); err != nil {
+			return err
+		}
+		printKeys(out.Keys)
+	case "revoke":
+		fmt.Println("revoked", args[0])
+	}
+	return nil
+}

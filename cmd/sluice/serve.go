@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/mockprovider"
+)
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	c.flag(fs, "listen", config.VarListen, "client API address (default 127.0.0.1:8080)")
+	c.flag(fs, "admin-listen", config.VarAdminListen, "admin API address (default 127.0.0.1:8081)")
+	c.flag(fs, "store", config.VarStore, "URL of counters and reservations (default sqlite:// under the data directory)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg)
+	for _, w := range cfg.Warnings() {
+		if cfg.IsProduction() {
+			log.Warn(w)
+		} else {
+			log.Info(w)
+		}
+	}
+	store, err := openStore(cfg)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	cat, err := openCatalog(cfg)
+	if err != nil {
+		return err
+	}
+	defer cat.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	limiter, err := sluice.New(sluice.Options{Store: store, Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
+		DefaultTimeout: cfg.RequestTimeout})
+	if err != nil {
+		return err
+	}
+	if err := refreshOverrides(ctx, limiter, cat, cfg); err != nil {
+		return err
+	}
+	go limiter.RunSweeper(ctx, 5*time.Second, func(err error) { log.Error("sweep", "err", err) })
+	go everyInterval(ctx, 2*time.Second, func() {
+		if err := refreshOverrides(ctx, limiter, cat, cfg); err != nil {
+			log.Error("reload overrides", "err", err)
+		}
+	})
+
+	providers, err := providersOf(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	g, err := gateway.New(gateway.Options{
+		Limiter:         limiter,
+		Keys:            keyStore{cat},
+		Usage:           ledger{cat},
+		Models:          modelsOf(cfg),
+		Providers:       providers,
+		MaxBodyBytes:    int(cfg.MaxBodyBytes),
+		RequestTimeout:  cfg.RequestTimeout,
+		UpstreamRetries: *cfg.UpstreamRetries,
+		Logger:          log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	srv := g.Server()
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			log.Error("client listener", "err", err)
+			stop()
+		}
+	}()
+	admin, token, err := startAdmin(cfg, cat, log)
+	if err != nil {
+		return err
+	}
+	printBanner(cfg, token)
+
+	<-ctx.Done()
+	log.Info("shutting down: finishing in-flight calls")
+	drain, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = srv.ShutdownWithContext(drain)
+	if err := g.Drain(drain); err != nil {
+		log.Warn("shutdown deadline passed with calls in flight", "err", err)
+	}
+	if admin != nil {
+		_ = admin.Shutdown(drain)
+	}
+	return nil
+}
+
+func newLogger(cfg *config.Config) *slog.Logger {
+	if cfg.IsProduction() {
+		return slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}
+
+func everyInterval(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
+// refreshOverrides swaps in the policy with the overrides stored now.
+func refreshOverrides(ctx context.Context, l *sluice.Limiter, cat *catalog.Catalog, cfg *config.Config) error {
+	stored, err := cat.ListOverrides(ctx)
+	if err != nil {
+		return err
+	}
+	overrides := make([]sluice.Override, 0, len(stored))
+	for _, o := range stored {
+		overrides = append(overrides, o.Sluice())
+	}
+	return l.SetPolicy(sluice.Policy{Rules: cfg.EffectiveRules(), Overrides: overrides, Tiers: cfg.SluiceTiers()})
+}
+
+// providersOf returns the gateway's providers, starting the built-in mock
+// on a loopback port when a mock provider has no base URL.
+func providersOf(ctx context.Context, cfg *config.Config, log *slog.Logger) ([]gateway.Provider, error) {
+	var out []gateway.Provider
+	for _, p := range cfg.Providers {
+		gp := gateway.Provider{Name: p.Name, Kind: string(p.Kind), BaseURL: p.BaseURL, APIKey: p.APIKey(os.LookupEnv)}
+		if p.Kind == config.KindMock && p.BaseURL == "" {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			srv := &http.Server{Handler: mockprovider.New(mockprovider.Options{}), ReadHeaderTimeout: 10 * time.Second}
+			go func() { _ = srv.Serve(ln) }()
+			go func() {
+				<-ctx.Done()
+				_ = srv.Close()
+			}()
+			gp.BaseURL = "http://" + ln.Addr().String()
+			log.Info("built-in mock provider", "provider", p.Name, "url", gp.BaseURL)
+		}
+		out = append(out, gp)
+	}
+	return out, nil
+}
+
+func modelsOf(cfg *config.Config) []gateway.Model {
+	var out []gateway.Model
+	for _, m := range cfg.Models {
+		out = append(out, gateway.Model{Name: m.Name, Provider: m.Provider, UpstreamName: m.UpstreamName,
+			Price: m.SluicePrice(), MaxOutputTokens: m.MaxOutputTokens, ContextWindow: m.ContextWindow,
+			Aliases: m.Aliases, Fallbacks: m.Fallbacks})
+	}
+	return out
+}
+
+// keyStore adapts the catalog to the gateway's Authenticator.
+type keyStore struct{ cat *catalog.Catalog }
+
+func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Principal, error) {
+	key, err := k.cat.Authenticate(ctx, secret)
+	switch {
+	case errors.Is(err, catalog.ErrUnknownKey), errors.Is(err, catalog.ErrRevokedKey), errors.Is(err, catalog.ErrExpiredKey):
+		return gateway.Principal{}, gateway.ErrBadKey
+	case err != nil:
+		return gateway.Principal{}, err
+	}
+	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
+		Tier: key.Tier, AllowedModels: key.AllowedModels}, nil
+}
+
+// ledger adapts the catalog to the gateway's UsageRecorder.
+type ledger struct{ cat *catalog.Catalog }
+
+func (l ledger) RecordUsage(u gateway.UsageRecord) {
+	l.cat.RecordUsage(catalog.UsageEntry{Workspace: u.Workspace, Route: u.Route, Model: u.Model, At: u.At, Requests: 1,
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost})
+}
+
+// adminToken returns the admin token: SLUICE_ADMIN_TOKEN, or in
+// development on a loopback address a generated one.
+func adminToken(cfg *config.Config) (string, bool, error) {
+	if t := os.Getenv("SLUICE_ADMIN_TOKEN"); t != "" {
+		return t, false, nil
+	}
+	host, _, err := net.SplitHostPort(cfg.AdminListen)
+	if err != nil {
+		return "", false, err
+	}
+	ip := net.ParseIP(host)
+	if cfg.IsProduction() || !(host == "localhost" || ip != nil && ip.IsLoopback()) {
+		return "", false, fmt.Errorf("admin listener %s needs SLUICE_ADMIN_TOKEN (a token is generated only in development on loopback)", cfg.AdminListen)
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", false, err
+	}
+	return "sluice-admin-" + hex.EncodeToString(b), true, nil
+}
+
+func printBanner(cfg *config.Config, generatedToken string) {
+	fmt.Printf(`sluice: client API on http://%s   admin API on http://%s
+`, cfg.Listen, cfg.AdminListen)
+	if generatedToken != "" {
+		fmt.Printf("sluice: development admin token (set SLUICE_ADMIN_TOKEN to choose one): %s\n", generatedToken)
+	}
+	fmt.Printf(`
+First call:
+  go run ./cmd/sluice keys create --workspace demo --user me      # prints the key on its last line
+  curl http://%s/v1/chat/completions -H "Authorization: Bearer $KEY" \
+    -H 'Content-Type: application/json' \
+    -d '{"model":"mock-small","messages":[{"role":"user","content":"hello"}],"max_tokens":16}'
+`, cfg.Listen)
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/store/sqlitestore"
+)
+
+// common are the flags every command that reads state takes. A flag set
+// on the command line wins over its environment variable, which wins over
+// the config file.
+type common struct {
+	configPath string
+	// flags maps an environment variable to the flag value standing for it.
+	flags map[string]*string
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	c.flags = map[string]*string{}
+	fs.StringVar(&c.configPath, "config", "", "YAML config file (default $SLUICE_CONFIG, or the embedded default)")
+	c.flag(fs, "data", config.VarDataDir, "data directory for the embedded SQLite files (default ./.sluice)")
+	c.flag(fs, "database", config.VarDatabase, "URL of keys, rules, ledger and audit (default SQLite under the data directory)")
+}
+
+// flag registers a string flag standing for environment variable v.
+func (c *common) flag(fs *flag.FlagSet, name, v, help string) {
+	c.flags[v] = fs.String(name, "", help+" ($"+v+")")
+}
+
+// env looks a variable up in the flags set, then in the environment.
+func (c *common) env(name string) (string, bool) {
+	if p, ok := c.flags[name]; ok && *p != "" {
+		return *p, true
+	}
+	return os.LookupEnv(name)
+}
+
+// load reads the config, with flags over environment over file.
+func (c *common) load() (*config.Config, error) {
+	path := c.configPath
+	if path == "" {
+		path = os.Getenv("SLUICE_CONFIG")
+	}
+	return config.Load(path, c.env)
+}
+
+// sqlitePath returns the file of a sqlite:// URL, or def for "sqlite://".
+func sqlitePath(url, def string) string {
+	p := strings.TrimPrefix(url, "sqlite://")
+	if p == "" {
+		return def
+	}
+	return p
+}
+
+// openStore opens the counters' store named by cfg.
+func openStore(cfg *config.Config) (sluice.Store, error) {
+	url := cfg.StoreURL()
+	switch {
+	case url == "memory://" || strings.HasPrefix(url, "memory:"):
+		return memstore.New(memstore.Options{}), nil
+	case strings.HasPrefix(url, "sqlite://"):
+		path := sqlitePath(url, filepath.Join(cfg.DataDir, "counters.db"))
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		return sqlitestore.Open(sqlitestore.Options{Path: path})
+	}
+	return nil, fmt.Errorf("store %s: this build supports sqlite:// and memory:// (Redis and PostgreSQL stores are not built yet)", redact(url))
+}
+
+// openCatalog opens the keys, ledger and audit database named by cfg.
+func openCatalog(cfg *config.Config) (*catalog.Catalog, error) {
+	url := cfg.DatabaseURL()
+	if !strings.HasPrefix(url, "sqlite://") {
+		return nil, fmt.Errorf("database %s: this build supports sqlite:// (PostgreSQL is not built yet)", redact(url))
+	}
+	path := sqlitePath(url, filepath.Join(cfg.DataDir, "catalog.db"))
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	return catalog.OpenSQLite(path, catalog.Options{})
+}
+
+// redact hides a URL's password.
+func redact(url string) string {
+	at := strings.LastIndex(url, "@")
+	scheme := strings.Index(url, "://")
+	if at < 0 || scheme < 0 {
+		return url
+	}
+	creds := url[scheme+3 : at]
+	if i := strings.Index(creds, ":"); i >= 0 {
+		return url[:scheme+3] + creds[:i] + ":xxxxx" + url[at:]
+	}
+	return url
+}
