@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"github.com/sluicehq/sluice"
 	"io"
 	"math"
 	"net"
@@ -131,6 +132,21 @@ func ClassifyError(err error) Decision {
 	}
 	if isReplayError(err) {
 		return Decision{Class: Terminal, Reason: "request body not replayable"}
+	}
+	// The library's own refusals, for programs that embed the limiter.
+	var rate *sluice.RateLimitError
+	var busy *sluice.BusyError
+	switch {
+	case errors.As(err, &rate):
+		return Decision{Class: Throttled, Hint: rate.RetryAfter, HasHint: true, Reason: "rate limited"}
+	case errors.As(err, &busy):
+		return Decision{Class: Throttled, Hint: busy.RetryAfter, HasHint: true, Reason: "busy"}
+	case errors.Is(err, sluice.ErrBudgetExhausted):
+		return Decision{Class: Terminal, Reason: "budget exhausted"}
+	case errors.Is(err, sluice.ErrTooLarge):
+		return Decision{Class: Terminal, Reason: "too large"}
+	case errors.Is(err, sluice.ErrStoreUnavailable):
+		return Decision{Class: Transient, Reason: "store unavailable"}
 	}
 	var (
 		verify    *tls.CertificateVerificationError
