@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+// buildSluice builds the command once per test binary.
+func buildSluice(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sluice")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestServe_FirstCallOnAFreshDataDirectory runs what the README tells a
+// newcomer: keys create, serve with no config, a first call with the
+// OpenAI SDK, then a clean shutdown on SIGTERM.
+func TestServe_FirstCallOnAFreshDataDirectory(t *testing.T) {
+	bin := buildSluice(t)
+	data := t.TempDir()
+	listen, admin := freeAddr(t), freeAddr(t)
+	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+admin,
+		"SLUICE_CONFIG=", "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN=")
+
+	create := exec.Command(bin, "keys", "create", "--workspace", "demo", "--user", "me")
+	create.Env = env
+	out, err := create.CombinedOutput()
+	if err != nil {
+		t.Fatalf("keys create: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	key := lines[len(lines)-1]
+	if !strings.HasPrefix(key, "sk-sluice-") {
+		t.Fatalf("last line of keys create is %q, want the key", key)
+	}
+
+	serve := exec.Command(bin, "serve")
+	serve.Env = env
+	var stderr bytes.Buffer
+	serve.Stderr = &stderr
+	stdout, _ := serve.StdoutPipe()
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serve.Process.Kill() })
+	banner := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		var all strings.Builder
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "curl http") {
+				banner <- all.String()
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case b := <-banner:
+		if !strings.Contains(b, listen) || !strings.Contains(b, "keys create") {
+			t.Fatalf("banner does not say where it listens and how to call:\n%s", b)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve did not start:\n%s", stderr.String())
+	}
+
+	client := openai.NewClient(option.WithBaseURL("http://"+listen+"/v1"), option.WithAPIKey(key))
+	resp, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model:     "mock-small",
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello [mock tokens=5]")},
+		MaxTokens: openai.Int(16),
+	})
+	if err != nil {
+		t.Fatalf("first call: %v\n%s", err, stderr.String())
+	}
+	if resp.Usage.CompletionTokens != 5 {
+		t.Fatalf("usage %+v", resp.Usage)
+	}
+	// A bad key is refused with 401.
+	r, err := http.Post("http://"+listen+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 401 {
+		t.Fatalf("no key: status %d, want 401", r.StatusCode)
+	}
+
+	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- serve.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v\n%s", err, stderr.String())
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+
+	list := exec.Command(bin, "keys", "list")
+	list.Env = env
+	out, err = list.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "demo") {
+		t.Fatalf("keys list: %v\n%s", err, out)
+	}
+}
