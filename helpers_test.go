@@ -13,13 +13,19 @@ import (
 	"github.com/sluicehq/sluice/store/storetest"
 )
 
+// testingT is what the helpers need of a *testing.T or a *rapid.T.
+type testingT interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // start is when every test begins: Wednesday 2026-03-04 10:00 UTC.
 var start = storetest.Start
 
 // newLimiter returns a Limiter over a fresh memstore and a manual clock set
 // to start. Zero fields of opts get test defaults: a one-minute model
 // deadline and 30 seconds of slack.
-func newLimiter(t *testing.T, opts sluice.Options) (*sluice.Limiter, *storetest.Clock) {
+func newLimiter(t testingT, opts sluice.Options) (*sluice.Limiter, *storetest.Clock) {
 	t.Helper()
 	clock := storetest.NewClock(start)
 	if opts.Store == nil {
@@ -98,7 +104,7 @@ func settle(t *testing.T, r *sluice.Reservation, u sluice.Usage) {
 }
 
 // effective returns what Limiter.Effective reports for rule and id.
-func effective(t *testing.T, l *sluice.Limiter, id sluice.Identity, rule string) sluice.Effective {
+func effective(t testingT, l *sluice.Limiter, id sluice.Identity, rule string) sluice.Effective {
 	t.Helper()
 	all, err := l.Effective(context.Background(), id)
 	if err != nil {

@@ -1,0 +1,100 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/store/storetest"
+)
+
+// knownBug skips a test written for a reported bug until it is fixed. Run
+// with SLUICE_KNOWN_BUGS=1 to see it fail.
+func knownBug(t *testing.T, what string) {
+	t.Helper()
+	if os.Getenv("SLUICE_KNOWN_BUGS") == "" {
+		t.Skip("known bug, reported: " + what)
+	}
+}
+
+func newLimiter(t *testing.T, s *memstore.Store, clock *storetest.Clock, rules ...sluice.Rule) *sluice.Limiter {
+	t.Helper()
+	l, err := sluice.New(sluice.Options{Store: s, Clock: clock, Rules: rules, ServerID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// admitted counts the admissions of one request for key k until the first
+// refusal, at most max.
+func admitted(t *testing.T, l *sluice.Limiter, max int) int {
+	t.Helper()
+	for i := range max {
+		_, err := l.Admit(context.Background(), sluice.Request{Identity: sluice.Identity{Key: "k"}})
+		if errors.Is(err, sluice.ErrRateLimited) {
+			return i
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return max
+}
+
+// Sweeping evicts idle counters; a full bucket may go, a bucket that is
+// not yet full may not, or it comes back full early.
+func TestStore_EvictionKeepsPartlyDrawnBucket(t *testing.T) {
+	knownBug(t, "counter.go idle() treats tat == now as a full bucket and ignores frac")
+	s := memstore.New(memstore.Options{})
+	clock := storetest.NewClock(storetest.Start)
+	l := newLimiter(t, s, clock, sluice.Rule{Name: "rps", Kind: sluice.KindRate, Subject: "key", Limit: 3, Window: time.Second})
+	if n := admitted(t, l, 1); n != 1 {
+		t.Fatalf("admitted %d", n)
+	}
+	// One unit is a third of a second: 333333333ns and a third. At
+	// 333333333ns the bucket still lacks a third of a nanosecond.
+	clock.Advance(333_333_333 * time.Nanosecond)
+	if _, err := l.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := admitted(t, l, 10); n != 2 {
+		t.Fatalf("admitted %d at 333333333ns after one, want 2: the sweep evicted a bucket that was not full", n)
+	}
+}
+
+// A bucket refilled faster than a unit per nanosecond is drawn in fractions
+// of a nanosecond: eviction every admission must not reset it.
+func TestStore_EvictionKeepsSubNanosecondDebt(t *testing.T) {
+	knownBug(t, "counter.go idle() treats tat == now as a full bucket and ignores frac")
+	s := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 100})
+	clock := storetest.NewClock(storetest.Start)
+	l := newLimiter(t, s, clock, sluice.Rule{Name: "fast", Kind: sluice.KindRate, Subject: "key", Limit: 100, Window: time.Nanosecond})
+	if n := admitted(t, l, 1000); n != 100 {
+		t.Fatalf("admitted %d at one instant into a bucket of 100", n)
+	}
+}
+
+// Eviction of a full bucket is harmless: it is recreated full.
+func TestStore_EvictionOfFullBucketsKeepsLimits(t *testing.T) {
+	s := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 100})
+	clock := storetest.NewClock(storetest.Start)
+	l := newLimiter(t, s, clock, sluice.Rule{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 5, Window: time.Minute})
+	if n := admitted(t, l, 100); n != 5 {
+		t.Fatalf("admitted %d with eviction after every admission, want 5", n)
+	}
+	clock.Advance(time.Minute)
+	if _, err := l.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Len(); got != 0 {
+		t.Fatalf("%d counters left after a sweep of full buckets", got)
+	}
+	if n := admitted(t, l, 100); n != 5 {
+		t.Fatalf("admitted %d after a minute, want 5", n)
+	}
+}
