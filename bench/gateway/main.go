@@ -1,0 +1,299 @@
+// Command gateway is the gateway's load harness: it builds sluice, starts
+// the mock provider and the gateway as separate processes, and loads the
+// mock directly and through the gateway in alternation, so that both are
+// measured in the same run on the same (possibly busy) machine.
+//
+//	go run ./bench/gateway                        # 3 rounds of 20 s at 32 connections
+//	go run ./bench/gateway -duration 5s -rounds 2 # shorter
+//
+// Each round measures, direct and through the gateway (their order
+// alternating from round to round): saturation at -conns connections for
+// -duration; one connection for half of it; streamed requests at one
+// connection for half of it (time to first byte); and a few streams from a
+// second mock that waits -chunk-interval between chunks, to see that the
+// gateway passes every chunk on as it arrives. CPU time per request is read
+// from /proc/<pid>/stat of each process over each phase. The gateway runs
+// with the default store (embedded SQLite) and the three default rules on,
+// their limits raised so that none refuses. It prints a markdown report.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// options are the harness's flags.
+type options struct {
+	duration      time.Duration
+	warmup        time.Duration
+	rounds        int
+	conns         int
+	chunkInterval time.Duration
+	pacedStreams  int
+	perfData      string
+	src           string
+}
+
+// The request bodies: 16 output tokens, asked for in the prompt and capped
+// by max_tokens, so that the mock answers the same every time.
+var (
+	chatBody   = []byte(`{"model":"mock-small","messages":[{"role":"user","content":"hello [mock tokens=16]"}],"max_tokens":16}`)
+	streamBody = []byte(`{"model":"mock-small","messages":[{"role":"user","content":"hello [mock tokens=16]"}],"max_tokens":16,"stream":true}`)
+	pacedBody  = []byte(`{"model":"paced-small","messages":[{"role":"user","content":"hello [mock tokens=16]"}],"max_tokens":16,"stream":true}`)
+	// The paced mock serves mock-small; the gateway knows it as paced-small.
+	pacedDirectBody = []byte(`{"model":"mock-small","messages":[{"role":"user","content":"hello [mock tokens=16]"}],"max_tokens":16,"stream":true}`)
+)
+
+func main() {
+	var o options
+	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each saturation phase; the one-connection and streaming phases take half")
+	flag.DurationVar(&o.warmup, "warmup", 3*time.Second, "warm-up load on each target before the rounds")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds of direct and gateway phases")
+	flag.IntVar(&o.conns, "conns", 32, "connections of the saturation phases")
+	flag.DurationVar(&o.chunkInterval, "chunk-interval", 20*time.Millisecond, "the paced mock's wait between streamed chunks")
+	flag.IntVar(&o.pacedStreams, "paced-streams", 5, "paced streams per target per round")
+	flag.StringVar(&o.perfData, "perf", "", "after the rounds, profile the gateway with perf record during one more saturation phase, into this file")
+	flag.StringVar(&o.src, "src", "", "module to build sluice from (default: the current module)")
+	flag.Parse()
+	if o.duration <= 0 || o.rounds < 1 || o.conns < 1 || o.chunkInterval <= 0 || o.pacedStreams < 1 {
+		fmt.Fprintln(os.Stderr, "bench/gateway: -duration, -rounds, -conns, -chunk-interval and -paced-streams must be positive")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/gateway:", err)
+		os.Exit(1)
+	}
+}
+
+// run sets up the processes, always stopping them, and measures.
+func run(ctx context.Context, o options) error {
+	src := o.src
+	if src == "" {
+		var err error
+		if src, err = moduleRoot(); err != nil {
+			return err
+		}
+	}
+	tmp, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	logf("building sluice from %s", src)
+	bin, err := buildSluice(ctx, src, tmp)
+	if err != nil {
+		return err
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
+	mockAddr, pacedAddr, gwAddr, adminAddr := addr(0), addr(1), addr(2), addr(3)
+
+	env := childEnv()
+	mock, err := start("mock", tmp, bin, env, "mock", "--listen", mockAddr)
+	if err != nil {
+		return err
+	}
+	defer mock.stop(5 * time.Second)
+	paced, err := start("paced-mock", tmp, bin, env, "mock", "--listen", pacedAddr, "--chunk-interval", o.chunkInterval.String())
+	if err != nil {
+		return err
+	}
+	defer paced.stop(5 * time.Second)
+	for _, m := range []struct {
+		c    *child
+		addr string
+	}{{mock, mockAddr}, {paced, pacedAddr}} {
+		if err := waitHTTP(m.c, "http://"+m.addr+"/v1/models", 30*time.Second); err != nil {
+			return err
+		}
+	}
+
+	cfgPath := filepath.Join(tmp, "sluice.yaml")
+	if err := writeConfig(cfgPath, gwAddr, adminAddr, filepath.Join(tmp, "data"), mockAddr, pacedAddr); err != nil {
+		return err
+	}
+	gwEnv := childEnv(append([]string{"SLUICE_ADMIN_TOKEN=bench-admin-token"}, knobs...)...)
+	key, err := createKey(ctx, bin, cfgPath, gwEnv)
+	if err != nil {
+		return err
+	}
+	gw, err := start("gateway", tmp, bin, gwEnv, "serve", "--config", cfgPath)
+	if err != nil {
+		return err
+	}
+	defer gw.stop(10 * time.Second)
+	if err := waitHTTP(gw, "http://"+gwAddr+"/healthz", 30*time.Second); err != nil {
+		return err
+	}
+	logf("mock on %s (pid %d), paced mock on %s (pid %d), gateway on %s (pid %d)",
+		mockAddr, mock.pid(), pacedAddr, paced.pid(), gwAddr, gw.pid())
+
+	b := &bench{o: o, hz: clockTicks(), gw: gw,
+		direct:  newTarget("direct", mockAddr, "Bearer "+key, o.conns),
+		gateway: newTarget("gateway", gwAddr, "Bearer "+key, o.conns),
+		p:       procs{gateway: gw.pid(), mock: mock.pid()},
+	}
+	b.pacedDirect = &target{name: "direct", addr: pacedAddr, path: "/v1/chat/completions", auth: b.direct.auth}
+	b.pacedGateway = &target{name: "gateway", addr: gwAddr, path: "/v1/chat/completions", auth: b.gateway.auth}
+	b.start = machine(src)
+	b.start.load = loadInfo()
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := b.measure(ctx); err != nil {
+		return fmt.Errorf("%w\ngateway log:\n%s", err, gw.tail(20))
+	}
+	rss, hwm, err := memKiB(gw.pid())
+	if err != nil {
+		return fmt.Errorf("gateway memory: %w", err)
+	}
+	b.rssKiB, b.hwmKiB = rss, hwm
+	b.endLoad = loadInfo()
+	if o.perfData != "" {
+		if err := b.profile(ctx, o.perfData); err != nil {
+			return err
+		}
+	}
+	b.report(os.Stdout)
+	if gw.exited() {
+		return fmt.Errorf("the gateway exited during the run:\n%s", gw.tail(20))
+	}
+	return nil
+}
+
+// bench holds the run's targets and results.
+type bench struct {
+	o            options
+	hz           int64
+	gw           *child
+	p            procs
+	direct       *target
+	gateway      *target
+	pacedDirect  *target
+	pacedGateway *target
+	start        machineInfo
+	endLoad      string
+	rounds       []*round
+	rssKiB       int64
+	hwmKiB       int64
+	profileText  string
+}
+
+// round is one round's phases, by target name.
+type round struct {
+	order      [2]string
+	saturation map[string]*phase
+	single     map[string]*phase
+	streamed   map[string]*phase
+	paced      map[string]*pacing
+	load       string
+}
+
+// check makes one request through the gateway and one direct, to fail
+// early with a clear message.
+func (b *bench) check() error {
+	for _, t := range []*target{b.direct, b.gateway} {
+		w := newFastWorker(t, chatBody)
+		if _, err := w.do(context.Background()); err != nil {
+			return fmt.Errorf("first request via %s: %w", t.name, err)
+		}
+		if t == b.gateway {
+			if got := string(w.resp.Header.Peek("X-Sluice-Model")); got != "mock-small" {
+				return fmt.Errorf("first request via the gateway: X-Sluice-Model %q, want mock-small", got)
+			}
+		}
+	}
+	return nil
+}
+
+// measure warms up, then runs the rounds.
+func (b *bench) measure(ctx context.Context) error {
+	logf("warm-up: %s on each target", b.o.warmup)
+	for _, t := range []*target{b.direct, b.gateway} {
+		if _, err := runPhase(ctx, t.name, b.o.conns, b.o.warmup, b.p, b.fast(t)); err != nil {
+			return err
+		}
+		if _, err := runPhase(ctx, t.name, 1, b.o.warmup/3, b.p, b.streams(t)); err != nil {
+			return err
+		}
+	}
+	half := b.o.duration / 2
+	for i := range b.o.rounds {
+		r := &round{saturation: map[string]*phase{}, single: map[string]*phase{}, streamed: map[string]*phase{},
+			paced: map[string]*pacing{}, load: loadInfo()}
+		targets := []*target{b.direct, b.gateway}
+		if i%2 == 1 {
+			targets[0], targets[1] = targets[1], targets[0]
+		}
+		r.order = [2]string{targets[0].name, targets[1].name}
+		logf("round %d/%d (%s first): %s", i+1, b.o.rounds, targets[0].name, r.load)
+		steps := []struct {
+			into  map[string]*phase
+			conns int
+			d     time.Duration
+			work  func(*target) func() worker
+		}{
+			{r.saturation, b.o.conns, b.o.duration, b.fast},
+			{r.single, 1, half, b.fast},
+			{r.streamed, 1, half, b.streams},
+		}
+		for _, s := range steps {
+			for _, t := range targets {
+				ph, err := runPhase(ctx, t.name, s.conns, s.d, b.p, s.work(t))
+				if err != nil {
+					return err
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				s.into[t.name] = ph
+				logf("  %-7s conns %-3d %8.0f req/s  p50 %s  p99 %s  gateway %.1f µs/req  failed %d %s",
+					t.name, s.conns, ph.rate(), micros(ph.quantile(0.5)), micros(ph.quantile(0.99)),
+					ph.perRequest(ph.gatewayTicks, b.hz), ph.failed, ph.errText)
+			}
+		}
+		for _, name := range r.order {
+			t, body := b.pacedDirect, pacedDirectBody
+			if name == "gateway" {
+				t, body = b.pacedGateway, pacedBody
+			}
+			p, err := measurePacing(ctx, t, body, b.o.pacedStreams, b.o.chunkInterval)
+			if err != nil {
+				return err
+			}
+			r.paced[name] = p
+		}
+		b.rounds = append(b.rounds, r)
+	}
+	return nil
+}
+
+func (b *bench) fast(t *target) func() worker {
+	return func() worker { return newFastWorker(t, chatBody) }
+}
+
+func (b *bench) streams(t *target) func() worker {
+	return func() worker { return newStreamWorker(t, streamBody) }
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
+}
+
+// micros formats a duration in whole microseconds.
+func micros(d time.Duration) string {
+	return strconv.FormatInt(d.Microseconds(), 10) + " µs"
+}

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The quick knobs are set high, not to 0: the three default rules stay on
+// and are checked on every request, but none refuses during the run.
+var knobs = []string{
+	"SLUICE_RATE_PER_MINUTE=100000000",          // 1.6 million requests a second
+	"SLUICE_DAILY_TOKEN_BUDGET=100000000000000", // 10^14 tokens a day
+	"SLUICE_MAX_IN_FLIGHT=100000",
+}
+
+// child is a process the harness started, in its own process group so that
+// stopping it also stops anything it started.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// buildSluice builds the sluice binary from the module at src into dir.
+func buildSluice(ctx context.Context, src, dir string) (string, error) {
+	bin := filepath.Join(dir, "sluice")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/sluice")
+	cmd.Dir = src
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/sluice: %w\n%s", err, out.String())
+	}
+	return bin, nil
+}
+
+// moduleRoot returns the directory of the main module's go.mod.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside a Go module: run from the repository")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// childEnv is the harness's environment without any SLUICE_ variable, plus
+// extra.
+func childEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SLUICE_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// start runs bin with args, its output in a log file under dir.
+func start(name, dir, bin string, env []string, args ...string) (*child, error) {
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = f, f
+	// Pdeathsig is a backstop for a harness killed with SIGKILL; the
+	// deferred stop is the normal way out.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// exited reports whether the process has ended.
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM to the process group, and SIGKILL if it is still
+// there after grace.
+func (c *child) stop(grace time.Duration) {
+	if c == nil || c.exited() {
+		return
+	}
+	pgid := -c.pid()
+	_ = syscall.Kill(pgid, syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(pgid, syscall.SIGKILL)
+		select {
+		case <-c.done:
+		case <-time.After(grace):
+		}
+	}
+}
+
+// tail returns the last lines of the child's log, for error messages.
+func (c *child) tail(lines int) string {
+	data, _ := os.ReadFile(c.log)
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// waitHTTP polls url until it answers 200, the child exits or timeout
+// passes.
+func waitHTTP(c *child, url string, timeout time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if c.exited() {
+			return fmt.Errorf("%s exited before it answered %s:\n%s", c.name, url, c.tail(20))
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer %s within %s:\n%s", c.name, url, timeout, c.tail(20))
+}
+
+// freePorts returns n loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// writeConfig writes the gateway's config: the mock at mockAddr serving
+// mock-small and mock-large, the paced mock at pacedAddr serving
+// paced-small, state under dataDir, the default store (embedded SQLite).
+func writeConfig(path, listen, adminListen, dataDir, mockAddr, pacedAddr string) error {
+	cfg := fmt.Sprintf(`# Written by go run ./bench/gateway.
+listen: %s
+admin_listen: %s
+data_dir: %s
+providers:
+  - name: mock
+    kind: mock
+    base_url: http://%s
+  - name: paced
+    kind: mock
+    base_url: http://%s
+models:
+  - name: mock-small
+    provider: mock
+    price: {input: 0.15, output: 0.60}
+    max_output_tokens: 4096
+    context_window: 128000
+  - name: mock-large
+    provider: mock
+    price: {input: 3, cached_input: 0.30, output: 15}
+    max_output_tokens: 8192
+    context_window: 200000
+  - name: paced-small
+    provider: paced
+    upstream_name: mock-small
+    price: {input: 0.15, output: 0.60}
+    max_output_tokens: 4096
+    context_window: 128000
+`, listen, adminListen, dataDir, mockAddr, pacedAddr)
+	return os.WriteFile(path, []byte(cfg), 0o600)
+}
+
+// createKey runs "sluice keys create" against the config's data directory
+// and returns the secret, printed on the last line.
+func createKey(ctx context.Context, bin, cfgPath string, env []string) (string, error) {
+	cmd := exec.CommandContext(ctx, bin, "keys", "create", "--config", cfgPath, "--workspace", "bench", "--user", "load")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("sluice keys create: %w\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	key := strings.TrimSpace(lines[len(lines)-1])
+	if key == "" || strings.ContainsAny(key, " \t") {
+		return "", fmt.Errorf("sluice keys create: no key on the last line:\n%s", out)
+	}
+	return key, nil
+}
+
+// clockTicks returns the kernel's clock ticks per second (getconf CLK_TCK).
+func clockTicks() int64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 100
+}
+
+// cpuTicks returns a process's user plus system time, in clock ticks,
+// from /proc/<pid>/stat; pid 0 means the harness itself.
+func cpuTicks(pid int) (int64, error) {
+	path := "/proc/self/stat"
+	if pid != 0 {
+		path = "/proc/" + strconv.Itoa(pid) + "/stat"
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis. utime and stime are fields 14 and 15,
+	// the 12th and 13th after it.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("%s: unexpected format", path)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%s: unexpected format", path)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return utime + stime, nil
+}
+
+// memKiB returns the VmRSS and VmHWM (peak) lines of /proc/<pid>/status,
+// in KiB.
+func memKiB(pid int) (rss, hwm int64, err error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		fields := strings.Fields(value)
+		if len(fields) == 0 {
+			continue
+		}
+		n, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		if name == "VmRSS" {
+			rss = n
+		} else {
+			hwm = n
+		}
+	}
+	return rss, hwm, sc.Err()
+}
+
+// loadInfo is the load average and, where the kernel reports it, the share
+// of the last 10 s during which some task waited for a CPU.
+func loadInfo() string {
+	s := "load ?"
+	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(data))
+		if len(f) >= 3 {
+			s = "load " + strings.Join(f[:3], " ")
+		}
+	}
+	if data, err := os.ReadFile("/proc/pressure/cpu"); err == nil {
+		for _, field := range strings.Fields(string(data)) {
+			if v, ok := strings.CutPrefix(field, "avg10="); ok {
+				s += ", cpu pressure " + v + "%"
+				break
+			}
+		}
+	}
+	return s
+}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// machineInfo describes where and what was measured.
+type machineInfo struct {
+	nproc  int
+	cpu    string
+	goVer  string
+	commit string
+	load   string
+}
+
+func machine(src string) machineInfo {
+	m := machineInfo{nproc: runtime.NumCPU(), cpu: "unknown", goVer: runtime.Version(), commit: "unknown"}
+	if out, err := exec.Command("lscpu").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if v, ok := strings.CutPrefix(line, "Model name:"); ok {
+				m.cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	cmd := exec.Command("git", "rev-parse", "--short", "HEAD")
+	cmd.Dir = src
+	if out, err := cmd.Output(); err == nil {
+		m.commit = strings.TrimSpace(string(out))
+		// Say whether the built code differs from the commit.
+		cmd := exec.Command("git", "status", "--porcelain", "--", "cmd", "gateway", "internal", "config", "catalog", "store", "llm", "*.go", "go.mod")
+		cmd.Dir = src
+		if out, err := cmd.Output(); err == nil && len(strings.TrimSpace(string(out))) > 0 {
+			m.commit += " with uncommitted changes"
+		}
+	}
+	return m
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// over returns f of every round's phase of the given kind and target.
+func (b *bench) over(kind func(*round) map[string]*phase, name string, f func(*phase) float64) []float64 {
+	var xs []float64
+	for _, r := range b.rounds {
+		if ph := kind(r)[name]; ph != nil {
+			xs = append(xs, f(ph))
+		}
+	}
+	return xs
+}
+
+func saturation(r *round) map[string]*phase { return r.saturation }
+func single(r *round) map[string]*phase     { return r.single }
+func streamed(r *round) map[string]*phase   { return r.streamed }
+
+func rateOf(ph *phase) float64 { return ph.rate() }
+func p50Of(ph *phase) float64  { return float64(ph.quantile(0.5).Microseconds()) }
+func p99Of(ph *phase) float64  { return float64(ph.quantile(0.99).Microseconds()) }
+
+// paired returns f(gateway phase, direct phase) for every round.
+func (b *bench) paired(kind func(*round) map[string]*phase, f func(gw, direct *phase) float64) []float64 {
+	var xs []float64
+	for _, r := range b.rounds {
+		gw, direct := kind(r)["gateway"], kind(r)["direct"]
+		if gw != nil && direct != nil {
+			xs = append(xs, f(gw, direct))
+		}
+	}
+	return xs
+}
+
+func (b *bench) command() string {
+	cmd := "go run ./bench/gateway"
+	o := b.o
+	if o.duration != 20*time.Second {
+		cmd += " -duration " + o.duration.String()
+	}
+	if o.rounds != 3 {
+		cmd += fmt.Sprintf(" -rounds %d", o.rounds)
+	}
+	if o.conns != 32 {
+		cmd += fmt.Sprintf(" -conns %d", o.conns)
+	}
+	if o.warmup != 3*time.Second {
+		cmd += " -warmup " + o.warmup.String()
+	}
+	if o.chunkInterval != 20*time.Millisecond {
+		cmd += " -chunk-interval " + o.chunkInterval.String()
+	}
+	if o.pacedStreams != 5 {
+		cmd += fmt.Sprintf(" -paced-streams %d", o.pacedStreams)
+	}
+	return cmd
+}
+
+// report prints the markdown report: machine, per-round figures, medians
+// and the issue's targets.
+func (b *bench) report(w io.Writer) {
+	m := b.start
+	fmt.Fprintf(w, "\nMachine: %d CPUs (nproc), %s; %s; sluice %s.\n", m.nproc, m.cpu, m.goVer, m.commit)
+	fmt.Fprintf(w, "Load: at the start %s; at the end %s.\n", m.load, b.endLoad)
+	fmt.Fprintf(w, "\nCommand: `%s`\n", b.command())
+	fmt.Fprintf(w, "\n%d rounds; each: %s at %d connections, %s at 1 connection, %s of streams at 1 connection, %d paced streams, direct and through the gateway, the order alternating.\n",
+		len(b.rounds), b.o.duration, b.o.conns, b.o.duration/2, b.o.duration/2, b.o.pacedStreams)
+
+	fmt.Fprintf(w, "\n#### Per round\n\n")
+	fmt.Fprintln(w, "| round | phase | target | conns | req/s | p50 | p99 | gateway CPU/req | mock CPU/req | load generator CPU/req | failed |")
+	fmt.Fprintln(w, "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for i, r := range b.rounds {
+		for _, k := range []struct {
+			name string
+			of   func(*round) map[string]*phase
+		}{{"saturation", saturation}, {"1 connection", single}, {"stream (p50/p99 = TTFB)", streamed}} {
+			for _, name := range r.order {
+				ph := k.of(r)[name]
+				fmt.Fprintf(w, "| %d | %s | %s | %d | %.0f | %s | %s | %.1f µs | %.1f µs | %.1f µs | %d |\n", i+1, k.name, name, ph.conns,
+					ph.rate(), micros(ph.quantile(0.5)), micros(ph.quantile(0.99)),
+					ph.perRequest(ph.gatewayTicks, b.hz), ph.perRequest(ph.mockTicks, b.hz), ph.perRequest(ph.clientTicks, b.hz), ph.failed)
+			}
+		}
+	}
+
+	fmt.Fprintf(w, "\n#### Medians over rounds\n\n")
+	fmt.Fprintln(w, "| phase | target | req/s | p50 | p99 | gateway CPU/req | mock CPU/req | failed |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, k := range []struct {
+		name string
+		of   func(*round) map[string]*phase
+	}{{fmt.Sprintf("saturation, %d conns", b.o.conns), saturation}, {"1 connection", single}, {"stream, 1 conn (p50/p99 = TTFB)", streamed}} {
+		for _, name := range []string{"direct", "gateway"} {
+			failed := 0
+			for _, f := range b.over(k.of, name, func(ph *phase) float64 { return float64(ph.failed) }) {
+				failed += int(f)
+			}
+			gwLabel := fmt.Sprintf("%.1f µs", median(b.over(k.of, name, func(ph *phase) float64 { return ph.perRequest(ph.gatewayTicks, b.hz) })))
+			if name == "direct" {
+				gwLabel = "(idle)"
+			}
+			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f µs | %.0f µs | %s | %.1f µs | %d |\n", k.name, name,
+				median(b.over(k.of, name, rateOf)), median(b.over(k.of, name, p50Of)), median(b.over(k.of, name, p99Of)),
+				gwLabel, median(b.over(k.of, name, func(ph *phase) float64 { return ph.perRequest(ph.mockTicks, b.hz) })), failed)
+		}
+	}
+
+	ratios := b.paired(saturation, func(gw, d *phase) float64 { return gw.rate() / d.rate() })
+	cpu := b.over(saturation, "gateway", func(ph *phase) float64 { return ph.perRequest(ph.gatewayTicks, b.hz) })
+	cpu1 := b.over(single, "gateway", func(ph *phase) float64 { return ph.perRequest(ph.gatewayTicks, b.hz) })
+	added := b.paired(single, func(gw, d *phase) float64 { return float64((gw.quantile(0.5) - d.quantile(0.5)).Microseconds()) })
+	addedTTFB := b.paired(streamed, func(gw, d *phase) float64 { return float64((gw.quantile(0.5) - d.quantile(0.5)).Microseconds()) })
+	pacedOf := func(name string) (chunks, held int, gaps []time.Duration) {
+		for _, r := range b.rounds {
+			if p := r.paced[name]; p != nil {
+				chunks += p.chunks
+				held += p.heldBack
+				gaps = append(gaps, p.gaps...)
+			}
+		}
+		slices.Sort(gaps)
+		return chunks, held, gaps
+	}
+
+	fmt.Fprintf(w, "\n#### Paced streams (mock --chunk-interval %s, 16 content chunks each)\n\n", b.o.chunkInterval)
+	fmt.Fprintln(w, "| target | streams | content chunks | gap min | gap p50 | gap max | held back (gap < interval/2) |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, name := range []string{"direct", "gateway"} {
+		chunks, held, gaps := pacedOf(name)
+		p := &pacing{gaps: gaps}
+		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %d |\n", name, len(b.rounds)*b.o.pacedStreams, chunks,
+			micros(p.quantile(0)), micros(p.quantile(0.5)), micros(p.quantile(1)), held)
+	}
+	_, heldGW, _ := pacedOf("gateway")
+	gwChunks, _, _ := pacedOf("gateway")
+	directChunks, _, _ := pacedOf("direct")
+
+	fmt.Fprintf(w, "\nGateway memory after the run: VmRSS %.1f MiB (peak VmHWM %.1f MiB).\n", float64(b.rssKiB)/1024, float64(b.hwmKiB)/1024)
+
+	fmt.Fprintf(w, "\n#### Targets\n\n")
+	fmt.Fprintln(w, "| target | measured (median over rounds; per round) | result |")
+	fmt.Fprintln(w, "| --- | --- | --- |")
+	verdict := func(ok bool) string {
+		if ok {
+			return "pass"
+		}
+		return "**fail**"
+	}
+	fmt.Fprintf(w, "| saturation throughput through the gateway ≥ 35%% of direct | %.0f%% (%s) | %s |\n",
+		100*median(ratios), list(ratios, "%.0f%%", 100), verdict(median(ratios) >= 0.35))
+	fmt.Fprintf(w, "| gateway CPU ≤ 100 µs per request (saturation) | %.1f µs (%s; at 1 connection %.1f µs) | %s |\n",
+		median(cpu), list(cpu, "%.1f", 1), median(cpu1), verdict(median(cpu) <= 100))
+	fmt.Fprintf(w, "| added p50 at 1 connection ≤ 100 µs | %.0f µs (%s) | %s |\n",
+		median(added), list(added, "%.0f", 1), verdict(median(added) <= 100))
+	fmt.Fprintf(w, "| streaming: added time to first byte ≤ 200 µs | %.0f µs (%s) | %s |\n",
+		median(addedTTFB), list(addedTTFB, "%.0f", 1), verdict(median(addedTTFB) <= 200))
+	fmt.Fprintf(w, "| streaming: chunks never held back | %d of %d gaps under %s through the gateway (%d chunks direct, %d through) | %s |\n",
+		heldGW, gwChunks-len(b.rounds)*b.o.pacedStreams, b.o.chunkInterval/2, directChunks, gwChunks,
+		verdict(heldGW == 0 && gwChunks == directChunks && gwChunks > 0))
+	fmt.Fprintf(w, "| resident memory after the run < 100 MiB | %.1f MiB | %s |\n", float64(b.rssKiB)/1024, verdict(b.rssKiB < 100*1024))
+	if b.profileText != "" {
+		fmt.Fprintf(w, "\n#### Profile\n\n```\n%s```\n", b.profileText)
+	}
+}
+
+// list formats xs for a table cell.
+func list(xs []float64, format string, scale float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf(format, x*scale)
+	}
+	return strings.Join(parts, ", ")
+}
