@@ -258,6 +258,18 @@ func TestOverride_AppliesOnNextRequest(t *testing.T) {
 	if n := admitN(t, l, byKey("other"), 10); n != 2 {
 		t.Fatalf("another key admitted %d, want the rule's 2", n)
 	}
+
+	// Lower the limit for a key that used one of its two: the next
+	// request is refused.
+	admit(t, l, byKey("k3"))
+	p.Overrides = append(p.Overrides, sluice.Override{Rule: "rpm", Attribute: "key", Value: "k3", Limit: ptr[int64](1)})
+	if err := l.SetPolicy(p); err != nil {
+		t.Fatal(err)
+	}
+	refuse(t, l, byKey("k3"), sluice.ErrRateLimited)
+	if e := effective(t, l, ident("k3"), "rpm"); e.Limit != 1 || e.Source != "override" {
+		t.Fatalf("effective %+v, want the override's 1", e)
+	}
 }
 
 func TestOverride_ExpiresOnTheClock(t *testing.T) {
@@ -397,4 +409,26 @@ func TestTier_ScalingAHugeLimitSaturates(t *testing.T) {
 	req := tokens("k", 1000, 1000)
 	req.Identity.Tier = "pro"
 	admit(t, l, req)
+}
+
+// Raising a limit keeps the usage counted (rule.go: the counter's identity
+// leaves out the limit for that reason). A key that used 2 of 2 this minute
+// and is raised to 3 has one request left now. The token bucket keeps its
+// debt in nanoseconds of refill instead, which at the new rate is 3 units:
+// the raise gives nothing for 20 seconds, and a lowered limit gives room
+// back early.
+func TestOverride_RaisedRateLimitKeepsUnitsUsed(t *testing.T) {
+	knownBug(t, "store/memstore/counter.go keeps a bucket's level as time (tat), so a changed limit rescales the units used")
+	l, _ := withRules(t, rpm(2))
+	admit(t, l, byKey("k"))
+	admit(t, l, byKey("k"))
+	p := l.Policy()
+	p.Overrides = []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "k", Limit: ptr[int64](3)}}
+	if err := l.SetPolicy(p); err != nil {
+		t.Fatal(err)
+	}
+	if e := effective(t, l, ident("k"), "rpm"); e.Used != 2 || e.Remaining != 1 {
+		t.Fatalf("after raising 2 to 3 with 2 used: used %d remaining %d, want 2 and 1", e.Used, e.Remaining)
+	}
+	admit(t, l, byKey("k"))
 }
