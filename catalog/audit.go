@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -26,6 +27,9 @@ type AuditEntry struct {
 	After  any `json:"after,omitempty"`
 	// Denied records an attempt that was refused.
 	Denied bool `json:"denied,omitempty"`
+	// Workspace is the workspace the change concerns, when there is one: a
+	// viewer scoped to workspaces reads the entries of those only.
+	Workspace string `json:"workspace,omitempty"`
 }
 
 // AuditQuery selects audit entries. Empty fields do not filter.
@@ -33,6 +37,8 @@ type AuditQuery struct {
 	Actor  string
 	Action string
 	Target string
+	// Workspaces keeps the entries of these workspaces; empty keeps all.
+	Workspaces []string
 	// Since keeps entries at or after this instant.
 	Since time.Time
 	// BeforeID keeps entries with a smaller ID: pass the last ID of a page
@@ -71,8 +77,8 @@ func (c *Catalog) insertAudit(ctx context.Context, ex execer, e AuditEntry, now 
 	if err != nil {
 		return fmt.Errorf("encode after: %w", err)
 	}
-	_, err = ex.ExecContext(ctx, c.d.q(`INSERT INTO audit_log (at, actor, action, target, before, after, denied) VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		e.At.UnixNano(), e.Actor, e.Action, e.Target, before, after, e.Denied)
+	_, err = ex.ExecContext(ctx, c.d.q(`INSERT INTO audit_log (at, actor, action, target, before, after, denied, workspace) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+		e.At.UnixNano(), e.Actor, e.Action, e.Target, before, after, e.Denied, e.Workspace)
 	return err
 }
 
@@ -94,7 +100,7 @@ func auditJSON(v any) (any, error) {
 
 // ListAudit returns the entries q selects, newest first.
 func (c *Catalog) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
-	query := `SELECT id, at, actor, action, target, before, after, denied FROM audit_log WHERE 1=1`
+	query := `SELECT id, at, actor, action, target, before, after, denied, workspace FROM audit_log WHERE 1=1`
 	var args []any
 	for _, f := range []struct {
 		column, value string
@@ -102,6 +108,12 @@ func (c *Catalog) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, er
 		if f.value != "" {
 			query += ` AND ` + f.column + ` = ?`
 			args = append(args, f.value)
+		}
+	}
+	if len(q.Workspaces) > 0 {
+		query += ` AND workspace IN (?` + strings.Repeat(`, ?`, len(q.Workspaces)-1) + `)`
+		for _, w := range q.Workspaces {
+			args = append(args, w)
 		}
 	}
 	if !q.Since.IsZero() {
@@ -128,7 +140,7 @@ func (c *Catalog) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, er
 		var e AuditEntry
 		var at int64
 		var before, after sql.NullString
-		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.Action, &e.Target, &before, &after, &e.Denied); err != nil {
+		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.Action, &e.Target, &before, &after, &e.Denied, &e.Workspace); err != nil {
 			return nil, fmt.Errorf("catalog: list audit: %w", err)
 		}
 		e.At = time.Unix(0, at).UTC()

@@ -86,6 +86,21 @@ var (
 	ErrExpiredKey = errors.New("API key expired")
 	// ErrUnknownOverride: no override has that rule, attribute and value.
 	ErrUnknownOverride = errors.New("unknown override")
+	// ErrUnknownSubject: no key carries the subject an override names.
+	ErrUnknownSubject = errors.New("unknown subject")
+	// ErrUnknownRule: no stored rule has that name.
+	ErrUnknownRule = errors.New("unknown rule")
+	// ErrRuleExists: a stored rule already has that name.
+	ErrRuleExists = errors.New("rule exists")
+	// ErrTooManyRules: the org already has MaxRulesPerOrg stored rules.
+	ErrTooManyRules = errors.New("too many rules")
+	// ErrUnknownToken: the admin token is malformed, names no token, or
+	// does not match the token it names.
+	ErrUnknownToken = errors.New("unknown admin token")
+	// ErrRevokedToken: the admin token was revoked.
+	ErrRevokedToken = errors.New("admin token revoked")
+	// ErrExpiredToken: the admin token has expired.
+	ErrExpiredToken = errors.New("admin token expired")
 	// ErrInvalid: an argument fails validation; the wrapping error says
 	// which and why.
 	ErrInvalid = errors.New("invalid argument")

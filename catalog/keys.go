@@ -159,7 +159,7 @@ func (c *Catalog) CreateKey(ctx context.Context, k Key, actor string) (secret st
 			dbTime(k.ExpiresAt), dbTime(k.CreatedAt)); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyCreate, Target: keyTarget(k.ID), After: k}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyCreate, Target: keyTarget(k.ID), After: k, Workspace: k.Workspace}, now)
 	})
 	if err != nil {
 		return "", Key{}, fmt.Errorf("catalog: create key: %w", err)
@@ -303,7 +303,7 @@ func (c *Catalog) RevokeKey(ctx context.Context, id, actor string) error {
 		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE api_keys SET revoked_at = ? WHERE id = ?`), dbTime(after.RevokedAt), id); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyRevoke, Target: keyTarget(id), Before: before, After: after}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyRevoke, Target: keyTarget(id), Before: before, After: after, Workspace: before.Workspace}, now)
 	})
 	c.cache.invalidate(id)
 	if err != nil {
@@ -337,13 +337,47 @@ func (c *Catalog) RotateKey(ctx context.Context, id, actor string) (secret strin
 		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE api_keys SET secret_hash = ? WHERE id = ?`), hash[:], id); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyRotate, Target: keyTarget(id), Before: k, After: k}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyRotate, Target: keyTarget(id), Before: k, After: k, Workspace: k.Workspace}, now)
 	})
 	c.cache.invalidate(id)
 	if err != nil {
 		return "", fmt.Errorf("catalog: rotate key %s: %w", id, err)
 	}
 	return secret, nil
+}
+
+// GetKey returns the key record with that ID (never its secret), or
+// ErrUnknownKey.
+func (c *Catalog) GetKey(ctx context.Context, id string) (Key, error) {
+	k, _, err := c.loadKey(ctx, c.db, id, false)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Key{}, ErrUnknownKey
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("catalog: get key: %w", err)
+	}
+	return k, nil
+}
+
+// Workspaces returns the distinct workspaces of every key, sorted.
+func (c *Catalog) Workspaces(ctx context.Context) ([]string, error) {
+	rows, err := c.db.QueryContext(ctx, `SELECT DISTINCT workspace FROM api_keys ORDER BY workspace`)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: workspaces: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var w string
+		if err := rows.Scan(&w); err != nil {
+			return nil, fmt.Errorf("catalog: workspaces: %w", err)
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("catalog: workspaces: %w", err)
+	}
+	return out, nil
 }
 
 func nonNil(s []string) []string {

@@ -58,6 +58,18 @@ func overrideTarget(rule, attribute, value string) string {
 // The rule is not checked against the live policy: rules may come from
 // the config file, which the catalog does not see.
 func (c *Catalog) SetOverride(ctx context.Context, o Override, actor string) error {
+	return c.setOverride(ctx, o, actor, false)
+}
+
+// SetSubjectOverride is SetOverride for a subject that must exist: an org,
+// workspace, team or user that some key carries, or a key's ID. It returns
+// ErrUnknownSubject, and changes nothing, when none does. The check and the
+// change are one transaction.
+func (c *Catalog) SetSubjectOverride(ctx context.Context, o Override, actor string) error {
+	return c.setOverride(ctx, o, actor, true)
+}
+
+func (c *Catalog) setOverride(ctx context.Context, o Override, actor string, requireSubject bool) error {
 	switch {
 	case o.Rule == "" || o.Value == "":
 		return fmt.Errorf("catalog: set override: %w: rule and value are required", ErrInvalid)
@@ -67,11 +79,20 @@ func (c *Catalog) SetOverride(ctx context.Context, o Override, actor string) err
 		return fmt.Errorf("catalog: set override: %w: limits must not be negative", ErrInvalid)
 	case actor == "":
 		return fmt.Errorf("catalog: set override: %w: actor is required", ErrInvalid)
+	case requireSubject && subjectColumn(o.Attribute) == "":
+		return fmt.Errorf("catalog: set override: %w: a %s cannot be checked against the keys; use org, workspace, team, user or key", ErrInvalid, o.Attribute)
 	}
 	now := c.now()
 	o.Limit, o.Burst = clonePtr(o.Limit), clonePtr(o.Burst)
 	o.ExpiresAt = o.ExpiresAt.UTC().Round(0)
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
+		workspace, err := c.subjectWorkspace(ctx, tx, o.Attribute, o.Value)
+		if requireSubject && errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: no key has %s %q", ErrUnknownSubject, o.Attribute, o.Value)
+		}
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 		before, err := c.loadOverride(ctx, tx, o.Rule, o.Attribute, o.Value)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
@@ -84,7 +105,7 @@ func (c *Catalog) SetOverride(ctx context.Context, o Override, actor string) err
 			o.Rule, o.Attribute, o.Value, dbInt(o.Limit), dbInt(o.Burst), dbTime(o.ExpiresAt), now.UnixNano()); err != nil {
 			return err
 		}
-		e := AuditEntry{Actor: actor, Action: ActionOverrideSet, Target: overrideTarget(o.Rule, o.Attribute, o.Value), After: o}
+		e := AuditEntry{Actor: actor, Action: ActionOverrideSet, Target: overrideTarget(o.Rule, o.Attribute, o.Value), After: o, Workspace: workspace}
 		if before != nil {
 			e.Before = before
 		}
@@ -94,6 +115,56 @@ func (c *Catalog) SetOverride(ctx context.Context, o Override, actor string) err
 		return fmt.Errorf("catalog: set override: %w", err)
 	}
 	return nil
+}
+
+// subjectColumn is the api_keys column an override attribute is checked
+// against; "" for attributes no key records (session, ip).
+func subjectColumn(attribute string) string {
+	switch attribute {
+	case "org", "workspace", "team":
+		return attribute
+	case "user":
+		return "user_id"
+	case "key":
+		return "id"
+	}
+	return ""
+}
+
+// subjectWorkspace returns the workspace an override subject belongs to,
+// for the audit log: the value of a workspace, the workspace of a key, ""
+// for subjects that span workspaces. It is sql.ErrNoRows when no key
+// carries the subject.
+func (c *Catalog) subjectWorkspace(ctx context.Context, q queryer, attribute, value string) (string, error) {
+	col := subjectColumn(attribute)
+	if col == "" {
+		return "", sql.ErrNoRows
+	}
+	var workspace string
+	err := q.QueryRowContext(ctx, c.d.q(`SELECT workspace FROM api_keys WHERE `+col+` = ? LIMIT 1`), value).Scan(&workspace)
+	if err != nil {
+		return "", err
+	}
+	if attribute != "workspace" && attribute != "key" {
+		return "", nil
+	}
+	return workspace, nil
+}
+
+// SubjectExists reports whether some key carries the subject: an org,
+// workspace, team or user value, or a key ID.
+func (c *Catalog) SubjectExists(ctx context.Context, attribute, value string) (bool, error) {
+	if subjectColumn(attribute) == "" {
+		return false, fmt.Errorf("catalog: subject exists: %w: attribute %q is not recorded on keys", ErrInvalid, attribute)
+	}
+	_, err := c.subjectWorkspace(ctx, c.db, attribute, value)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("catalog: subject exists: %w", err)
+	}
+	return true, nil
 }
 
 // DeleteOverride removes an override, audited as done by actor. It returns
@@ -114,7 +185,11 @@ func (c *Catalog) DeleteOverride(ctx context.Context, rule, attribute, value, ac
 		if _, err := tx.ExecContext(ctx, c.d.q(`DELETE FROM overrides WHERE rule = ? AND attribute = ? AND value = ?`), rule, attribute, value); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionOverrideDelete, Target: overrideTarget(rule, attribute, value), Before: before}, now)
+		workspace, err := c.subjectWorkspace(ctx, tx, attribute, value)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionOverrideDelete, Target: overrideTarget(rule, attribute, value), Before: before, Workspace: workspace}, now)
 	})
 	if err != nil {
 		return fmt.Errorf("catalog: delete override: %w", err)

@@ -1,0 +1,328 @@
+package catalog
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// MaxRulesPerOrg bounds the rules stored for one org.
+const MaxRulesPerOrg = 200
+
+// Audit actions for stored rules.
+const (
+	ActionRuleCreate = "rule.create"
+	ActionRuleUpdate = "rule.update"
+	ActionRuleDelete = "rule.delete"
+)
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("90s", "1m").
+type Duration time.Duration
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string; a number is refused, since its
+// unit would be a guess.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"1m\" or \"90s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration string such as \"1m\" or \"90s\": %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Match narrows a stored rule to some requests (see sluice.Match).
+type Match struct {
+	Models []string `json:"models,omitempty"`
+	Tiers  []string `json:"tiers,omitempty"`
+	Routes []string `json:"routes,omitempty"`
+}
+
+// Rule is a rule stored in the catalog: the database layer of the policy,
+// after the defaults, the config file and the environment. A stored rule
+// replaces a rule of the same name from an earlier layer. The fields mean
+// what sluice.Rule's do.
+type Rule struct {
+	Name string `json:"name"`
+	// Org owns the rule: at most MaxRulesPerOrg rules are stored per org.
+	// Empty means "default".
+	Org             string                  `json:"org,omitempty"`
+	Kind            sluice.Kind             `json:"kind"`
+	Subject         string                  `json:"subject"`
+	Metric          sluice.Metric           `json:"metric,omitempty"`
+	Limit           int64                   `json:"limit"`
+	Burst           int64                   `json:"burst,omitempty"`
+	Window          Duration                `json:"window,omitempty"`
+	Period          sluice.Period           `json:"period,omitempty"`
+	TimeZone        string                  `json:"time_zone,omitempty"`
+	SoftLimit       int64                   `json:"soft_limit,omitempty"`
+	WarnAt          []float64               `json:"warn_at,omitempty"`
+	Reserve         sluice.ReservePolicy    `json:"reserve,omitempty"`
+	ReserveAmount   int64                   `json:"reserve_amount,omitempty"`
+	OnExpiry        sluice.ExpiryPolicy     `json:"on_expiry,omitempty"`
+	OnStoreError    sluice.StoreErrorPolicy `json:"on_store_error,omitempty"`
+	Fit             string                  `json:"fit,omitempty"`
+	MinOutputTokens int64                   `json:"min_output_tokens,omitempty"`
+	Match           Match                   `json:"match,omitzero"`
+	Mode            sluice.Mode             `json:"mode,omitempty"`
+	Enabled         bool                    `json:"enabled"`
+	CreatedAt       time.Time               `json:"created_at,omitzero"`
+	UpdatedAt       time.Time               `json:"updated_at,omitzero"`
+}
+
+// Sluice returns r as the engine's rule (Source is left for sluice.Resolve
+// to set).
+func (r Rule) Sluice() sluice.Rule {
+	return sluice.Rule{
+		Name: r.Name, Kind: r.Kind, Subject: r.Subject, Metric: r.Metric,
+		Limit: r.Limit, Burst: r.Burst, Window: time.Duration(r.Window),
+		Period: r.Period, TimeZone: r.TimeZone, SoftLimit: r.SoftLimit,
+		WarnAt:  append([]float64(nil), r.WarnAt...),
+		Reserve: r.Reserve, ReserveAmount: r.ReserveAmount,
+		OnExpiry: r.OnExpiry, OnStoreError: r.OnStoreError,
+		Fit: r.Fit, MinOutputTokens: r.MinOutputTokens,
+		Match: sluice.Match{
+			Models: append([]string(nil), r.Match.Models...),
+			Tiers:  append([]string(nil), r.Match.Tiers...),
+			Routes: append([]string(nil), r.Match.Routes...),
+		},
+		Mode:     r.Mode,
+		Disabled: !r.Enabled,
+	}
+}
+
+func ruleTarget(name string) string { return "rule/" + name }
+
+// validateRule checks r as the engine would, so that a stored rule can
+// always be compiled into a policy.
+func validateRule(r *Rule) error {
+	if r.Org == "" {
+		r.Org = "default"
+	}
+	if strings.ContainsAny(r.Name, "/ \t\n") {
+		return fmt.Errorf("%w: rule %q: name must not contain spaces or slashes", ErrInvalid, r.Name)
+	}
+	sr := r.Sluice()
+	if err := sr.Validate(); err != nil {
+		var re *sluice.RuleError
+		if errors.As(err, &re) {
+			return fmt.Errorf("%w: rule %q: %s %s", ErrInvalid, re.Rule, re.Field, re.Message)
+		}
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// CreateRule stores a new rule, audited as done by actor. It returns
+// ErrRuleExists when the name is taken and ErrTooManyRules when the org
+// already has MaxRulesPerOrg rules; the count and the insert are one
+// transaction.
+func (c *Catalog) CreateRule(ctx context.Context, r Rule, actor string) (Rule, error) {
+	if actor == "" {
+		return Rule{}, fmt.Errorf("catalog: create rule: %w: actor is required", ErrInvalid)
+	}
+	if err := validateRule(&r); err != nil {
+		return Rule{}, fmt.Errorf("catalog: create rule: %w", err)
+	}
+	now := c.now()
+	r.CreatedAt, r.UpdatedAt = now.UTC().Round(0), now.UTC().Round(0)
+	def, err := json.Marshal(r)
+	if err != nil {
+		return Rule{}, fmt.Errorf("catalog: create rule: %w", err)
+	}
+	err = c.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := c.loadRule(ctx, tx, r.Name)
+		if err == nil {
+			return fmt.Errorf("%w: a rule named %q is already stored", ErrRuleExists, r.Name)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, c.d.q(`SELECT COUNT(*) FROM rules WHERE org = ?`), r.Org).Scan(&n); err != nil {
+			return err
+		}
+		if n >= MaxRulesPerOrg {
+			return fmt.Errorf("%w: org %q already has %d rules, the most an org may store; delete one first", ErrTooManyRules, r.Org, n)
+		}
+		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO rules (name, org, definition, enabled, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)`),
+			r.Name, r.Org, string(def), r.Enabled, now.UnixNano(), now.UnixNano()); err != nil {
+			return err
+		}
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleCreate, Target: ruleTarget(r.Name), After: r}, now)
+	})
+	if err != nil {
+		return Rule{}, fmt.Errorf("catalog: create rule: %w", err)
+	}
+	return r, nil
+}
+
+// UpdateRule replaces the stored rule named name with r (whose Name must be
+// name or empty), audited with the rule before and after. Moving a rule to
+// another org counts against that org's MaxRulesPerOrg. A change of
+// window, period, subject or metric gives the rule new counters (the engine
+// keys counters by them); a change of limit keeps the usage counted.
+func (c *Catalog) UpdateRule(ctx context.Context, name string, r Rule, actor string) (Rule, error) {
+	return c.changeRule(ctx, name, actor, func(before Rule) (Rule, error) {
+		if r.Name != "" && r.Name != name {
+			return Rule{}, fmt.Errorf("%w: the body names rule %q, the path %q: a rule cannot be renamed", ErrInvalid, r.Name, name)
+		}
+		r.Name = name
+		if err := validateRule(&r); err != nil {
+			return Rule{}, err
+		}
+		return r, nil
+	})
+}
+
+// SetRuleEnabled enables or disables a stored rule, audited. A disabled rule
+// counts nothing and refuses nothing.
+func (c *Catalog) SetRuleEnabled(ctx context.Context, name string, enabled bool, actor string) (Rule, error) {
+	return c.changeRule(ctx, name, actor, func(before Rule) (Rule, error) {
+		before.Enabled = enabled
+		return before, nil
+	})
+}
+
+// changeRule loads a rule, applies change and stores the result in one
+// audited transaction.
+func (c *Catalog) changeRule(ctx context.Context, name, actor string, change func(Rule) (Rule, error)) (Rule, error) {
+	if actor == "" {
+		return Rule{}, fmt.Errorf("catalog: update rule: %w: actor is required", ErrInvalid)
+	}
+	now := c.now()
+	var after Rule
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
+		before, err := c.loadRule(ctx, tx, name)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: no stored rule is named %q", ErrUnknownRule, name)
+		}
+		if err != nil {
+			return err
+		}
+		after, err = change(before)
+		if err != nil {
+			return err
+		}
+		after.CreatedAt, after.UpdatedAt = before.CreatedAt, now.UTC().Round(0)
+		if after.Org != before.Org {
+			var n int
+			if err := tx.QueryRowContext(ctx, c.d.q(`SELECT COUNT(*) FROM rules WHERE org = ?`), after.Org).Scan(&n); err != nil {
+				return err
+			}
+			if n >= MaxRulesPerOrg {
+				return fmt.Errorf("%w: org %q already has %d rules, the most an org may store", ErrTooManyRules, after.Org, n)
+			}
+		}
+		def, err := json.Marshal(after)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE rules SET org = ?, definition = ?, enabled = ?, updated_at = ? WHERE name = ?`),
+			after.Org, string(def), after.Enabled, now.UnixNano(), name); err != nil {
+			return err
+		}
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleUpdate, Target: ruleTarget(name), Before: before, After: after}, now)
+	})
+	if err != nil {
+		return Rule{}, fmt.Errorf("catalog: update rule %s: %w", name, err)
+	}
+	return after, nil
+}
+
+// DeleteRule removes a stored rule, audited. Overrides that name it stay
+// stored and apply again if a rule of that name comes back.
+func (c *Catalog) DeleteRule(ctx context.Context, name, actor string) error {
+	if actor == "" {
+		return fmt.Errorf("catalog: delete rule: %w: actor is required", ErrInvalid)
+	}
+	now := c.now()
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
+		before, err := c.loadRule(ctx, tx, name)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: no stored rule is named %q", ErrUnknownRule, name)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, c.d.q(`DELETE FROM rules WHERE name = ?`), name); err != nil {
+			return err
+		}
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleDelete, Target: ruleTarget(name), Before: before}, now)
+	})
+	if err != nil {
+		return fmt.Errorf("catalog: delete rule %s: %w", name, err)
+	}
+	return nil
+}
+
+// GetRule returns the stored rule named name, or ErrUnknownRule.
+func (c *Catalog) GetRule(ctx context.Context, name string) (Rule, error) {
+	r, err := c.loadRule(ctx, c.db, name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Rule{}, fmt.Errorf("catalog: get rule: %w: no stored rule is named %q", ErrUnknownRule, name)
+	}
+	if err != nil {
+		return Rule{}, fmt.Errorf("catalog: get rule: %w", err)
+	}
+	return r, nil
+}
+
+func (c *Catalog) loadRule(ctx context.Context, q queryer, name string) (Rule, error) {
+	var def string
+	if err := q.QueryRowContext(ctx, c.d.q(`SELECT definition FROM rules WHERE name = ?`), name).Scan(&def); err != nil {
+		return Rule{}, err
+	}
+	var r Rule
+	if err := json.Unmarshal([]byte(def), &r); err != nil {
+		return Rule{}, fmt.Errorf("rule %s: stored definition: %w", name, err)
+	}
+	return r, nil
+}
+
+// ListRules returns the stored rules of org (every org when empty), by
+// name.
+func (c *Catalog) ListRules(ctx context.Context, org string) ([]Rule, error) {
+	query := `SELECT definition FROM rules`
+	var args []any
+	if org != "" {
+		query += ` WHERE org = ?`
+		args = append(args, org)
+	}
+	rows, err := c.db.QueryContext(ctx, c.d.q(query+` ORDER BY name`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: list rules: %w", err)
+	}
+	defer rows.Close()
+	var out []Rule
+	for rows.Next() {
+		var def string
+		if err := rows.Scan(&def); err != nil {
+			return nil, fmt.Errorf("catalog: list rules: %w", err)
+		}
+		var r Rule
+		if err := json.Unmarshal([]byte(def), &r); err != nil {
+			return nil, fmt.Errorf("catalog: list rules: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("catalog: list rules: %w", err)
+	}
+	return out, nil
+}
