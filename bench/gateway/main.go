@@ -39,6 +39,9 @@ type options struct {
 	pacedStreams  int
 	perfData      string
 	src           string
+	rev           string
+	store         string
+	noLimits      bool
 }
 
 // The request bodies: 16 output tokens, asked for in the prompt and capped
@@ -61,6 +64,9 @@ func main() {
 	flag.IntVar(&o.pacedStreams, "paced-streams", 5, "paced streams per target per round")
 	flag.StringVar(&o.perfData, "perf", "", "after the rounds, profile the gateway with perf record during one more saturation phase, into this file")
 	flag.StringVar(&o.src, "src", "", "module to build sluice from (default: the current module)")
+	flag.StringVar(&o.rev, "rev", "", "build sluice from this git revision of the module (git archive) instead of the working tree")
+	flag.StringVar(&o.store, "store", "", "the gateway's --store URL, for comparisons (default: embedded SQLite under the data directory)")
+	flag.BoolVar(&o.noLimits, "no-limits", false, "for comparisons: turn the three default rules off (their knobs at 0) instead of raising them")
 	flag.Parse()
 	if o.duration <= 0 || o.rounds < 1 || o.conns < 1 || o.chunkInterval <= 0 || o.pacedStreams < 1 {
 		fmt.Fprintln(os.Stderr, "bench/gateway: -duration, -rounds, -conns, -chunk-interval and -paced-streams must be positive")
@@ -89,8 +95,16 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	logf("building sluice from %s", src)
-	bin, err := buildSluice(ctx, src, tmp)
+	info := machine(src)
+	buildDir := src
+	if o.rev != "" {
+		buildDir = filepath.Join(tmp, "src")
+		if info.commit, err = exportRev(ctx, src, o.rev, buildDir); err != nil {
+			return err
+		}
+	}
+	logf("building sluice from %s (%s)", buildDir, info.commit)
+	bin, err := buildSluice(ctx, buildDir, tmp)
 	if err != nil {
 		return err
 	}
@@ -125,7 +139,16 @@ func run(ctx context.Context, o options) error {
 	if err := writeConfig(cfgPath, gwAddr, adminAddr, filepath.Join(tmp, "data"), mockAddr, pacedAddr); err != nil {
 		return err
 	}
-	gwEnv := childEnv(append([]string{"SLUICE_ADMIN_TOKEN=bench-admin-token"}, knobs...)...)
+	gwVars := []string{"SLUICE_ADMIN_TOKEN=bench-admin-token"}
+	if o.noLimits {
+		gwVars = append(gwVars, "SLUICE_RATE_PER_MINUTE=0", "SLUICE_DAILY_TOKEN_BUDGET=0", "SLUICE_MAX_IN_FLIGHT=0")
+	} else {
+		gwVars = append(gwVars, knobs...)
+	}
+	if o.store != "" {
+		gwVars = append(gwVars, "SLUICE_STORE="+o.store)
+	}
+	gwEnv := childEnv(gwVars...)
 	key, err := createKey(ctx, bin, cfgPath, gwEnv)
 	if err != nil {
 		return err
@@ -148,7 +171,7 @@ func run(ctx context.Context, o options) error {
 	}
 	b.pacedDirect = &target{name: "direct", addr: pacedAddr, path: "/v1/chat/completions", auth: b.direct.auth}
 	b.pacedGateway = &target{name: "gateway", addr: gwAddr, path: "/v1/chat/completions", auth: b.gateway.auth}
-	b.start = machine(src)
+	b.start = info
 	b.start.load = loadInfo()
 	if err := b.check(); err != nil {
 		return err

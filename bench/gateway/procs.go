@@ -47,6 +47,39 @@ func buildSluice(ctx context.Context, src, dir string) (string, error) {
 	return bin, nil
 }
 
+// exportRev writes the tree of git revision rev of the repository at src
+// into dir (git archive), so that the build does not see uncommitted
+// changes, and returns the revision's short hash.
+func exportRev(ctx context.Context, src, rev, dir string) (string, error) {
+	hash, err := exec.CommandContext(ctx, "git", "-C", src, "rev-parse", "--short", "--verify", rev+"^{commit}").Output()
+	if err != nil {
+		return "", fmt.Errorf("git rev-parse %s: %w", rev, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	archive := exec.CommandContext(ctx, "git", "-C", src, "archive", "--format=tar", rev)
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", dir)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	untar.Stdin = pipe
+	var errs bytes.Buffer
+	archive.Stderr, untar.Stderr = &errs, &errs
+	if err := archive.Start(); err != nil {
+		return "", err
+	}
+	if err := untar.Run(); err != nil {
+		_ = archive.Wait()
+		return "", fmt.Errorf("git archive %s | tar -x: %w\n%s", rev, err, errs.String())
+	}
+	if err := archive.Wait(); err != nil {
+		return "", fmt.Errorf("git archive %s: %w\n%s", rev, err, errs.String())
+	}
+	return strings.TrimSpace(string(hash)), nil
+}
+
 // moduleRoot returns the directory of the main module's go.mod.
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()

@@ -107,6 +107,15 @@ func (b *bench) command() string {
 	if o.chunkInterval != 20*time.Millisecond {
 		cmd += " -chunk-interval " + o.chunkInterval.String()
 	}
+	if o.rev != "" {
+		cmd += " -rev " + o.rev
+	}
+	if o.store != "" {
+		cmd += " -store " + o.store
+	}
+	if o.noLimits {
+		cmd += " -no-limits"
+	}
 	if o.pacedStreams != 5 {
 		cmd += fmt.Sprintf(" -paced-streams %d", o.pacedStreams)
 	}
@@ -118,6 +127,14 @@ func (b *bench) command() string {
 func (b *bench) report(w io.Writer) {
 	m := b.start
 	fmt.Fprintf(w, "\nMachine: %d CPUs (nproc), %s; %s; sluice %s.\n", m.nproc, m.cpu, m.goVer, m.commit)
+	store, limits := "embedded SQLite (the default)", "the three default rules on, limits raised so that none refuses"
+	if b.o.store != "" {
+		store = b.o.store
+	}
+	if b.o.noLimits {
+		limits = "the three default rules off (knobs at 0)"
+	}
+	fmt.Fprintf(w, "Gateway: store %s; %s.\n", store, limits)
 	fmt.Fprintf(w, "Load: at the start %s; at the end %s.\n", m.load, b.endLoad)
 	fmt.Fprintf(w, "\nCommand: `%s`\n", b.command())
 	fmt.Fprintf(w, "\n%d rounds; each: %s at %d connections, %s at 1 connection, %s of streams at 1 connection, %d paced streams, direct and through the gateway, the order alternating.\n",
