@@ -1,0 +1,239 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Kinds as the SQL functions number them.
+const (
+	kindRate        int16 = 1
+	kindBudget      int16 = 2
+	kindConcurrency int16 = 3
+)
+
+func kindOf(k sluice.Kind) int16 {
+	switch k {
+	case sluice.KindRate:
+		return kindRate
+	case sluice.KindBudget:
+		return kindBudget
+	}
+	return kindConcurrency
+}
+
+// sweepChunk is how many reservations one sluice_sweep call settles, and how
+// many expired leases and idle counters one sluice_cleanup call deletes.
+const sweepChunk = 500
+
+const (
+	admitSQL = `SELECT admitted, allowed, remaining, used, retry_after, reset_at
+FROM sluice_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
+	settleSQL  = `SELECT sluice_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+	sweepSQL   = `SELECT reservations, charged, released FROM sluice_sweep($1, $2)`
+	cleanupSQL = `SELECT leases, counters FROM sluice_cleanup($1, $2)`
+)
+
+// args holds one call's charges as the arrays the SQL functions take, in
+// key order, and the results sluice_admit returns.
+type args struct {
+	order                            []int // order[j] is the index in the batch of the j-th charge sent
+	kind                             []int16
+	rule, period                     []int64
+	subject                          []string
+	limit, burst, window, periodEnd  []int64
+	amount, actual                   []int64
+	shadow, release                  []bool
+	allowed                          []bool
+	remaining, used, retry, resetAts []int64
+}
+
+var argsPool = sync.Pool{New: func() any { return new(args) }}
+
+// load fills a with the charges of b for which keep is true, sorted by
+// (rule, subject, period): the one order in which every transaction locks
+// counter rows, so that none can deadlock another. The SQL side sorts the
+// same way (signed rule, bytewise subject).
+func (a *args) load(b *sluice.Batch, keep func(c *sluice.Charge) bool) {
+	a.order = a.order[:0]
+	for i := range b.Charges {
+		if keep == nil || keep(&b.Charges[i]) {
+			a.order = append(a.order, i)
+		}
+	}
+	// Insertion sort: batches hold a handful of charges.
+	for j := 1; j < len(a.order); j++ {
+		for k := j; k > 0 && keyLess(&b.Charges[a.order[k]].Key, &b.Charges[a.order[k-1]].Key); k-- {
+			a.order[k], a.order[k-1] = a.order[k-1], a.order[k]
+		}
+	}
+	n := len(a.order)
+	a.kind = resize(a.kind, n)
+	a.rule, a.period, a.subject = resize(a.rule, n), resize(a.period, n), resize(a.subject, n)
+	a.limit, a.burst, a.window, a.periodEnd = resize(a.limit, n), resize(a.burst, n), resize(a.window, n), resize(a.periodEnd, n)
+	a.amount, a.actual = resize(a.amount, n), resize(a.actual, n)
+	a.shadow, a.release = resize(a.shadow, n), resize(a.release, n)
+	for j, i := range a.order {
+		c := &b.Charges[i]
+		a.kind[j] = kindOf(c.Kind)
+		a.rule[j] = int64(c.Key.Rule)
+		a.subject[j] = c.Key.Subject
+		a.period[j] = c.Key.Period
+		a.limit[j] = c.Limit
+		a.burst[j] = c.BurstOrLimit()
+		a.window[j] = int64(c.Window)
+		a.periodEnd[j] = 0
+		if !c.PeriodEnd.IsZero() {
+			a.periodEnd[j] = c.PeriodEnd.UnixNano()
+		}
+		a.amount[j] = c.Amount
+		a.actual[j] = c.Actual
+		a.shadow[j] = c.Shadow
+		a.release[j] = c.OnExpiry == sluice.ExpiryRelease
+	}
+}
+
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+func keyLess(x, y *sluice.CounterKey) bool {
+	if x.Rule != y.Rule {
+		return int64(x.Rule) < int64(y.Rule)
+	}
+	if c := strings.Compare(x.Subject, y.Subject); c != 0 {
+		return c < 0
+	}
+	return x.Period < y.Period
+}
+
+// Admit checks every charge of b and applies all of them or none, in one
+// transaction and one round trip.
+func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+	if len(b.Charges) == 0 {
+		return true, nil
+	}
+	admitted, err := s.evaluate(ctx, now, b, false)
+	if err != nil {
+		return false, fmt.Errorf("pgstore: admit: %w", err)
+	}
+	return admitted, nil
+}
+
+// Peek fills the result fields of b's charges without charging or locking.
+func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
+	if len(b.Charges) == 0 {
+		return nil
+	}
+	if _, err := s.evaluate(ctx, now, b, true); err != nil {
+		return fmt.Errorf("pgstore: peek: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) evaluate(ctx context.Context, now time.Time, b *sluice.Batch, peek bool) (bool, error) {
+	a := argsPool.Get().(*args)
+	defer argsPool.Put(a)
+	a.load(b, nil)
+	var ttl int64
+	if !b.Deadline.IsZero() {
+		ttl = int64(b.Deadline.Sub(now))
+	}
+	var admitted bool
+	err := s.call(ctx, func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, admitSQL, s.now(now), peek, int64(b.ID), ttl,
+			a.kind, a.rule, a.subject, a.period, a.limit, a.burst, a.window, a.periodEnd,
+			a.amount, a.shadow, a.release,
+		).Scan(&admitted, &a.allowed, &a.remaining, &a.used, &a.retry, &a.resetAts)
+	})
+	if err != nil {
+		return false, err
+	}
+	if len(a.allowed) != len(a.order) {
+		return false, fmt.Errorf("sluice_admit returned %d results for %d charges", len(a.allowed), len(a.order))
+	}
+	for j, i := range a.order {
+		c := &b.Charges[i]
+		c.Allowed = a.allowed[j]
+		c.Remaining = a.remaining[j]
+		c.Used = a.used[j]
+		c.RetryAfter = time.Duration(a.retry[j])
+		switch {
+		case c.Kind == sluice.KindBudget:
+			c.ResetAt = c.PeriodEnd
+		case a.resetAts[j] != 0:
+			c.ResetAt = time.Unix(0, a.resetAts[j])
+		default:
+			c.ResetAt = time.Time{}
+		}
+	}
+	return admitted, nil
+}
+
+// needsSettling reports whether settling c changes anything: a rate charge
+// whose actual equals its amount leaves its bucket as it is.
+func needsSettling(c *sluice.Charge) bool {
+	return c.Kind != sluice.KindRate || c.Actual != c.Amount
+}
+
+// Settle applies each charge's Actual in place of its Amount and frees the
+// batch's leases, in one transaction. A batch with a budget charge is settled
+// only while its reservation row exists, so settling twice, or after the
+// sweep, does nothing.
+func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
+	a := argsPool.Get().(*args)
+	defer argsPool.Put(a)
+	a.load(b, needsSettling)
+	if len(a.order) == 0 {
+		return nil
+	}
+	err := s.call(ctx, func(ctx context.Context) error {
+		var applied bool
+		return s.pool.QueryRow(ctx, settleSQL, s.now(now), int64(b.ID),
+			a.kind, a.rule, a.subject, a.period, a.limit, a.burst, a.window, a.periodEnd,
+			a.amount, a.actual,
+		).Scan(&applied)
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: settle: %w", err)
+	}
+	return nil
+}
+
+// Sweep settles the reservations past their deadline, sweepChunk per
+// transaction, then deletes some expired leases and idle counters. Any
+// number of replicas may sweep at once: each reservation is settled by one.
+func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
+	var res sluice.SweepResult
+	for {
+		var n, charged, released int
+		err := s.call(ctx, func(ctx context.Context) error {
+			return s.pool.QueryRow(ctx, sweepSQL, s.now(now), sweepChunk).Scan(&n, &charged, &released)
+		})
+		if err != nil {
+			return res, fmt.Errorf("pgstore: sweep: %w", err)
+		}
+		res.Reservations += n
+		res.Charged += charged
+		res.Released += released
+		if n < sweepChunk {
+			break
+		}
+	}
+	err := s.call(ctx, func(ctx context.Context) error {
+		var leases, counters int
+		return s.pool.QueryRow(ctx, cleanupSQL, s.now(now), sweepChunk).Scan(&leases, &counters)
+	})
+	if err != nil {
+		return res, fmt.Errorf("pgstore: sweep: clean up: %w", err)
+	}
+	return res, nil
+}
