@@ -259,7 +259,6 @@ func TestReservation_SettleAfterStoreErrorCanBeRetried(t *testing.T) {
 // A settlement that fails in the store and is retried is one overrun, not
 // two: the hook feeds logs and the audit trail.
 func TestReservation_SettleRetryCountsOverrunOnce(t *testing.T) {
-	knownBug(t, "reservation.go settle counts overruns and calls OnOverrun before store.Settle succeeds")
 	var overruns []sluice.Overrun
 	s := newFlakyStore()
 	l, _ := newLimiter(t, sluice.Options{Store: s, Rules: []sluice.Rule{daily(sluice.MetricTokens, 1000)},

@@ -53,7 +53,7 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 			if req.OutputPrice <= 0 {
 				continue
 			}
-			room = tokensFor(c.Remaining-costWithoutOutput(&req), req.OutputPrice)
+			room = outputFor(c.Remaining, &req)
 		default:
 			continue
 		}
@@ -62,24 +62,42 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 	return best, nil
 }
 
-// costWithoutOutput is the part of req.Max.Cost that is not output.
+// costWithoutOutput is the part of req.Max.Cost that is not output, at
+// most (Max.Cost was rounded up).
 func costWithoutOutput(req *Request) int64 {
 	out := Price{Output: req.OutputPrice}.Cost(Usage{OutputTokens: req.Max.OutputTokens})
 	return max(0, req.Max.Cost-out)
 }
 
-// tokensFor returns how many tokens at price (micro-dollars per million)
-// money buys, rounded down.
-func tokensFor(money, price int64) int64 {
-	if money <= 0 {
-		return 0
+// outputFor returns the most output tokens whose cost, added to the input
+// part of req.Max.Cost, stays within money. Max.Cost is a rounded-up total,
+// so the input part is taken at its largest: Max.Cost*1e6 - output*price in
+// millionths of a micro-dollar. The answer may be one token short of the
+// exact optimum, never over.
+func outputFor(money int64, req *Request) int64 {
+	const million = 1_000_000
+	// (money - Max.Cost)*1e6 + Max.OutputTokens*price, in 128 bits.
+	hi, lo := bits.Mul64(uint64(req.Max.OutputTokens), uint64(req.OutputPrice))
+	spare := money - req.Max.Cost
+	if spare >= 0 {
+		h, l := bits.Mul64(uint64(spare), million)
+		var carry uint64
+		lo, carry = bits.Add64(lo, l, 0)
+		hi += h + carry
+	} else {
+		h, l := bits.Mul64(uint64(-spare), million)
+		if hi < h || hi == h && lo < l {
+			return 0
+		}
+		var borrow uint64
+		lo, borrow = bits.Sub64(lo, l, 0)
+		hi -= h + borrow
 	}
-	hi, lo := bits.Mul64(uint64(money), 1_000_000)
-	if hi >= uint64(price) {
-		return 1<<63 - 1
+	if hi >= uint64(req.OutputPrice) {
+		return 1<<62 - 1
 	}
-	q, _ := bits.Div64(hi, lo, uint64(price))
-	return int64(min(q, 1<<62))
+	q, _ := bits.Div64(hi, lo, uint64(req.OutputPrice))
+	return int64(min(q, 1<<62-1))
 }
 
 // Effective is one limit that applies to an identity, where it came from,
@@ -105,7 +123,7 @@ func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, erro
 	r.batch.Charges = r.inline[:0]
 	now := l.clock.Now()
 	req := Request{Identity: id}
-	if err := l.build(l.policy.Load(), &req, now, r); err != nil {
+	if err := l.buildCharges(l.policy.Load(), &req, now, r, false); err != nil {
 		return nil, err
 	}
 	if len(r.batch.Charges) > 0 {

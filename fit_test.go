@@ -115,7 +115,6 @@ func hasCost(rules []sluice.Rule) bool {
 // the output away, and Fit offers a cap that then costs one micro-dollar
 // too much.
 func TestLimiter_FitCostCapIsAdmittedAfterRounding(t *testing.T) {
-	knownBug(t, "fit.go Fit/costWithoutOutput: the input cost recovered from Max.Cost can be low by one")
 	price := sluice.Price{Input: 1_500_000, Output: 1_500_000} // 1.5 micro-dollars a token
 	l, _ := withRules(t, daily(sluice.MetricCost, 4))
 	req := fitRequest(1, 3, &price) // costs ceil(1.5 + 4.5) = 6

@@ -3,7 +3,6 @@ package sluice_test
 import (
 	"context"
 	"errors"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -182,12 +181,3 @@ func waitTimers(t *testing.T, clock *storetest.Clock, n int) {
 	}
 }
 
-// knownBug skips a test written for a bug that is reported but not fixed
-// yet. Run with SLUICE_KNOWN_BUGS=1 to see it fail; delete the call once the
-// fix lands.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("SLUICE_KNOWN_BUGS") == "" {
-		t.Skip("known bug, reported: " + what)
-	}
-}

@@ -202,6 +202,12 @@ func (l *Limiter) timeout(req *Request) time.Duration {
 
 // build appends to r one charge per applicable rule and subject.
 func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reservation) error {
+	return l.buildCharges(p, req, now, r, true)
+}
+
+// buildCharges is build; without checkFit, a charge too large for its rule
+// is kept rather than refused (to look at a subject's limits).
+func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r *Reservation, checkFit bool) error {
 	r.batch.Charges = r.batch.Charges[:0]
 	r.result = Result{}
 	id := &req.Identity
@@ -227,11 +233,11 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		c.Amount = rule.reserveAmount(req)
 		switch rule.Kind {
 		case KindRate:
-			if !c.Shadow && c.Amount > c.BurstOrLimit() {
+			if checkFit && !c.Shadow && c.Amount > c.BurstOrLimit() {
 				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: c.BurstOrLimit()}
 			}
 		case KindBudget:
-			if !c.Shadow && c.Amount > limit {
+			if checkFit && !c.Shadow && c.Amount > limit {
 				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: limit}
 			}
 			start, end := PeriodBounds(rule.Period, now, rule.location)

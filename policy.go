@@ -1,8 +1,10 @@
 package sluice
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -119,8 +121,8 @@ func compileRule(r Rule) (*compiledRule, error) {
 		if r.Burst < 0 {
 			return nil, bad("burst", "must not be negative, got %d", r.Burst)
 		}
-		if r.Burst > 0 && r.Burst < r.MinOutputTokens {
-			return nil, bad("burst", "%d is smaller than one request's minimum (%d)", r.Burst, r.MinOutputTokens)
+		if burst := cmp.Or(r.Burst, r.Limit); burst > 0 && burst < r.MinOutputTokens {
+			return nil, bad("burst", "%d is smaller than one request's minimum (%d)", burst, r.MinOutputTokens)
 		}
 	case KindBudget:
 		switch r.Period {
@@ -149,6 +151,9 @@ func compileRule(r Rule) (*compiledRule, error) {
 	case ReserveFixed:
 		if r.ReserveAmount <= 0 {
 			return nil, bad("reserve_amount", "must be positive with reserve: fixed")
+		}
+		if capacity := cmp.Or(r.Burst, r.Limit); r.Kind != KindConcurrency && capacity > 0 && r.ReserveAmount > capacity {
+			return nil, bad("reserve_amount", "%d is more than the rule could ever admit (%d)", r.ReserveAmount, capacity)
 		}
 	default:
 		return nil, bad("reserve", "must be worst_case, estimate or fixed, not %q", r.Reserve)
@@ -292,6 +297,9 @@ func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time
 func scale(v, pct int64) int64 {
 	if v <= 0 {
 		return v
+	}
+	if pct > 100 && v/100 > math.MaxInt64/pct {
+		return math.MaxInt64
 	}
 	s := v / 100 * pct
 	s += v % 100 * pct / 100

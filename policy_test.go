@@ -382,7 +382,6 @@ func TestTier_OverrideBeatsTier(t *testing.T) {
 // reservation of 8000 under a tier that scales the budget to 5000 can never
 // be admitted, but its headroom is still there to report.
 func TestLimiter_EffectiveWithReservationLargerThanScaledLimit(t *testing.T) {
-	knownBug(t, "fit.go Effective returns build's *TooLargeError for a fixed reservation above the effective limit")
 	b := daily(sluice.MetricTokens, 10_000)
 	b.Reserve, b.ReserveAmount = sluice.ReserveFixed, 8000
 	l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{b}, Tiers: []sluice.Tier{{Name: "new", Percent: 50}}})
@@ -398,7 +397,6 @@ func TestLimiter_EffectiveWithReservationLargerThanScaledLimit(t *testing.T) {
 // keep such a limit huge, not wrap it: scale(MaxInt64, 200) overflows to a
 // negative product and comes back as a limit of 1.
 func TestTier_ScalingAHugeLimitSaturates(t *testing.T) {
-	knownBug(t, "policy.go scale overflows for v/100*pct past MaxInt64")
 	l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{daily(sluice.MetricTokens, math.MaxInt64)},
 		Tiers: []sluice.Tier{{Name: "pro", Percent: 200}}})
 	id := ident("k")
@@ -418,7 +416,6 @@ func TestTier_ScalingAHugeLimitSaturates(t *testing.T) {
 // the raise gives nothing for 20 seconds, and a lowered limit gives room
 // back early.
 func TestOverride_RaisedRateLimitKeepsUnitsUsed(t *testing.T) {
-	knownBug(t, "store/memstore/counter.go keeps a bucket's level as time (tat), so a changed limit rescales the units used")
 	l, _ := withRules(t, rpm(2))
 	admit(t, l, byKey("k"))
 	admit(t, l, byKey("k"))

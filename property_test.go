@@ -60,11 +60,10 @@ func TestRateBucket_PropertyNeverAdmitsMoreThanBurstPlusRefill(t *testing.T) {
 			capacity = limit
 		}
 		rule := sluice.Rule{Name: "r", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricTokens, Limit: limit, Burst: burst, Window: window}
-		// No eviction of idle counters: memstore evicts a bucket that is
-		// less than a nanosecond from full as if it were full (reported;
-		// see TestStore_EvictionKeepsPartlyDrawnBucket in store/memstore).
-		noEviction := memstore.New(memstore.Options{EvictEvery: 1 << 30})
-		l, clock := newLimiter(t, sluice.Options{Store: noEviction, Rules: []sluice.Rule{rule}})
+		// Eviction after every admission: an evicted bucket must be
+		// exactly one that was full.
+		eager := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 1 << 20})
+		l, clock := newLimiter(t, sluice.Options{Store: eager, Rules: []sluice.Rule{rule}})
 		ctx := context.Background()
 		var log []admission
 		steps := rapid.IntRange(1, 60).Draw(t, "steps")

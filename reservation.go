@@ -147,17 +147,19 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error 
 			c.Actual = c.Amount
 		default:
 			c.Actual = u.amount(c.rule.metric)
-			if c.Actual > c.Amount {
-				l.overruns.Add(1)
-				if l.onOverrun != nil {
-					l.onOverrun(Overrun{Rule: c.rule.Name, Subject: c.Key.Subject, Reserved: c.Amount, Actual: c.Actual})
-				}
-			}
 		}
 	}
 	if err := l.store.Settle(ctx, l.clock.Now(), &r.batch); err != nil {
 		r.state.Store(stateOpen)
 		return &StoreError{Op: "settle", Err: err}
+	}
+	for i := range r.batch.Charges {
+		if c := &r.batch.Charges[i]; c.Actual > c.Amount && c.Kind != KindConcurrency {
+			l.overruns.Add(1)
+			if l.onOverrun != nil {
+				l.onOverrun(Overrun{Rule: c.rule.Name, Subject: c.Key.Subject, Reserved: c.Amount, Actual: c.Actual})
+			}
+		}
 	}
 	r.state.Store(stateDone)
 	l.waiters.notify()

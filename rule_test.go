@@ -46,7 +46,7 @@ func TestRule_ValidateReportsRuleAndField(t *testing.T) {
 		{"time zone", with(validBudget(), func(r *sluice.Rule) { r.TimeZone = "Europe/London" }), ""},
 		{"warn_at 1", with(validBudget(), func(r *sluice.Rule) { r.WarnAt = []float64{0.5, 1} }), ""},
 		{"soft limit equal to limit", with(validBudget(), func(r *sluice.Rule) { r.SoftLimit = 1000 }), ""},
-		{"fixed reserve", with(validBudget(), func(r *sluice.Rule) { r.Reserve, r.ReserveAmount = sluice.ReserveFixed, 8000 }), ""},
+		{"fixed reserve", with(validBudget(), func(r *sluice.Rule) { r.Reserve, r.ReserveAmount = sluice.ReserveFixed, 800 }), ""},
 		{"burst equal to min output", with(validRate(), func(r *sluice.Rule) { r.Burst, r.MinOutputTokens, r.Fit = 100, 100, "clamp" }), ""},
 		{"every option spelled out", with(validBudget(), func(r *sluice.Rule) {
 			r.Reserve, r.OnExpiry, r.OnStoreError, r.Mode = sluice.ReserveEstimate, sluice.ExpiryRelease, sluice.StoreErrorOpen, sluice.ModeShadow
@@ -76,6 +76,7 @@ func TestRule_ValidateReportsRuleAndField(t *testing.T) {
 		{"warn_at above one", with(validBudget(), func(r *sluice.Rule) { r.WarnAt = []float64{0.5, 1.01} }), "warn_at"},
 		{"warn_at negative", with(validBudget(), func(r *sluice.Rule) { r.WarnAt = []float64{-0.5} }), "warn_at"},
 		{"warn_at NaN", with(validBudget(), func(r *sluice.Rule) { r.WarnAt = []float64{math.NaN()} }), "warn_at"},
+		{"fixed reserve above the limit", with(validBudget(), func(r *sluice.Rule) { r.Reserve, r.ReserveAmount = sluice.ReserveFixed, 8000 }), "reserve_amount"},
 		{"fixed reserve without amount", with(validBudget(), func(r *sluice.Rule) { r.Reserve = sluice.ReserveFixed }), "reserve_amount"},
 		{"fixed reserve negative amount", with(validBudget(), func(r *sluice.Rule) { r.Reserve, r.ReserveAmount = sluice.ReserveFixed, -1 }), "reserve_amount"},
 		{"unknown reserve", with(validBudget(), func(r *sluice.Rule) { r.Reserve = "everything" }), "reserve"},
@@ -127,7 +128,6 @@ func TestRule_ValidateReportsRuleAndField(t *testing.T) {
 // explicit burst: a bucket smaller than one request's minimum output can
 // never fit it.
 func TestRule_ValidateDefaultBurstBelowMinOutputTokens(t *testing.T) {
-	knownBug(t, "rule.go compileRule checks min_output_tokens only against an explicit Burst")
 	r := validRate()
 	r.Limit, r.MinOutputTokens, r.Fit = 100, 200, "clamp"
 	var re *sluice.RuleError

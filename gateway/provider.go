@@ -59,17 +59,17 @@ func newProvider(p Provider, timeout time.Duration) (*provider, error) {
 		}
 	}
 	pp.client = &fasthttp.HostClient{
-		Addr:                          addr,
-		IsTLS:                         pp.tls,
-		Name:                          "sluice",
-		MaxConns:                      4096,
-		MaxIdleConnDuration:           90 * time.Second,
-		ReadTimeout:                   timeout,
-		WriteTimeout:                  timeout,
-		StreamResponseBody:            true,
-		NoDefaultUserAgentHeader:      true,
-		DisablePathNormalizing:        true,
-		MaxResponseBodySize:           256 << 20,
+		Addr:                     addr,
+		IsTLS:                    pp.tls,
+		Name:                     "sluice",
+		MaxConns:                 4096,
+		MaxIdleConnDuration:      90 * time.Second,
+		ReadTimeout:              timeout,
+		WriteTimeout:             timeout,
+		StreamResponseBody:       true,
+		NoDefaultUserAgentHeader: true,
+		DisablePathNormalizing:   true,
+		MaxResponseBodySize:      256 << 20,
 	}
 	return pp, nil
 }

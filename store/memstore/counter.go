@@ -15,6 +15,9 @@ type counter struct {
 	// nanoseconds plus frac/limit of a nanosecond, kept exact so that a
 	// bucket admits exactly its burst whatever the limit and window.
 	tat, frac int64
+	// drawnAt is the limit the bucket was last drawn at: a changed limit
+	// keeps the units used, not the time.
+	drawnAt int64
 	// Budget: settled usage, open reservations, end of the period (Unix ns).
 	used, reserved, end int64
 	// Concurrency: leases held.
@@ -29,7 +32,7 @@ type lease struct {
 // idle reports whether c holds nothing worth keeping: a full bucket, an
 // empty or finished budget, no live lease.
 func (c *counter) idle(now int64) bool {
-	return c.tat <= now && c.reserved == 0 && (c.used == 0 || c.end <= now) && c.liveLeases(now) == 0
+	return (c.tat < now || c.tat == now && c.frac == 0) && c.reserved == 0 && (c.used == 0 || c.end <= now) && c.liveLeases(now) == 0
 }
 
 func (c *counter) liveLeases(now int64) int {
@@ -92,11 +95,18 @@ func bucketOf(ch *sluice.Charge) bucket {
 // the bucket is full.
 func (b bucket) start(c *counter, now int64) (tat, frac int64) {
 	tat, frac = c.tat, c.frac
-	if frac >= b.limit { // the limit changed under this counter
-		tat, frac = tat+frac/b.limit, frac%b.limit
-	}
-	if tat < now {
+	if tat < now || tat == now && frac == 0 {
 		return now, 0
+	}
+	if c.drawnAt != 0 && c.drawnAt != b.limit {
+		// (tat-now)*limit + frac is the units used times the window,
+		// whatever the limit: carry it over to the new limit.
+		drawn := mul(tat-now, c.drawnAt).add(uint64(frac))
+		q, r, ok := drawn.div(b.limit)
+		if !ok {
+			q, r = 1<<62, 0
+		}
+		return now + q, r
 	}
 	return tat, frac
 }
@@ -179,10 +189,11 @@ func (b bucket) adjust(c *counter, delta, now int64) {
 			q, r, _ := limit.div(b.limit)
 			newTat, newFrac = now+q, r
 		}
-		c.tat, c.frac = newTat, newFrac
+		c.tat, c.frac, c.drawnAt = newTat, newFrac, b.limit
 		return
 	}
 	q, r, ok := mul(-delta, b.window).div(b.limit)
+	c.drawnAt = b.limit
 	if !ok {
 		c.tat, c.frac = now, 0
 		return

@@ -3,7 +3,6 @@ package memstore_test
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -11,15 +10,6 @@ import (
 	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/sluicehq/sluice/store/storetest"
 )
-
-// knownBug skips a test written for a reported bug until it is fixed. Run
-// with SLUICE_KNOWN_BUGS=1 to see it fail.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("SLUICE_KNOWN_BUGS") == "" {
-		t.Skip("known bug, reported: " + what)
-	}
-}
 
 func newLimiter(t *testing.T, s *memstore.Store, clock *storetest.Clock, rules ...sluice.Rule) *sluice.Limiter {
 	t.Helper()
@@ -49,7 +39,6 @@ func admitted(t *testing.T, l *sluice.Limiter, max int) int {
 // Sweeping evicts idle counters; a full bucket may go, a bucket that is
 // not yet full may not, or it comes back full early.
 func TestStore_EvictionKeepsPartlyDrawnBucket(t *testing.T) {
-	knownBug(t, "counter.go idle() treats tat == now as a full bucket and ignores frac")
 	s := memstore.New(memstore.Options{})
 	clock := storetest.NewClock(storetest.Start)
 	l := newLimiter(t, s, clock, sluice.Rule{Name: "rps", Kind: sluice.KindRate, Subject: "key", Limit: 3, Window: time.Second})
@@ -70,7 +59,6 @@ func TestStore_EvictionKeepsPartlyDrawnBucket(t *testing.T) {
 // A bucket refilled faster than a unit per nanosecond is drawn in fractions
 // of a nanosecond: eviction every admission must not reset it.
 func TestStore_EvictionKeepsSubNanosecondDebt(t *testing.T) {
-	knownBug(t, "counter.go idle() treats tat == now as a full bucket and ignores frac")
 	s := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 100})
 	clock := storetest.NewClock(storetest.Start)
 	l := newLimiter(t, s, clock, sluice.Rule{Name: "fast", Kind: sluice.KindRate, Subject: "key", Limit: 100, Window: time.Nanosecond})

@@ -187,7 +187,7 @@ func (s *Store) admitLocked(now int64, b *sluice.Batch) bool {
 		switch ch.Kind {
 		case sluice.KindRate:
 			if ch.Allowed && i < len(tats) {
-				c.tat, c.frac = tats[i][0], tats[i][1]
+				c.tat, c.frac, c.drawnAt = tats[i][0], tats[i][1], ch.Limit
 			} else {
 				// A shadow charge over its limit, or one past the
 				// inline array: draw it like an overrun.
