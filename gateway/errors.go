@@ -42,6 +42,11 @@ func errNotFound(path string) error {
 		message: fmt.Sprintf("No route %s on this gateway.", path)}
 }
 
+func errMethodNotAllowed(method, path string) error {
+	return &apiError{status: 405, typ: "invalid_request_error", anthType: "invalid_request_error", code: "method_not_allowed",
+		message: fmt.Sprintf("%s %s is not supported; use POST.", method, path)}
+}
+
 func errUnknownModel(name string) error {
 	return &apiError{status: 404, typ: "invalid_request_error", anthType: "not_found_error", code: "model_not_found", param: "model",
 		message: fmt.Sprintf("The model %q does not exist on this gateway.", name)}

@@ -236,7 +236,13 @@ func (g *Gateway) Handler(ctx *fasthttp.RequestCtx) {
 	case path == "/v1/models" && method == fasthttp.MethodGet:
 		g.listModels(ctx)
 	case method != fasthttp.MethodPost:
-		ctx.SetStatusCode(fasthttp.StatusMethodNotAllowed)
+		rt, ok := routes[path]
+		if !ok {
+			writeError(ctx, routeForShape(path), errNotFound(path))
+			return
+		}
+		ctx.Response.Header.Set("Allow", fasthttp.MethodPost)
+		writeError(ctx, rt, errMethodNotAllowed(method, path))
 	default:
 		rt, ok := routes[path]
 		if !ok {
