@@ -2,8 +2,12 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +78,7 @@ type harness struct {
 	store   sluice.Store
 	rec     *recorder
 	url     string
+	mockURL string
 	gw      *gateway.Gateway
 }
 
@@ -86,11 +91,30 @@ var testModels = []gateway.Model{
 // rules, on loopback ports.
 func newHarness(t *testing.T, rules []sluice.Rule, tweak ...func(*gateway.Options)) *harness {
 	t.Helper()
-	h := &harness{t: t, mock: mockprovider.New(mockprovider.Options{}), rec: &recorder{}}
+	return startHarness(t, setup{rules: rules, tweak: tweak})
+}
+
+// setup is what a harness may vary: the rules, the mock's options, the
+// store (nil: a memstore) and the gateway's options.
+type setup struct {
+	rules []sluice.Rule
+	mock  mockprovider.Options
+	store sluice.Store
+	tweak []func(*gateway.Options)
+}
+
+// startHarness starts the mock provider and a gateway as s says.
+func startHarness(t *testing.T, s setup) *harness {
+	t.Helper()
+	h := &harness{t: t, mock: mockprovider.New(s.mock), rec: &recorder{}}
 	upstream := httptest.NewServer(h.mock)
 	t.Cleanup(upstream.Close)
-	h.store = memstore.New(memstore.Options{})
-	l, err := sluice.New(sluice.Options{Store: h.store, Rules: rules})
+	h.mockURL = upstream.URL
+	h.store = s.store
+	if h.store == nil {
+		h.store = memstore.New(memstore.Options{})
+	}
+	l, err := sluice.New(sluice.Options{Store: h.store, Rules: s.rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +129,7 @@ func newHarness(t *testing.T, rules []sluice.Rule, tweak ...func(*gateway.Option
 		Providers: []gateway.Provider{{Name: "mock", Kind: gateway.KindMock, BaseURL: upstream.URL}},
 		RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
 	}
-	for _, f := range tweak {
+	for _, f := range s.tweak {
 		f(&opts)
 	}
 	g, err := gateway.New(opts)
@@ -138,4 +162,147 @@ func (h *harness) used(rule string) int64 {
 	}
 	h.t.Fatalf("no rule %q", rule)
 	return 0
+}
+
+// usedBy returns what rule has counted for id.
+func (h *harness) usedBy(id sluice.Identity, rule string) int64 {
+	h.t.Helper()
+	eff, err := h.limiter.Effective(context.Background(), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, e := range eff {
+		if e.Rule == rule {
+			return e.Used
+		}
+	}
+	h.t.Fatalf("no rule %q for %+v", rule, id)
+	return 0
+}
+
+// mockCalls is how many requests the mock provider received.
+func (h *harness) mockCalls() int64 {
+	n := int64(0)
+	for _, c := range h.mock.Stats().Requests {
+		n += c
+	}
+	return n
+}
+
+// reply is one raw answer of the gateway.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// post sends body to path with the harness's key, unless headers set
+// Authorization or x-api-key themselves (an empty value sends nothing).
+func (h *harness) post(path, body string, headers map[string]string) reply {
+	h.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, h.url+path, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	_, auth := headers["Authorization"]
+	_, apiKey := headers["x-api-key"]
+	if !auth && !apiKey {
+		req.Header.Set("Authorization", "Bearer "+testKey)
+	}
+	for k, v := range headers {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatalf("reading the answer of %s: %v", path, err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// limitObject is the limit object of a refusal body.
+type limitObject struct {
+	Rule         string `json:"rule"`
+	Subject      string `json:"subject"`
+	Metric       string `json:"metric"`
+	Limit        int64  `json:"limit"`
+	Used         int64  `json:"used"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	ResetAt      string `json:"reset_at"`
+}
+
+// errorReply is an error body in either shape: OpenAI's
+// {"error":{"message","type","code","param"}} or Anthropic's
+// {"type":"error","error":{"type","message"}}, each with its limit object.
+type errorReply struct {
+	Type  string `json:"type"`
+	Error struct {
+		Message string       `json:"message"`
+		Type    string       `json:"type"`
+		Code    *string      `json:"code"`
+		Param   *string      `json:"param"`
+		Limit   *limitObject `json:"limit"`
+	} `json:"error"`
+}
+
+// openaiError decodes r as an OpenAI error body, failing the test when it is
+// not one (every member present, param and code null or strings).
+func openaiError(t *testing.T, r reply) errorReply {
+	t.Helper()
+	var raw struct {
+		Error map[string]json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(r.body, &raw); err != nil || raw.Error == nil {
+		t.Fatalf("status %d: body %s is not an OpenAI error (%v)", r.status, r.body, err)
+	}
+	for _, k := range []string{"message", "type", "code", "param"} {
+		if _, ok := raw.Error[k]; !ok {
+			t.Fatalf("OpenAI error body %s lacks %q", r.body, k)
+		}
+	}
+	var e errorReply
+	if err := json.Unmarshal(r.body, &e); err != nil {
+		t.Fatalf("body %s: %v", r.body, err)
+	}
+	if e.Type != "" || e.Error.Message == "" || e.Error.Type == "" {
+		t.Fatalf("OpenAI error body %s: want a message and a type, no top-level type", r.body)
+	}
+	return e
+}
+
+// anthropicError decodes r as an Anthropic error body, failing the test
+// when it is not one.
+func anthropicError(t *testing.T, r reply) errorReply {
+	t.Helper()
+	var e errorReply
+	if err := json.Unmarshal(r.body, &e); err != nil {
+		t.Fatalf("status %d: body %s is not JSON: %v", r.status, r.body, err)
+	}
+	if e.Type != "error" || e.Error.Type == "" || e.Error.Message == "" {
+		t.Fatalf("body %s is not an Anthropic error", r.body)
+	}
+	if e.Error.Param != nil || e.Error.Code != nil {
+		t.Fatalf("Anthropic error body %s carries OpenAI members", r.body)
+	}
+	return e
+}
+
+// eventually polls cond until it holds or five seconds pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
