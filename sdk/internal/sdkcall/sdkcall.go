@@ -71,15 +71,15 @@ func Middleware(l *sluice.Limiter, opts Options, api func(*http.Request) *API) f
 
 // call is one request on its way through the wrapper.
 type call struct {
-	l      *sluice.Limiter
-	opts   *Options
-	api    *API
-	req    *http.Request
+	l        *sluice.Limiter
+	opts     *Options
+	api      *API
+	req      *http.Request
 	bound    llm.Bound
 	injected bool
 	price    sluice.Price
-	res    *sluice.Reservation
-	settle context.Context
+	res      *sluice.Reservation
+	settle   context.Context
 }
 
 func (c *call) run(next Next) (*http.Response, error) {
