@@ -1,0 +1,268 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// plan is a batch's keys, buckets and slot groups.
+type plan struct {
+	keys    []string
+	buckets []bucket
+	groups  []group
+	member  string
+}
+
+// group is the charges of a batch whose keys share a hash slot: one script.
+type group struct {
+	idx  []int
+	slot int
+	tag  string
+	// global groups hold the counters of rules spanning tenants; they are
+	// admitted last.
+	global bool
+	// indexed groups hold budget charges or leases, and so a reservation
+	// record.
+	indexed bool
+	// counts is set on the first indexed group, whose record the sweep
+	// counts as the batch's reservation.
+	counts bool
+}
+
+func (s *Store) plan(b *sluice.Batch) (*plan, error) {
+	n := len(b.Charges)
+	p := &plan{keys: make([]string, n), buckets: make([]bucket, n), member: s.member(b.ID)}
+	p.groups = make([]group, 0, 1)
+	for i := range b.Charges {
+		c := &b.Charges[i]
+		var err error
+		if c.Kind == sluice.KindRate {
+			p.buckets[i], err = bucketOf(c)
+		} else {
+			err = checkCharge(c)
+		}
+		if err != nil {
+			return nil, err
+		}
+		key, tag := s.counterKey(c)
+		p.keys[i] = key
+		slot := 0
+		if s.cluster {
+			slot = keySlot(key)
+		}
+		gi := -1
+		for j := range p.groups {
+			if p.groups[j].slot == slot {
+				gi = j
+				break
+			}
+		}
+		if gi < 0 {
+			p.groups = append(p.groups, group{slot: slot, tag: tag, global: tag == globalTag})
+			gi = len(p.groups) - 1
+		}
+		g := &p.groups[gi]
+		g.idx = append(g.idx, i)
+		if c.Kind != sluice.KindRate {
+			g.indexed = true
+		}
+	}
+	if len(p.groups) > 1 {
+		// Tenant slots first, the global slot last, otherwise in the order
+		// of the batch's charges.
+		ordered := make([]group, 0, len(p.groups))
+		for _, global := range []bool{false, true} {
+			for _, g := range p.groups {
+				if g.global == global {
+					ordered = append(ordered, g)
+				}
+			}
+		}
+		p.groups = ordered
+	}
+	for j := range p.groups {
+		if p.groups[j].indexed {
+			p.groups[j].counts = true
+			break
+		}
+	}
+	return p, nil
+}
+
+// Admit checks every charge of b and applies all of them or none (see the
+// package documentation for batches spanning Cluster slots).
+func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	p, err := s.plan(b)
+	if err != nil {
+		return false, fmt.Errorf("redisstore: admit: %w", err)
+	}
+	local := s.localNow(now)
+	if s.deny != nil && s.deny.refuse(b, p.keys, local) {
+		s.denyHits.Add(1)
+		return false, nil
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	if len(p.groups) > 1 {
+		s.split.Add(1)
+	}
+	for gi := range p.groups {
+		ok, serverNow, err := s.runAdmit(ctx, modeAdmit, now, b, p, &p.groups[gi])
+		if err != nil {
+			s.compensate(ctx, now, b, p, p.groups[:gi])
+			return false, fmt.Errorf("redisstore: admit: %w", err)
+		}
+		if ok {
+			continue
+		}
+		s.compensate(ctx, now, b, p, p.groups[:gi])
+		// Fill the results of the slots not reached, so that the refusal
+		// names the deciding rule (a budget wins over a rate).
+		for gj := gi + 1; gj < len(p.groups); gj++ {
+			if _, _, err := s.runAdmit(ctx, modeCheck, now, b, p, &p.groups[gj]); err != nil {
+				for _, i := range p.groups[gj].idx {
+					b.Charges[i].Allowed = true
+				}
+			}
+		}
+		if s.deny != nil {
+			s.deny.remember(b, p.keys, local, time.UnixMicro(serverNow))
+		}
+		return false, nil
+	}
+	return true, nil
+}
+
+// compensate releases the groups admitted before a later one refused.
+func (s *Store) compensate(ctx context.Context, now time.Time, b *sluice.Batch, p *plan, groups []group) {
+	if len(groups) == 0 {
+		return
+	}
+	// The admission's context may be spent; the release gets its own
+	// timeout so that it still runs.
+	ctx, cancel := s.call(context.WithoutCancel(ctx))
+	defer cancel()
+	for gi := range groups {
+		s.compensations.Add(1)
+		// A failed release leaves leases to expire and budget
+		// reservations to the sweep.
+		_ = s.settleGroup(ctx, now, b, p, &groups[gi], true)
+	}
+}
+
+// Peek fills the result fields of b's charges without charging.
+func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
+	p, err := s.plan(b)
+	if err != nil {
+		return fmt.Errorf("redisstore: peek: %w", err)
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	for gi := range p.groups {
+		if _, _, err := s.runAdmit(ctx, modePeek, now, b, p, &p.groups[gi]); err != nil {
+			return fmt.Errorf("redisstore: peek: %w", err)
+		}
+	}
+	return nil
+}
+
+// runAdmit runs the admission script on one group and fills its charges'
+// results. It returns whether the group was admitted and the script's now
+// (µs).
+func (s *Store) runAdmit(ctx context.Context, mode string, now time.Time, b *sluice.Batch, p *plan, g *group) (bool, int64, error) {
+	keys := make([]string, 0, len(g.idx)+2)
+	args := make([]string, 0, 5+7*len(g.idx))
+	for _, i := range g.idx {
+		keys = append(keys, p.keys[i])
+	}
+	keys = append(keys, s.recordKey(g.tag, p.member), s.dueKey(g.slot))
+	counts := "0"
+	if g.counts {
+		counts = "1"
+	}
+	args = append(args, mode, s.scriptNow(now), p.member, strconv.FormatInt(ceilMicro(b.Deadline), 10), counts)
+	for _, i := range g.idx {
+		c := &b.Charges[i]
+		amount := c.Amount
+		if mode == modePeek {
+			amount = 0
+		}
+		shadow := "0"
+		if c.Shadow {
+			shadow = "1"
+		}
+		switch c.Kind {
+		case sluice.KindRate:
+			bk := p.buckets[i]
+			args = append(args, kindRate, itoa(amount), itoa(c.Limit), shadow, itoa(bk.burst), itoa(bk.w), itoa(bk.l))
+		case sluice.KindBudget:
+			release := "0"
+			if c.OnExpiry == sluice.ExpiryRelease {
+				release = "1"
+			}
+			args = append(args, kindBudget, itoa(amount), itoa(c.Limit), shadow, itoa(ceilMicro(c.PeriodEnd)), release, "0")
+		default:
+			args = append(args, kindConcurrency, itoa(amount), itoa(c.Limit), shadow, "0", "0", "0")
+		}
+	}
+	vals, err := admitScript.Exec(ctx, s.client, keys, args).AsIntSlice()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(vals) != 2+5*len(g.idx) {
+		return false, 0, fmt.Errorf("admission script returned %d values for %d charges", len(vals), len(g.idx))
+	}
+	for k, i := range g.idx {
+		fill(&b.Charges[i], vals[2+5*k:7+5*k])
+	}
+	return vals[0] == 1, vals[1], nil
+}
+
+// fill copies a script's result into a charge: allowed, remaining, used,
+// retry after (µs, -1 for never), reset (µs, 0 for none).
+func fill(c *sluice.Charge, v []int64) {
+	c.Allowed = v[0] == 1
+	c.Remaining, c.Used = v[1], v[2]
+	c.RetryAfter = 0
+	if !c.Allowed {
+		if v[3] < 0 {
+			c.RetryAfter = time.Duration(1 << 62)
+		} else {
+			c.RetryAfter = time.Duration(v[3]) * time.Microsecond
+		}
+	}
+	switch {
+	case c.Kind == sluice.KindBudget:
+		c.ResetAt = c.PeriodEnd
+	case v[4] == 0:
+		c.ResetAt = time.Time{}
+	default:
+		c.ResetAt = time.UnixMicro(v[4])
+	}
+}
+
+// localNow is the time by which the deny cache's entries expire.
+func (s *Store) localNow(now time.Time) time.Time {
+	if s.pinTime {
+		return now
+	}
+	return time.Now()
+}
+
+// ceilMicro returns t in Unix microseconds, rounded up.
+func ceilMicro(t time.Time) int64 {
+	us := t.UnixMicro()
+	if t.Nanosecond()%1000 != 0 {
+		us++
+	}
+	return us
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

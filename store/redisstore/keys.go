@@ -1,0 +1,119 @@
+package redisstore
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/sluicehq/sluice"
+)
+
+// globalTag is the hash tag of counters whose tenant is empty (global rules).
+const globalTag = "_global"
+
+// counterKey returns the Redis key of a charge's counter and its hash tag:
+// prefix:{tag}:kind:rule:period:subject.
+func (s *Store) counterKey(c *sluice.Charge) (key, tag string) {
+	tag = s.tenantOf(c.Key)
+	if tag == "" {
+		tag = globalTag
+	} else if strings.IndexByte(tag, '}') >= 0 {
+		// A brace would end the hash tag early, or make it empty.
+		tag = strings.ReplaceAll(tag, "}", "%7D")
+	}
+	kind := "r"
+	switch c.Kind {
+	case sluice.KindBudget:
+		kind = "b"
+	case sluice.KindConcurrency:
+		kind = "c"
+	}
+	var b strings.Builder
+	b.Grow(len(s.prefix) + len(tag) + len(c.Key.Subject) + 48)
+	b.WriteString(s.prefix)
+	b.WriteString(":{")
+	b.WriteString(tag)
+	b.WriteString("}:")
+	b.WriteString(kind)
+	b.WriteByte(':')
+	var num [20]byte
+	b.Write(strconv.AppendUint(num[:0], c.Key.Rule, 16))
+	b.WriteByte(':')
+	b.Write(strconv.AppendInt(num[:0], c.Key.Period, 10))
+	b.WriteByte(':')
+	b.WriteString(c.Key.Subject)
+	return b.String(), tag
+}
+
+// recordKey names the reservation record of a batch's group of keys tagged
+// tag.
+func (s *Store) recordKey(tag, member string) string {
+	return s.prefix + ":{" + tag + "}:res:" + member
+}
+
+// dueKey names the deadline index of the records in slot (on a standalone
+// server there is one index). On a Cluster each slot has its own index, so
+// that a script can list a record in the same slot as the counters it
+// settles; the index's hash tag is a string that hashes to that slot.
+func (s *Store) dueKey(slot int) string {
+	if !s.cluster {
+		return s.prefix + ":due"
+	}
+	return s.prefix + ":{" + slotTags()[slot] + "}:due"
+}
+
+// member names a batch's leases and records.
+func (s *Store) member(id uint64) string {
+	return s.nonce + "-" + strconv.FormatUint(id, 36)
+}
+
+const slots = 16384
+
+// keySlot returns the Redis Cluster hash slot of key: CRC16 of the hash tag
+// (the part between the first '{' and the next '}', when not empty), or of
+// the whole key.
+func keySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(key) % slots)
+}
+
+var crcTable = func() (t [256]uint16) {
+	for i := range t {
+		c := uint16(i) << 8
+		for range 8 {
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x1021
+			} else {
+				c <<= 1
+			}
+		}
+		t[i] = c
+	}
+	return t
+}()
+
+// crc16 is CRC-16/XMODEM, the hash of Redis Cluster.
+func crc16(s string) uint16 {
+	var c uint16
+	for i := 0; i < len(s); i++ {
+		c = c<<8 ^ crcTable[byte(c>>8)^s[i]]
+	}
+	return c
+}
+
+// slotTags returns, for every slot, a short string that hashes to it.
+var slotTags = sync.OnceValue(func() []string {
+	tags := make([]string, slots)
+	for i, found := 0, 0; found < slots; i++ {
+		t := strconv.FormatInt(int64(i), 36)
+		if slot := crc16(t) % slots; tags[slot] == "" {
+			tags[slot] = t
+			found++
+		}
+	}
+	return tags
+})

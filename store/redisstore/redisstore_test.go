@@ -1,0 +1,99 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/redisstore"
+	"github.com/sluicehq/sluice/store/storetest"
+)
+
+// TestMain lets the replica tests re-run this binary as the processes they
+// start.
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		os.Exit(runChild(role))
+	}
+	os.Exit(m.Run())
+}
+
+// redisURL returns SLUICE_TEST_REDIS_URL. Unset, the test is skipped, except
+// under CI=true, where a missing server is a failure. This is the package's
+// one gate for tests that need Redis.
+func redisURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("SLUICE_TEST_REDIS_URL")
+	if u == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("SLUICE_TEST_REDIS_URL is not set, and CI=true requires the Redis tests to run")
+		}
+		t.Skip("SLUICE_TEST_REDIS_URL is not set")
+	}
+	return u
+}
+
+var prefixes atomic.Int64
+
+// freshPrefix returns a key prefix no other test uses.
+func freshPrefix() string {
+	return fmt.Sprintf("sluicetest-%d-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9, prefixes.Add(1))
+}
+
+// openStore opens a store on url with a fresh prefix and deletes its keys
+// when the test ends.
+func openStore(t testing.TB, opts redisstore.Options) *redisstore.Store {
+	t.Helper()
+	if opts.Prefix == "" {
+		opts.Prefix = freshPrefix()
+	}
+	s, err := redisstore.Open(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() {
+		deleteKeys(t, opts.URL, opts.Prefix)
+		_ = s.Close()
+	})
+	return s
+}
+
+// deleteKeys removes every key under prefix from a standalone server.
+func deleteKeys(t testing.TB, url, prefix string) {
+	co, err := rueidis.ParseURL(url)
+	if err != nil {
+		return
+	}
+	co.ForceSingleClient, co.DisableCache = true, true
+	c, err := rueidis.NewClient(co)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	ctx := context.Background()
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+":*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return
+		}
+		if len(e.Elements) > 0 {
+			c.Do(ctx, c.B().Unlink().Key(e.Elements...).Build())
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return
+		}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	url := redisURL(t)
+	storetest.Run(t, func(t *testing.T) sluice.Store {
+		return openStore(t, redisstore.Options{URL: url, PinTime: true})
+	})
+}
