@@ -1,0 +1,103 @@
+package admin
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/catalog"
+)
+
+// keyRequest is the body of POST /admin/v1/keys.
+type keyRequest struct {
+	Org           string    `json:"org"`
+	Workspace     string    `json:"workspace"`
+	Team          string    `json:"team"`
+	User          string    `json:"user"`
+	Tier          string    `json:"tier"`
+	Name          string    `json:"name"`
+	AllowedModels []string  `json:"allowed_models"`
+	ExpiresAt     time.Time `json:"expires_at"`
+}
+
+// keySecret is a key with its secret: the answer to a creation or a
+// rotation, the only time the secret is shown.
+type keySecret struct {
+	Key    catalog.Key `json:"key"`
+	Secret string      `json:"secret"`
+}
+
+func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p *principal) error {
+	ws := r.URL.Query().Get("workspace")
+	if ws != "" && !p.canRead(ws) {
+		return forbiddenWorkspace(ws)
+	}
+	keys, err := h.cat.ListKeys(r.Context(), ws)
+	if err != nil {
+		return err
+	}
+	out := make([]catalog.Key, 0, len(keys))
+	for _, k := range keys {
+		if p.canRead(k.Workspace) {
+			out = append(out, k)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
+	return nil
+}
+
+func (h *Handler) getKey(w http.ResponseWriter, r *http.Request, p *principal) error {
+	k, err := h.cat.GetKey(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if !p.canRead(k.Workspace) {
+		return forbiddenWorkspace(k.Workspace)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": k})
+	return nil
+}
+
+func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *principal) error {
+	var req keyRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	secret, k, err := h.cat.CreateKey(r.Context(), catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team,
+		User: req.User, Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, ExpiresAt: req.ExpiresAt}, p.actor)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, keySecret{Key: k, Secret: secret})
+	return nil
+}
+
+func (h *Handler) revokeKey(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id := r.PathValue("id")
+	if err := h.cat.RevokeKey(r.Context(), id, p.actor); err != nil {
+		return err
+	}
+	k, err := h.cat.GetKey(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": k})
+	return nil
+}
+
+func (h *Handler) rotateKey(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id := r.PathValue("id")
+	secret, err := h.cat.RotateKey(r.Context(), id, p.actor)
+	if err != nil {
+		return err
+	}
+	k, err := h.cat.GetKey(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, keySecret{Key: k, Secret: secret})
+	return nil
+}
+
+func forbiddenWorkspace(ws string) error {
+	return errorf(http.StatusForbidden, "forbidden_workspace", "this token may not read workspace %q", ws)
+}

@@ -1,0 +1,188 @@
+package admin
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
+)
+
+type sluiceRule = sluice.Rule
+
+// ruleRequest is the body of POST /admin/v1/rules and PUT
+// /admin/v1/rules/{name}: a rule's fields (see catalog.Rule). Enabled
+// defaults to true.
+type ruleRequest struct {
+	Name            string                  `json:"name"`
+	Org             string                  `json:"org"`
+	Kind            sluice.Kind             `json:"kind"`
+	Subject         string                  `json:"subject"`
+	Metric          sluice.Metric           `json:"metric"`
+	Limit           *int64                  `json:"limit"`
+	Burst           int64                   `json:"burst"`
+	Window          catalog.Duration        `json:"window"`
+	Period          sluice.Period           `json:"period"`
+	TimeZone        string                  `json:"time_zone"`
+	SoftLimit       int64                   `json:"soft_limit"`
+	WarnAt          []float64               `json:"warn_at"`
+	Reserve         sluice.ReservePolicy    `json:"reserve"`
+	ReserveAmount   int64                   `json:"reserve_amount"`
+	OnExpiry        sluice.ExpiryPolicy     `json:"on_expiry"`
+	OnStoreError    sluice.StoreErrorPolicy `json:"on_store_error"`
+	Fit             string                  `json:"fit"`
+	MinOutputTokens int64                   `json:"min_output_tokens"`
+	Match           catalog.Match           `json:"match"`
+	Mode            sluice.Mode             `json:"mode"`
+	Enabled         *bool                   `json:"enabled"`
+}
+
+func (q *ruleRequest) rule() (catalog.Rule, error) {
+	if q.Limit == nil {
+		return catalog.Rule{}, errorf(http.StatusBadRequest, "invalid", "limit is required (0 disables the rule)")
+	}
+	return catalog.Rule{
+		Name: q.Name, Org: q.Org, Kind: q.Kind, Subject: q.Subject, Metric: q.Metric,
+		Limit: *q.Limit, Burst: q.Burst, Window: q.Window, Period: q.Period, TimeZone: q.TimeZone,
+		SoftLimit: q.SoftLimit, WarnAt: q.WarnAt, Reserve: q.Reserve, ReserveAmount: q.ReserveAmount,
+		OnExpiry: q.OnExpiry, OnStoreError: q.OnStoreError, Fit: q.Fit, MinOutputTokens: q.MinOutputTokens,
+		Match: q.Match, Mode: q.Mode, Enabled: q.Enabled == nil || *q.Enabled,
+	}, nil
+}
+
+// policyRule is a rule in force, from any layer, with where it came from.
+type policyRule struct {
+	catalog.Rule
+	Source string `json:"source"`
+}
+
+func policyRuleOf(r sluice.Rule) policyRule {
+	return policyRule{Source: r.Source, Rule: catalog.Rule{
+		Name: r.Name, Kind: r.Kind, Subject: r.Subject, Metric: r.Metric, Limit: r.Limit, Burst: r.Burst,
+		Window: catalog.Duration(r.Window), Period: r.Period, TimeZone: r.TimeZone, SoftLimit: r.SoftLimit,
+		WarnAt: r.WarnAt, Reserve: r.Reserve, ReserveAmount: r.ReserveAmount, OnExpiry: r.OnExpiry,
+		OnStoreError: r.OnStoreError, Fit: r.Fit, MinOutputTokens: r.MinOutputTokens,
+		Match: catalog.Match{Models: r.Match.Models, Tiers: r.Match.Tiers, Routes: r.Match.Routes},
+		Mode:  r.Mode, Enabled: !r.Disabled,
+	}}
+}
+
+// policyRules returns the rules in force, every layer resolved.
+func (h *Handler) policyRules() []policyRule {
+	rules := h.limiter.Policy().Rules
+	out := make([]policyRule, 0, len(rules))
+	for _, r := range rules {
+		out = append(out, policyRuleOf(r))
+	}
+	return out
+}
+
+// listRules answers GET /admin/v1/rules[?org=]: the stored rules, and the
+// policy in force (defaults, config, environment and stored rules
+// resolved).
+func (h *Handler) listRules(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	stored, err := h.cat.ListRules(r.Context(), r.URL.Query().Get("org"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rules": nonNilSlice(stored), "policy": h.policyRules()})
+	return nil
+}
+
+func (h *Handler) getRule(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	rule, err := h.cat.GetRule(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rule": rule})
+	return nil
+}
+
+// createRule answers POST /admin/v1/rules, and POST /admin/v1/budgets when
+// kind is KindBudget (the body's kind may then be left out).
+func (h *Handler) createRule(kind sluice.Kind) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request, p *principal) error {
+		var req ruleRequest
+		if err := decode(w, r, &req); err != nil {
+			return err
+		}
+		if kind != "" {
+			if req.Kind != "" && req.Kind != kind {
+				return errorf(http.StatusBadRequest, "invalid", "kind must be %q here (or left out), got %q; other kinds go to /admin/v1/rules", kind, req.Kind)
+			}
+			req.Kind = kind
+		}
+		rule, err := req.rule()
+		if err != nil {
+			return err
+		}
+		created, err := h.cat.CreateRule(r.Context(), rule, p.actor)
+		if err != nil {
+			return err
+		}
+		h.changed()
+		writeJSON(w, http.StatusCreated, map[string]any{"rule": created})
+		return nil
+	}
+}
+
+func (h *Handler) updateRule(w http.ResponseWriter, r *http.Request, p *principal) error {
+	var req ruleRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	rule, err := req.rule()
+	if err != nil {
+		return err
+	}
+	updated, err := h.cat.UpdateRule(r.Context(), r.PathValue("name"), rule, p.actor)
+	if err != nil {
+		return err
+	}
+	h.changed()
+	writeJSON(w, http.StatusOK, map[string]any{"rule": updated})
+	return nil
+}
+
+func (h *Handler) deleteRule(w http.ResponseWriter, r *http.Request, p *principal) error {
+	if err := h.cat.DeleteRule(r.Context(), r.PathValue("name"), p.actor); err != nil {
+		return err
+	}
+	h.changed()
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (h *Handler) enableRule(enabled bool) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request, p *principal) error {
+		rule, err := h.cat.SetRuleEnabled(r.Context(), r.PathValue("name"), enabled, p.actor)
+		if err != nil {
+			return err
+		}
+		h.changed()
+		writeJSON(w, http.StatusOK, map[string]any{"rule": rule})
+		return nil
+	}
+}
+
+// reload answers POST /admin/v1/reload: the server re-reads its config and
+// swaps in the new policy, or refuses and keeps the old one.
+func (h *Handler) reload(w http.ResponseWriter, r *http.Request, p *principal) error {
+	if h.opts.Reload == nil {
+		return errorf(http.StatusNotImplemented, "not_implemented", "this server cannot reload its configuration")
+	}
+	err := h.opts.Reload()
+	entry := catalog.AuditEntry{Actor: p.actor, Action: "config.reload", After: map[string]any{"ok": err == nil}}
+	if err != nil {
+		entry.After = map[string]any{"ok": false, "error": err.Error()}
+		entry.Denied = true
+	}
+	if aerr := h.cat.Audit(r.Context(), entry); aerr != nil {
+		h.log.Error("admin: audit a reload", "err", aerr)
+	}
+	if err != nil {
+		return errorf(http.StatusUnprocessableEntity, "invalid_config", "the configuration was not reloaded (the running one is kept): %v", err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"reloaded": true, "at": h.now().UTC().Format(time.RFC3339)})
+	return nil
+}

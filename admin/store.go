@@ -1,0 +1,172 @@
+package admin
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// instrumentedStore times a Store's operations and remembers the batches it
+// admitted and has not yet settled: the calls in flight in this process.
+type instrumentedStore struct {
+	sluice.Store
+	m *Metrics
+
+	mu   sync.Mutex
+	open map[uint64]*openBatch
+}
+
+var _ sluice.Store = (*instrumentedStore)(nil)
+
+type openBatch struct {
+	admitted time.Time
+	deadline time.Time
+	charges  []openCharge
+}
+
+type openCharge struct {
+	key    sluice.CounterKey
+	kind   sluice.Kind
+	amount int64
+}
+
+func (s *instrumentedStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+	start := time.Now()
+	ok, err := s.Store.Admit(ctx, now, b)
+	s.m.observeStore("admit", start, err)
+	if ok && err == nil {
+		ob := &openBatch{admitted: now, deadline: b.Deadline, charges: make([]openCharge, len(b.Charges))}
+		for i := range b.Charges {
+			c := &b.Charges[i]
+			ob.charges[i] = openCharge{key: c.Key, kind: c.Kind, amount: c.Amount}
+		}
+		s.mu.Lock()
+		s.open[b.ID] = ob
+		s.mu.Unlock()
+	}
+	return ok, err
+}
+
+func (s *instrumentedStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
+	start := time.Now()
+	err := s.Store.Settle(ctx, now, b)
+	s.m.observeStore("settle", start, err)
+	if err == nil {
+		s.mu.Lock()
+		delete(s.open, b.ID)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *instrumentedStore) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
+	start := time.Now()
+	err := s.Store.Peek(ctx, now, b)
+	s.m.observeStore("peek", start, err)
+	if dst, ok := ctx.Value(peekCaptureKey{}).(*[]sluice.CounterKey); ok {
+		*dst = (*dst)[:0]
+		for i := range b.Charges {
+			*dst = append(*dst, b.Charges[i].Key)
+		}
+	}
+	return err
+}
+
+func (s *instrumentedStore) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
+	start := time.Now()
+	res, err := s.Store.Sweep(ctx, now)
+	s.m.observeStore("sweep", start, err)
+	if err == nil {
+		s.m.observeSweep(res)
+		s.mu.Lock()
+		for id, ob := range s.open {
+			if !ob.deadline.After(now) {
+				delete(s.open, id)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return res, err
+}
+
+func (s *instrumentedStore) inFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.open)
+}
+
+// reserved sums what open batches hold on one counter.
+func (s *instrumentedStore) reserved(key sluice.CounterKey) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var sum int64
+	for _, ob := range s.open {
+		for _, c := range ob.charges {
+			if c.key == key {
+				sum += c.amount
+			}
+		}
+	}
+	return sum
+}
+
+// peekCaptureKey marks a context whose Peek should record the counter keys
+// of its batch, in order: the admin API matches them to Limiter.Effective's
+// answer to report what is reserved on each counter.
+type peekCaptureKey struct{}
+
+func withPeekCapture(ctx context.Context, dst *[]sluice.CounterKey) context.Context {
+	return context.WithValue(ctx, peekCaptureKey{}, dst)
+}
+
+// Reservation is a reservation open in this process: admitted, not yet
+// settled or swept.
+type Reservation struct {
+	ID       uint64    `json:"id"`
+	Admitted time.Time `json:"admitted"`
+	Deadline time.Time `json:"deadline"`
+	// Age is how long it has been open, in seconds.
+	Age     float64             `json:"age_seconds"`
+	Charges []ReservationCharge `json:"charges"`
+}
+
+// ReservationCharge is one counter a reservation holds an amount on.
+type ReservationCharge struct {
+	Kind sluice.Kind `json:"kind"`
+	// Subject is the counter's subject value (parts of a composite joined
+	// by "+").
+	Subject string `json:"subject"`
+	Amount  int64  `json:"amount"`
+}
+
+// OpenReservations lists the reservations open in this process at now,
+// oldest first.
+func (m *Metrics) OpenReservations(now time.Time) []Reservation {
+	out := []Reservation{}
+	for _, s := range m.storesSnapshot() {
+		s.mu.Lock()
+		for id, ob := range s.open {
+			r := Reservation{ID: id, Admitted: ob.admitted.UTC(), Deadline: ob.deadline.UTC(), Age: now.Sub(ob.admitted).Seconds()}
+			for _, c := range ob.charges {
+				r.Charges = append(r.Charges, ReservationCharge{Kind: c.kind, Subject: displaySubject(c.key.Subject), Amount: c.amount})
+			}
+			out = append(out, r)
+		}
+		s.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b Reservation) int { return a.Admitted.Compare(b.Admitted) })
+	return out
+}
+
+func displaySubject(s string) string {
+	b := []byte(s)
+	for i := range b {
+		if b[i] == 0x1f {
+			b[i] = '+'
+		}
+	}
+	return string(b)
+}

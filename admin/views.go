@@ -1,0 +1,318 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
+)
+
+// checkParams refuses query parameters outside allowed, so that a typo is
+// an error rather than a silently wider answer.
+func checkParams(q url.Values, allowed ...string) error {
+	for name := range q {
+		if !slices.Contains(allowed, name) {
+			return errorf(http.StatusBadRequest, "unknown_parameter", "unknown query parameter %q (want %s)", name, strings.Join(allowed, ", "))
+		}
+	}
+	return nil
+}
+
+// scopeWorkspace returns the workspace a request reads: ws as given for an
+// admin; for a viewer, ws when it is in scope (403 otherwise), or its one
+// workspace when ws is empty.
+func scopeWorkspace(p *principal, ws string) (string, error) {
+	if p.isAdmin() {
+		return ws, nil
+	}
+	if ws == "" {
+		if len(p.workspaces) == 1 {
+			return p.workspaces[0], nil
+		}
+		return "", errorf(http.StatusBadRequest, "workspace_required", "name a workspace: this token reads %s", strings.Join(p.workspaces, ", "))
+	}
+	if !p.canRead(ws) {
+		return "", forbiddenWorkspace(ws)
+	}
+	return ws, nil
+}
+
+// identityOf builds the identity the query names. With key, the identity
+// is the key's record (its workspace, user, team, org and tier), as the
+// gateway would build it; a workspace or user that contradicts the key is
+// refused.
+func (h *Handler) identityOf(ctx context.Context, q url.Values, p *principal) (sluice.Identity, error) {
+	if err := checkParams(q, "workspace", "user", "key", "org", "team", "tier", "model", "route"); err != nil {
+		return sluice.Identity{}, err
+	}
+	id := sluice.Identity{Org: q.Get("org"), Workspace: q.Get("workspace"), Team: q.Get("team"), User: q.Get("user"),
+		Tier: q.Get("tier"), Model: q.Get("model"), Route: q.Get("route")}
+	if keyID := q.Get("key"); keyID != "" {
+		k, err := h.cat.GetKey(ctx, keyID)
+		if err != nil {
+			return sluice.Identity{}, err
+		}
+		for _, f := range []struct{ name, asked, has string }{
+			{"workspace", id.Workspace, k.Workspace}, {"user", id.User, k.User}, {"org", id.Org, k.Org}, {"team", id.Team, k.Team},
+		} {
+			if f.asked != "" && f.asked != f.has {
+				if !p.canRead(k.Workspace) {
+					return sluice.Identity{}, forbiddenWorkspace(f.asked)
+				}
+				return sluice.Identity{}, errorf(http.StatusBadRequest, "invalid", "key %s has %s %q, not %q", k.ID, f.name, f.has, f.asked)
+			}
+		}
+		id.Org, id.Workspace, id.Team, id.User, id.Tier, id.Key = k.Org, k.Workspace, k.Team, k.User, k.Tier, k.ID
+	}
+	ws, err := scopeWorkspace(p, id.Workspace)
+	if err != nil {
+		return sluice.Identity{}, err
+	}
+	id.Workspace = ws
+	return id, nil
+}
+
+// limitView is one limit that applies to a subject, where it came from,
+// and its live headroom.
+type limitView struct {
+	Rule    string `json:"rule"`
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+	Metric  string `json:"metric"`
+	Limit   int64  `json:"limit"`
+	Burst   int64  `json:"burst,omitempty"`
+	Window  string `json:"window,omitempty"`
+	Period  string `json:"period,omitempty"`
+	// Source is default, config, env, rule, override, tier or simple.
+	Source string `json:"source"`
+	Mode   string `json:"mode"`
+	// Used counts usage settled and reserved.
+	Used int64 `json:"used"`
+	// Reserved is the part of Used held by calls in flight in this
+	// process; absent when the server does not track reservations.
+	Reserved  *int64    `json:"reserved,omitempty"`
+	Remaining int64     `json:"remaining"`
+	ResetAt   time.Time `json:"reset_at,omitzero"`
+}
+
+// limitsOf returns the limits that apply to id now.
+func (h *Handler) limitsOf(ctx context.Context, id sluice.Identity) ([]limitView, error) {
+	var keys []sluice.CounterKey
+	if h.opts.Metrics != nil {
+		ctx = withPeekCapture(ctx, &keys)
+	}
+	eff, err := h.limiter.Effective(ctx, id)
+	if err != nil {
+		var tooLarge *sluice.TooLargeError
+		if errors.As(err, &tooLarge) {
+			return nil, errorf(http.StatusBadRequest, "invalid", "%v", err)
+		}
+		return nil, err
+	}
+	byName := map[string]sluice.Rule{}
+	for _, r := range h.limiter.Policy().Rules {
+		byName[r.Name] = r
+	}
+	out := make([]limitView, 0, len(eff))
+	for i, e := range eff {
+		v := limitView{Rule: e.Rule, Kind: string(e.Kind), Subject: e.Subject, Metric: string(e.Metric), Limit: e.Limit,
+			Burst: e.Burst, Source: e.Source, Mode: string(e.Mode), Used: e.Used, Remaining: e.Remaining, ResetAt: e.ResetAt}
+		if r, ok := byName[e.Rule]; ok {
+			if r.Window > 0 {
+				v.Window = r.Window.String()
+			}
+			v.Period = string(r.Period)
+		}
+		if len(keys) == len(eff) && e.Kind != sluice.KindRate {
+			reserved := h.opts.Metrics.reserved(keys[i])
+			v.Reserved = &reserved
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (h *Handler) effective(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := h.identityOf(r.Context(), r.URL.Query(), p)
+	if err != nil {
+		return err
+	}
+	limits, err := h.limitsOf(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"identity": identityView(id), "limits": limits})
+	return nil
+}
+
+// listBudgets answers GET /admin/v1/budgets: the budgets that apply to the
+// subject, with live usage, reserved amount, remaining and reset time.
+func (h *Handler) listBudgets(w http.ResponseWriter, r *http.Request, p *principal) error {
+	id, err := h.identityOf(r.Context(), r.URL.Query(), p)
+	if err != nil {
+		return err
+	}
+	limits, err := h.limitsOf(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	budgets := slices.DeleteFunc(limits, func(l limitView) bool { return l.Kind != string(sluice.KindBudget) })
+	writeJSON(w, http.StatusOK, map[string]any{"identity": identityView(id), "budgets": budgets})
+	return nil
+}
+
+func identityView(id sluice.Identity) map[string]string {
+	out := map[string]string{}
+	for k, v := range map[string]string{"org": id.Org, "workspace": id.Workspace, "team": id.Team, "user": id.User,
+		"key": id.Key, "tier": id.Tier, "model": id.Model, "route": id.Route} {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// parseDay reads a date (2006-01-02) or an RFC 3339 time.
+func parseDay(name, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, errorf(http.StatusBadRequest, "invalid", "%s: want a date (2006-01-02) or an RFC 3339 time, got %q", name, s)
+}
+
+// usage answers GET /admin/v1/usage?workspace=&from=&to=&group_by=day,route,model.
+func (h *Handler) usage(w http.ResponseWriter, r *http.Request, p *principal) error {
+	q := r.URL.Query()
+	if err := checkParams(q, "workspace", "from", "to", "group_by"); err != nil {
+		return err
+	}
+	ws, err := scopeWorkspace(p, q.Get("workspace"))
+	if err != nil {
+		return err
+	}
+	from, err := parseDay("from", q.Get("from"))
+	if err != nil {
+		return err
+	}
+	to, err := parseDay("to", q.Get("to"))
+	if err != nil {
+		return err
+	}
+	var groups []string
+	if g := q.Get("group_by"); g != "" {
+		groups = strings.Split(g, ",")
+	}
+	rows, err := h.cat.Usage(r.Context(), catalog.UsageQuery{Workspace: ws, From: from, To: to, GroupBy: groups})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"usage": nonNilSlice(rows)})
+	return nil
+}
+
+// audit answers GET /admin/v1/audit?actor=&action=&target=&since=&before_id=&limit=&workspace=.
+// A viewer reads the entries of its workspaces.
+func (h *Handler) audit(w http.ResponseWriter, r *http.Request, p *principal) error {
+	q := r.URL.Query()
+	if err := checkParams(q, "actor", "action", "target", "since", "before_id", "limit", "workspace"); err != nil {
+		return err
+	}
+	aq := catalog.AuditQuery{Actor: q.Get("actor"), Action: q.Get("action"), Target: q.Get("target")}
+	var err error
+	if aq.Since, err = parseDay("since", q.Get("since")); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{"before_id", &aq.BeforeID}} {
+		if s := q.Get(f.name); s != "" {
+			if *f.dst, err = strconv.ParseInt(s, 10, 64); err != nil || *f.dst < 0 {
+				return errorf(http.StatusBadRequest, "invalid", "%s: want a positive integer, got %q", f.name, s)
+			}
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 || n > 1000 {
+			return errorf(http.StatusBadRequest, "invalid", "limit: want an integer from 1 to 1000, got %q", s)
+		}
+		aq.Limit = n
+	}
+	switch ws := q.Get("workspace"); {
+	case ws != "" && !p.canRead(ws):
+		return forbiddenWorkspace(ws)
+	case ws != "":
+		aq.Workspaces = []string{ws}
+	case !p.isAdmin():
+		aq.Workspaces = p.workspaces
+	}
+	entries, err := h.cat.ListAudit(r.Context(), aq)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"entries": nonNilSlice(entries)})
+	return nil
+}
+
+// reservations answers GET /admin/v1/reservations: the reservations open
+// in this process, oldest first.
+func (h *Handler) reservations(w http.ResponseWriter, _ *http.Request, _ *principal) error {
+	if h.opts.Metrics == nil {
+		return errorf(http.StatusNotImplemented, "not_implemented", "this server does not track reservations")
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"reservations": h.opts.Metrics.OpenReservations(h.now())})
+	return nil
+}
+
+// tokenRequest is the body of POST /admin/v1/tokens.
+type tokenRequest struct {
+	Name       string    `json:"name"`
+	Role       string    `json:"role"`
+	Workspaces []string  `json:"workspaces"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+func (h *Handler) createToken(w http.ResponseWriter, r *http.Request, p *principal) error {
+	var req tokenRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	secret, t, err := h.cat.CreateAdminToken(r.Context(), catalog.AdminToken{Name: req.Name, Role: req.Role,
+		Workspaces: req.Workspaces, ExpiresAt: req.ExpiresAt}, p.actor)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"token": t, "secret": secret})
+	return nil
+}
+
+func (h *Handler) listTokens(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	tokens, err := h.cat.ListAdminTokens(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": nonNilSlice(tokens)})
+	return nil
+}
+
+func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request, p *principal) error {
+	if err := h.cat.RevokeAdminToken(r.Context(), r.PathValue("id"), p.actor); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
