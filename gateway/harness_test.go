@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/mockprovider"
@@ -305,4 +306,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// mockOptions is a mock that spaces its streamed chunks by interval.
+func mockOptions(interval time.Duration) mockprovider.Options {
+	return mockprovider.Options{ChunkInterval: interval}
+}
+
+// chatParams is a chat request for mock-small with prompt and an output
+// cap of maxTokens.
+func chatParams(prompt string, maxTokens int64) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{Model: "mock-small", MaxTokens: openai.Int(maxTokens),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}}
 }
