@@ -28,11 +28,11 @@ const migrateLock int64 = 0x736c756963650001
 
 // ErrSchemaTooNew is returned by Open, Migrate and CheckSchema for a database
 // migrated by newer code than this.
-var ErrSchemaTooNew = errors.New("pgstore: database schema is newer than this code")
+var ErrSchemaTooNew = errors.New("database schema is newer than this code")
 
 // ErrSchemaTooOld is returned by CheckSchema (and Open with NoMigrate) for a
 // database that needs migrating.
-var ErrSchemaTooOld = errors.New("pgstore: database schema is older than this code; run sluice migrate")
+var ErrSchemaTooOld = errors.New("database schema is older than this code; run sluice migrate")
 
 type migration struct {
 	version int
@@ -83,11 +83,18 @@ func LatestVersion() int {
 // and find nothing to do. A schema newer than this code is refused with
 // ErrSchemaTooNew and left untouched.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	ms, err := migrations()
-	if err != nil {
+	if err := migrate(ctx, pool); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	return nil
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// The store's connections carry a short statement_timeout; waiting
 		// for another replica's migration must not trip it.
 		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
@@ -128,19 +135,19 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 		return nil
 	})
-	if err != nil {
-		if errors.Is(err, ErrSchemaTooNew) {
-			return err
-		}
-		return fmt.Errorf("pgstore: migrate: %w", err)
-	}
-	return nil
 }
 
 // CheckSchema reports whether pool's database holds exactly the schema
 // version this code uses: ErrSchemaTooOld when it needs migrating,
 // ErrSchemaTooNew when newer code migrated it.
 func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := checkSchema(ctx, pool); err != nil {
+		return fmt.Errorf("pgstore: check schema: %w", err)
+	}
+	return nil
+}
+
+func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	latest := LatestVersion()
 	var applied int
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -157,7 +164,7 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 	switch {
 	case err != nil:
-		return fmt.Errorf("pgstore: check schema: %w", err)
+		return err
 	case applied > latest:
 		return fmt.Errorf("%w: the database is at version %d, this code knows up to %d", ErrSchemaTooNew, applied, latest)
 	case applied < latest:

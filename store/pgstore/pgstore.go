@@ -143,9 +143,15 @@ func (s *Store) prepare(ctx context.Context, opts Options) error {
 		}
 	}
 	if opts.NoMigrate {
-		return CheckSchema(ctx, s.pool)
+		if err := checkSchema(ctx, s.pool); err != nil {
+			return fmt.Errorf("pgstore: open: check schema: %w", err)
+		}
+		return nil
 	}
-	return Migrate(ctx, s.pool)
+	if err := migrate(ctx, s.pool); err != nil {
+		return fmt.Errorf("pgstore: open: migrate: %w", err)
+	}
+	return nil
 }
 
 // Close closes the pool; calls in flight finish first.
