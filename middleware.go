@@ -167,6 +167,9 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 	default:
 		return HTTPRefusal{}, false
 	}
+	if r.Limit != nil && r.RetryAfter > 0 {
+		r.Limit.RetryAfterMS = r.RetryAfter.Milliseconds()
+	}
 	return r, true
 }
 

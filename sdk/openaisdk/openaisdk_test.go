@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,7 @@ var costBudget = sluice.Rule{Name: "daily_cost", Kind: sluice.KindBudget, Subjec
 // through an outer recording middleware, then the Limiter's middleware.
 type harness struct {
 	mock   *mockprovider.Server
+	srvURL string
 	l      *sluice.Limiter
 	client openai.Client
 
@@ -59,6 +61,7 @@ func newHarness(t *testing.T, mockOpts mockprovider.Options, rules []sluice.Rule
 	h := &harness{mock: mockprovider.New(mockOpts)}
 	srv := httptest.NewServer(h.mock)
 	t.Cleanup(srv.Close)
+	h.srvURL = srv.URL
 	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{}), Rules: rules})
 	if err != nil {
 		t.Fatal(err)
@@ -470,5 +473,49 @@ func TestMiddleware_IdentityFromContext(t *testing.T) {
 	all, err := h.l.Effective(context.Background(), sluice.Identity{User: "bob", Model: "mock-small", Route: "chat"})
 	if err != nil || len(all) != 1 || all[0].Used != 1 {
 		t.Fatalf("bob's budget %+v %v", all, err)
+	}
+}
+
+// downOnce is a store whose first admission fails, as a store whose server blinked would.
+type downOnce struct {
+	*memstore.Store
+	failed atomic.Bool
+}
+
+func (s *downOnce) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+	if s.failed.CompareAndSwap(false, true) {
+		return false, errors.New("connection refused")
+	}
+	return s.Store.Admit(ctx, now, b)
+}
+
+func TestMiddleware_StoreUnavailableIsRetriedAfterASecond(t *testing.T) {
+	h := newHarness(t, mockprovider.Options{}, []sluice.Rule{tokenBudget(1_000_000)}, openaisdk.Options{})
+	l, err := sluice.New(sluice.Options{Store: &downOnce{Store: memstore.New(memstore.Options{})}, Rules: []sluice.Rule{tokenBudget(1_000_000)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.l = l
+	var refusal http.Header
+	c := openai.NewClient(option.WithBaseURL(h.srvURL+"/v1"), option.WithAPIKey("sk-test"), option.WithMaxRetries(1),
+		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			resp, err := next(r)
+			if resp != nil && resp.StatusCode == 503 {
+				refusal = resp.Header.Clone()
+			}
+			return resp, err
+		}, openaisdk.Middleware(l, openaisdk.Options{Identity: func(*http.Request) sluice.Identity { return who }})))
+	start := time.Now()
+	if _, err := c.Chat.Completions.New(context.Background(), chatParams(prompt)); err != nil {
+		t.Fatalf("the SDK did not recover from a store blink: %v", err)
+	}
+	if refusal.Get("Retry-After") != "1" || refusal.Get("x-should-retry") != "" {
+		t.Fatalf("503 headers %v, want Retry-After: 1 and no x-should-retry", refusal)
+	}
+	if waited := time.Since(start); waited < 900*time.Millisecond {
+		t.Fatalf("the SDK retried after %v, before Retry-After", waited)
+	}
+	if got := h.used(t, "daily_tokens"); got != promptTokens+7 {
+		t.Fatalf("budget used %d, want %d", got, promptTokens+7)
 	}
 }
