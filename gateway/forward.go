@@ -158,9 +158,14 @@ func isEventStream(h *fasthttp.ResponseHeader) bool {
 }
 
 // stream passes the provider's events to the client as they arrive, one
-// flush per event, and settles when the stream ends: with the reported
+// write per event, and settles when the stream ends: with the reported
 // usage, or when none came (a cut, a client gone), with the input estimate
 // and the output counted in the stream.
+//
+// The client's body is an io.Pipe rather than SetBodyStreamWriter's pipe so
+// that a stream the provider cut is passed on as a failure: closed with an
+// error, fasthttp drops the connection without the final chunk, and the
+// client sees the stream fail instead of a clean, truncated end.
 func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Response, injected bool) {
 	c.ctx.SetStatusCode(200)
 	h := &c.ctx.Response.Header
@@ -172,14 +177,23 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 	stopTimer := time.AfterFunc(c.g.opts.RequestTimeout, func() {
 		closeStream(upstream, errors.New("request deadline"))
 	})
-	c.ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	client, pw := io.Pipe()
+	c.ctx.SetBodyStream(client, -1)
+	go func() {
 		defer c.g.inFlight.Done()
 		defer stopTimer.Stop()
 		var out []byte
+		var upstreamErr error
 		clientGone := false
 		for {
 			ev, err := events.Next()
-			if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			// io.ErrUnexpectedEOF itself is a last event without its blank
+			// line, after a clean end of the body: forward it. Any other
+			// error is the upstream stream failing.
+			if err != nil && err != io.ErrUnexpectedEOF {
+				if err != io.EOF {
+					upstreamErr = err
+				}
 				break
 			}
 			if len(ev.Raw) > 0 {
@@ -187,16 +201,17 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 				if ev.Data != nil {
 					forward, _ = reader.Feed(ev.Name, ev.Data)
 				}
+				var werr error
 				switch {
 				case ev.Data != nil && forward == nil:
 					// dropped (the usage chunk the client did not ask for)
 				case ev.Data == nil || sameSlice(forward, ev.Data):
-					_, _ = w.Write(ev.Raw)
+					_, werr = pw.Write(ev.Raw)
 				default:
 					out = llm.AppendEvent(out[:0], ev.Name, forward)
-					_, _ = w.Write(out)
+					_, werr = pw.Write(out)
 				}
-				if ferr := w.Flush(); ferr != nil {
+				if werr != nil {
 					clientGone = true
 					break
 				}
@@ -205,10 +220,14 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 				break
 			}
 		}
-		if clientGone {
+		switch {
+		case clientGone:
 			closeStream(upstream, errors.New("client went away"))
 			c.event.Outcome = "client_gone"
-		} else {
+		case upstreamErr != nil:
+			closeStream(upstream, upstreamErr)
+			c.event.Outcome, c.event.Class = "upstream_error", "transient"
+		default:
 			_ = resp.CloseBodyStream()
 		}
 		u := reader.Usage()
@@ -221,11 +240,16 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 		}
 		fasthttp.ReleaseResponse(resp)
 		c.finish(cand, res, u, reported)
+		if upstreamErr != nil {
+			_ = pw.CloseWithError(upstreamErr)
+		} else {
+			_ = pw.Close()
+		}
 		if c.g.opts.Observer != nil {
 			c.event.Status = 200
 			c.g.opts.Observer(c.event)
 		}
-	})
+	}()
 }
 
 // closeStream stops reading an upstream stream, closing its connection:
