@@ -132,4 +132,3 @@ func (s *downOnce) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (b
 	}
 	return s.Store.Admit(ctx, now, b)
 }
-
