@@ -228,8 +228,9 @@ func (b *bench) report(w io.Writer) {
 		median(added), list(added, "%.0f", 1), verdict(median(added) <= 100))
 	fmt.Fprintf(w, "| streaming: added time to first byte ≤ 200 µs | %.0f µs (%s) | %s |\n",
 		median(addedTTFB), list(addedTTFB, "%.0f", 1), verdict(median(addedTTFB) <= 200))
-	fmt.Fprintf(w, "| streaming: chunks never held back | %d of %d gaps under %s through the gateway (%d chunks direct, %d through) | %s |\n",
-		heldGW, gwChunks-len(b.rounds)*b.o.pacedStreams, b.o.chunkInterval/2, directChunks, gwChunks,
+	_, heldDirect, _ := pacedOf("direct")
+	fmt.Fprintf(w, "| streaming: chunks never held back | %d of %d gaps under %s through the gateway (direct: %d); %d chunks direct, %d through | %s |\n",
+		heldGW, gwChunks-len(b.rounds)*b.o.pacedStreams, b.o.chunkInterval/2, heldDirect, directChunks, gwChunks,
 		verdict(heldGW == 0 && gwChunks == directChunks && gwChunks > 0))
 	fmt.Fprintf(w, "| resident memory after the run < 100 MiB | %.1f MiB | %s |\n", float64(b.rssKiB)/1024, verdict(b.rssKiB < 100*1024))
 	if b.profileText != "" {
