@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ type env struct {
 	metrics *Metrics
 	handler *Handler
 	srv     *httptest.Server
+	clock   *fakeClock
 	changes atomic.Int64
 	// reloadErr is what the Reload hook returns.
 	reloadErr atomic.Pointer[error]
@@ -43,7 +45,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t}
+	e := &env{t: t, clock: &fakeClock{t: time.Now()}}
 	cat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{FlushInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +54,7 @@ func newEnv(t *testing.T) *env {
 	e.cat = cat
 	e.metrics = NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small", "small": "mock-small"}})
 	l, err := sluice.New(sluice.Options{Store: e.metrics.Store(memstore.New(memstore.Options{})), Rules: baseRules,
-		OnOverrun: e.metrics.OnOverrun, ServerID: "test"})
+		OnOverrun: e.metrics.OnOverrun, ServerID: "test", Clock: e.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +90,26 @@ func (e *env) refresh() error {
 	}
 	return e.limiter.SetPolicy(p)
 }
+
+// fakeClock is the limiter's clock: real time until a test moves it on.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // response is a decoded answer.
 type response struct {

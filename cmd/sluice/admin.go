@@ -1,123 +1,180 @@
 package main
 
 import (
-	"crypto/subtle"
-	"encoding/json"
+	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway"
 )
 
-// startAdmin serves the admin API's key routes on cfg.AdminListen behind
-// the admin token. It returns the generated token when it made one.
-func startAdmin(cfg *config.Config, cat *catalog.Catalog, log *slog.Logger) (*http.Server, string, error) {
+// observability is the gateway's metrics and request log.
+type observability struct {
+	metrics *admin.Metrics
+	log     *slog.Logger
+}
+
+// newObservability registers the metrics for cfg's models.
+func newObservability(cfg *config.Config, log *slog.Logger) *observability {
+	models := map[string]string{}
+	for _, m := range cfg.Models {
+		models[m.Name] = m.Name
+		for _, a := range m.Aliases {
+			models[a] = m.Name
+		}
+	}
+	return &observability{metrics: admin.NewMetrics(admin.MetricsOptions{Models: models}), log: log}
+}
+
+// Observe counts a finished request and logs one line for it; it is the
+// gateway's Observer.
+func (o *observability) Observe(e gateway.Event) {
+	o.metrics.Observe(e)
+	admin.LogRequest(o.log, e)
+}
+
+// liveConfig is the configuration in force: the one serve started with
+// until a reload swaps in another. Only the policy (rules and tiers)
+// follows a reload; listeners, models and providers need a restart.
+var liveConfig atomic.Pointer[config.Config]
+
+// policyMu serializes policy rebuilds, so that an older rebuild never
+// overwrites a newer one.
+var policyMu sync.Mutex
+
+// refreshOverrides swaps in the policy built from the live configuration,
+// the rules stored in the catalog and the stored overrides. cfg is used
+// until a reload replaces it.
+func refreshOverrides(ctx context.Context, l *sluice.Limiter, cat *catalog.Catalog, cfg *config.Config) error {
+	liveConfig.CompareAndSwap(nil, cfg)
+	return rebuildPolicy(ctx, l, cat, liveConfig.Load())
+}
+
+func rebuildPolicy(ctx context.Context, l *sluice.Limiter, cat *catalog.Catalog, cfg *config.Config) error {
+	policyMu.Lock()
+	defer policyMu.Unlock()
+	p, _, err := admin.LoadPolicy(ctx, cat, cfg.Layers(), cfg.SluiceTiers())
+	if err != nil {
+		return err
+	}
+	return l.SetPolicy(p)
+}
+
+// reloader re-reads the configuration named by the serve command's flags.
+type reloader struct {
+	flags   *common
+	cat     *catalog.Catalog
+	limiter *sluice.Limiter
+	log     *slog.Logger
+}
+
+// reload reads and validates the config file again and swaps in its
+// policy atomically. A bad file is refused and the running policy kept.
+func (r *reloader) reload() error {
+	cfg, err := r.flags.load()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	policyMu.Lock()
+	p, _, err := admin.LoadPolicy(ctx, r.cat, cfg.Layers(), cfg.SluiceTiers())
+	if err == nil {
+		err = r.limiter.SetPolicy(p)
+	}
+	if err == nil {
+		liveConfig.Store(cfg)
+	}
+	policyMu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, w := range cfg.Warnings() {
+		r.log.Warn(w)
+	}
+	r.log.Info("configuration reloaded", "rules", len(p.Rules), "overrides", len(p.Overrides))
+	return nil
+}
+
+// startAdmin serves the admin API, /metrics and the console on
+// cfg.AdminListen, and reloads the configuration on SIGHUP. It returns the
+// generated admin token when it made one.
+func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *catalog.Catalog, limiter *sluice.Limiter,
+	obs *observability, log *slog.Logger) (*http.Server, string, error) {
 	token, generated, err := adminToken(cfg)
 	if err != nil {
 		return nil, "", err
 	}
-	mux := http.NewServeMux()
-	a := &adminAPI{cat: cat}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status":"ok"}`)) })
-	mux.HandleFunc("GET /admin/v1/keys", a.listKeys)
-	mux.HandleFunc("POST /admin/v1/keys", a.createKey)
-	mux.HandleFunc("DELETE /admin/v1/keys/{id}", a.revokeKey)
+	r := &reloader{flags: flags, cat: cat, limiter: limiter, log: log}
+	h, err := admin.New(admin.Options{
+		Catalog: cat, Limiter: limiter, AdminToken: token, Metrics: obs.metrics, Logger: log,
+		OnChange: func() {
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := refreshOverrides(rctx, limiter, cat, cfg); err != nil {
+				log.Error("apply an admin change", "err", err)
+			}
+		},
+		Reload: r.reload,
+	})
+	if err != nil {
+		return nil, "", err
+	}
 	ln, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
 		return nil, "", err
 	}
-	srv := &http.Server{Handler: requireToken(token, mux), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin listener", "err", err)
 		}
 	}()
+	go reloadOnHangup(ctx, r, log)
 	if !generated {
 		token = ""
 	}
 	return srv, token, nil
 }
 
-// requireToken lets through requests bearing token, compared in constant
-// time; /healthz is open.
-func requireToken(token string, next http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "admin token required: Authorization: Bearer $SLUICE_ADMIN_TOKEN"})
+// reloadOnHangup reloads the configuration on every SIGHUP until ctx ends.
+func reloadOnHangup(ctx context.Context, r *reloader, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
 			return
+		case <-hup:
+			if err := r.reload(); err != nil {
+				log.Error("SIGHUP: configuration not reloaded; the running one is kept", "err", err)
+			}
 		}
-		next.ServeHTTP(w, r)
-	})
+	}
 }
 
-type adminAPI struct{ cat *catalog.Catalog }
-
-// keyRequest is the body of POST /admin/v1/keys.
+// keyRequest is the body of POST /admin/v1/keys, as "sluice keys create
+// --admin-url" sends it.
 type keyRequest struct {
-	Org           string    `json:"org"`
+	Org           string    `json:"org,omitempty"`
 	Workspace     string    `json:"workspace"`
-	Team          string    `json:"team"`
+	Team          string    `json:"team,omitempty"`
 	User          string    `json:"user"`
-	Tier          string    `json:"tier"`
-	Name          string    `json:"name"`
-	AllowedModels []string  `json:"allowed_models"`
-	ExpiresAt     time.Time `json:"expires_at"`
-}
-
-func (a *adminAPI) createKey(w http.ResponseWriter, r *http.Request) {
-	var req keyRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid body: " + err.Error()})
-		return
-	}
-	secret, key, err := a.cat.CreateKey(r.Context(), catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team,
-		User: req.User, Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, ExpiresAt: req.ExpiresAt}, "admin")
-	if err != nil {
-		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusCreated, map[string]any{"key": key, "secret": secret})
-}
-
-func (a *adminAPI) listKeys(w http.ResponseWriter, r *http.Request) {
-	keys, err := a.cat.ListKeys(r.Context(), r.URL.Query().Get("workspace"))
-	if err != nil {
-		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"keys": keys})
-}
-
-func (a *adminAPI) revokeKey(w http.ResponseWriter, r *http.Request) {
-	if err := a.cat.RevokeKey(r.Context(), r.PathValue("id"), "admin"); err != nil {
-		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, catalog.ErrInvalid):
-		return http.StatusBadRequest
-	case errors.Is(err, catalog.ErrUnknownKey):
-		return http.StatusNotFound
-	case strings.Contains(err.Error(), "context"):
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	Tier          string    `json:"tier,omitempty"`
+	Name          string    `json:"name,omitempty"`
+	AllowedModels []string  `json:"allowed_models,omitempty"`
+	ExpiresAt     time.Time `json:"expires_at,omitzero"`
 }

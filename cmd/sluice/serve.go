@@ -58,8 +58,9 @@ func serve(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	limiter, err := sluice.New(sluice.Options{Store: store, Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
-		DefaultTimeout: cfg.RequestTimeout})
+	obs := newObservability(cfg, log)
+	limiter, err := sluice.New(sluice.Options{Store: obs.metrics.Store(store), Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
+		DefaultTimeout: cfg.RequestTimeout, OnOverrun: obs.metrics.OnOverrun})
 	if err != nil {
 		return err
 	}
@@ -87,6 +88,7 @@ func serve(args []string) error {
 		RequestTimeout:  cfg.RequestTimeout,
 		UpstreamRetries: *cfg.UpstreamRetries,
 		Logger:          log,
+		Observer:        obs.Observe,
 	})
 	if err != nil {
 		return err
@@ -102,7 +104,7 @@ func serve(args []string) error {
 			stop()
 		}
 	}()
-	admin, token, err := startAdmin(cfg, cat, log)
+	admin, token, err := startAdmin(ctx, cfg, &c, cat, limiter, obs, log)
 	if err != nil {
 		return err
 	}
@@ -140,19 +142,6 @@ func everyInterval(ctx context.Context, d time.Duration, fn func()) {
 			fn()
 		}
 	}
-}
-
-// refreshOverrides swaps in the policy with the overrides stored now.
-func refreshOverrides(ctx context.Context, l *sluice.Limiter, cat *catalog.Catalog, cfg *config.Config) error {
-	stored, err := cat.ListOverrides(ctx)
-	if err != nil {
-		return err
-	}
-	overrides := make([]sluice.Override, 0, len(stored))
-	for _, o := range stored {
-		overrides = append(overrides, o.Sluice())
-	}
-	return l.SetPolicy(sluice.Policy{Rules: cfg.EffectiveRules(), Overrides: overrides, Tiers: cfg.SluiceTiers()})
 }
 
 // providersOf returns the gateway's providers, starting the built-in mock

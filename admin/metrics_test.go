@@ -1,0 +1,181 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
+)
+
+// scrape fetches /metrics with token and parses it with the Prometheus
+// text parser.
+func (e *env) scrape(token string) map[string]*dto.MetricFamily {
+	e.t.Helper()
+	req, _ := http.NewRequest("GET", e.srv.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "text/plain") // the text format, not protobuf
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		e.t.Fatalf("GET /metrics = %d", resp.StatusCode)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		e.t.Fatalf("Content-Type = %q, want the text format", ct)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		e.t.Fatalf("parse /metrics: %v", err)
+	}
+	return families
+}
+
+// value returns the value of the series of family with exactly labels
+// (name=value pairs), or -1 when absent.
+func value(families map[string]*dto.MetricFamily, family string, labels ...string) float64 {
+	f, ok := families[family]
+	if !ok {
+		return -1
+	}
+next:
+	for _, m := range f.GetMetric() {
+		want := map[string]string{}
+		for i := 0; i+1 < len(labels); i += 2 {
+			want[labels[i]] = labels[i+1]
+		}
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if got[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return -1
+}
+
+func TestMetrics_ScrapedAndParsed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	id := sluice.Identity{Workspace: "acme", User: "ada"}
+	// One call in flight, one settled above its reservation (an overrun),
+	// one swept.
+	open, err := e.limiter.Admit(ctx, sluice.Request{Identity: id, Max: sluice.Usage{InputTokens: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	over, err := e.limiter.Admit(ctx, sluice.Request{Identity: id, Max: sluice.Usage{InputTokens: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := over.Settle(ctx, sluice.Usage{InputTokens: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.limiter.Admit(ctx, sluice.Request{Identity: id, Max: sluice.Usage{InputTokens: 100}, Timeout: time.Nanosecond}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute) // past the swept call's deadline and slack, not the open one's
+	if _, err := e.limiter.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	events := []gateway.Event{
+		{Route: "chat", Model: "mock-small", Outcome: "admitted", Status: 200, Attempts: 1, Decision: 300 * time.Microsecond,
+			Usage: sluice.Usage{InputTokens: 12, OutputTokens: 30, CachedInputTokens: 4, Cost: 25}},
+		{Route: "chat", Model: "small", Outcome: "admitted", Status: 200, Attempts: 3, Decision: time.Millisecond,
+			Usage: sluice.Usage{InputTokens: 8, OutputTokens: 2, Cost: 5}},
+		{Route: "chat", Model: "mock-small", Outcome: "rate_limited", Class: "throttled", Status: 429, Decision: 100 * time.Microsecond},
+		{Route: "messages", Model: "mock-small", Outcome: "busy", Class: "throttled", Status: 429},
+		{Route: "chat", Model: "mock-small", Outcome: "budget_exceeded", Class: "terminal", Status: 429},
+		{Route: "chat", Model: "mock-small", Outcome: "too_large", Class: "terminal", Status: 413},
+		{Route: "chat", Model: "mock-small", Outcome: "store_error", Class: "transient", Status: 503},
+		{Route: "chat", Model: "mock-small", Outcome: "upstream_error", Class: "transient", Status: 502, Attempts: 3},
+		// A client naming a model that is not configured, and values no
+		// release knows: they fold into "other".
+		{Route: "chat", Model: "user-ada-secret-model", Outcome: "bad_request", Class: "terminal", Status: 400},
+		{Route: "/v1/../etc", Model: "mock-small", Outcome: "weird", Class: "odd", Status: 400},
+	}
+	for _, ev := range events {
+		e.metrics.Observe(ev)
+	}
+	f := e.scrape(rootToken)
+
+	for _, tc := range []struct {
+		family string
+		labels []string
+		want   float64
+	}{
+		{"sluice_requests_total", []string{"route", "chat", "model", "mock-small", "outcome", "admitted", "class", ""}, 2},
+		{"sluice_requests_total", []string{"outcome", "rate_limited", "class", "throttled"}, 1},
+		{"sluice_requests_total", []string{"route", "messages", "outcome", "busy", "class", "throttled"}, 1},
+		{"sluice_requests_total", []string{"outcome", "budget_exceeded", "class", "terminal"}, 1},
+		{"sluice_requests_total", []string{"outcome", "too_large", "class", "terminal"}, 1},
+		{"sluice_requests_total", []string{"outcome", "store_error", "class", "transient"}, 1},
+		{"sluice_requests_total", []string{"outcome", "upstream_error", "class", "transient"}, 1},
+		{"sluice_requests_total", []string{"model", "other", "outcome", "bad_request"}, 1},
+		{"sluice_requests_total", []string{"route", "other", "outcome", "other", "class", "other"}, 1},
+		{"sluice_tokens_total", []string{"direction", "input", "model", "mock-small"}, 20},
+		{"sluice_tokens_total", []string{"direction", "output", "model", "mock-small"}, 32},
+		{"sluice_tokens_total", []string{"direction", "cached_input", "model", "mock-small"}, 4},
+		{"sluice_cost_microdollars_total", []string{"model", "mock-small"}, 30},
+		{"sluice_decision_seconds", []string{"route", "chat"}, 3},
+		{"sluice_upstream_attempts", []string{"route", "chat"}, 3},
+		{"sluice_upstream_attempts_total", []string{"route", "chat"}, 7},
+		{"sluice_in_flight", nil, 1},
+		{"sluice_reservation_overruns_total", nil, 1},
+		{"sluice_sweeps_total", nil, 1},
+		{"sluice_swept_reservations_total", []string{"result", "reservations"}, 1},
+		{"sluice_store_seconds", []string{"operation", "admit"}, 3},
+		{"sluice_store_seconds", []string{"operation", "settle"}, 1},
+		{"sluice_store_seconds", []string{"operation", "sweep"}, 1},
+	} {
+		if got := value(f, tc.family, tc.labels...); got != tc.want {
+			t.Errorf("%s%v = %v, want %v", tc.family, tc.labels, got, tc.want)
+		}
+	}
+	// Labels are bounded: no identity ever becomes one, and only the
+	// configured models (or "other", "none") appear.
+	for name, fam := range f {
+		if !strings.HasPrefix(name, "sluice_") {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "user", "key", "workspace", "org", "team", "subject":
+					t.Errorf("%s has an identity label %q", name, l.GetName())
+				case "model":
+					if v := l.GetValue(); v != "mock-small" && v != "other" && v != "none" {
+						t.Errorf("%s has model label %q", name, v)
+					}
+				}
+			}
+		}
+	}
+	if err := open.Settle(ctx, sluice.Usage{InputTokens: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(e.scrape(rootToken), "sluice_in_flight"); got != 0 {
+		t.Fatalf("in flight after settle = %v", got)
+	}
+}
