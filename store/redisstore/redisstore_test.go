@@ -20,7 +20,9 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(childEnv); role != "" {
 		os.Exit(runChild(role))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopCluster()
+	os.Exit(code)
 }
 
 // redisURL returns SLUICE_TEST_REDIS_URL. Unset, the test is skipped, except

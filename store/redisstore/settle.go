@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 )
 
@@ -86,22 +85,11 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 		err := s.sweepIndex(ctx, now, s.dueKey(0), &res)
 		return res, err
 	}
-	// Each slot has its own index; find those that hold records.
-	cctx, cancel := s.call(ctx)
-	cmds := make(rueidis.Commands, slots)
-	for slot := range cmds {
-		cmds[slot] = s.client.B().Zcard().Key(s.dueKey(slot)).Build()
+	due, err := s.dueSlots(ctx)
+	if err != nil {
+		return res, fmt.Errorf("redisstore: sweep: %w", err)
 	}
-	counts := s.client.DoMulti(cctx, cmds...)
-	cancel()
-	for slot, r := range counts {
-		n, err := r.AsInt64()
-		if err != nil {
-			return res, fmt.Errorf("redisstore: sweep: %w", err)
-		}
-		if n == 0 {
-			continue
-		}
+	for _, slot := range due {
 		if err := s.sweepIndex(ctx, now, s.dueKey(slot), &res); err != nil {
 			return res, err
 		}
