@@ -36,7 +36,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		err = p.client.DoDeadline(req, resp, deadline)
 		status := resp.StatusCode()
 		retryable := err != nil || status == 429 || status >= 500
-		if err == nil && status == 429 && c.isQuota(resp) {
+		if err == nil && retryable && c.isQuota(resp) {
 			retryable = false
 		}
 		if !retryable {
@@ -58,13 +58,13 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		return false, errUpstream(502, err)
 	}
 	status := resp.StatusCode()
+	if status != 200 && c.isQuota(resp) {
+		c.passOn(resp, true)
+		fasthttp.ReleaseResponse(resp)
+		c.finishRefused(cand, res)
+		return true, nil
+	}
 	if status == 429 || status >= 500 {
-		if c.isQuota(resp) {
-			c.passOn(resp, true)
-			fasthttp.ReleaseResponse(resp)
-			c.finishRefused(cand, res)
-			return true, nil
-		}
 		// Spent: let a fallback try before the client hears of it.
 		if cand != c.lastCandidate() {
 			_ = resp.CloseBodyStream()
@@ -106,9 +106,10 @@ func (c *call) lastCandidate() *model {
 }
 
 // isQuota reads an upstream error body and reports whether it is the
-// provider's quota-exhausted error, which waiting does not clear.
+// provider's quota-exhausted error, which waiting does not clear: OpenAI's
+// is a 429, Anthropic's a 400 (credit balance) or a billing_error.
 func (c *call) isQuota(resp *fasthttp.Response) bool {
-	if resp.StatusCode() != 429 {
+	if resp.StatusCode() < 400 {
 		return false
 	}
 	body := resp.Body()
