@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -69,7 +70,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		if cand != c.lastCandidate() {
 			_ = resp.CloseBodyStream()
 			fasthttp.ReleaseResponse(resp)
-			return false, errUpstream(502, errors.New("provider answered "+string(resp.Header.StatusMessage())))
+			return false, errUpstream(502, fmt.Errorf("provider answered %d", status))
 		}
 	}
 	if status != 200 {
