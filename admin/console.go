@@ -1,9 +1,304 @@
 package admin
 
-import "net/http"
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
 
-type console struct{ h *Handler }
+	"github.com/sluicehq/sluice/catalog"
+)
 
-func newConsole(h *Handler) (*console, error) { return &console{h: h}, nil }
+//go:embed ui
+var uiFiles embed.FS
 
-func (c *console) routes(m *http.ServeMux) {}
+// sessionTTL is how long a console login lasts.
+const sessionTTL = 12 * time.Hour
+
+const sessionCookie = "sluice_session"
+
+// console is the web console under /ui/: server-rendered pages over the
+// same catalog and limiter as the API, with the same roles.
+type console struct {
+	h     *Handler
+	pages map[string]*template.Template
+
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+// session is a console login. It keeps the token, not the principal, so
+// that a token revoked or expired since the login stops working at once.
+type session struct {
+	token   string
+	csrf    string
+	expires time.Time
+}
+
+func newConsole(h *Handler) (*console, error) {
+	c := &console{h: h, pages: map[string]*template.Template{}, sessions: map[string]*session{}}
+	funcs := template.FuncMap{
+		"since":   func(t time.Time) string { return h.now().Sub(t).Round(time.Second).String() },
+		"time":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
+		"num":     formatNumber,
+		"dollars": func(micros int64) string { return fmt.Sprintf("$%.2f", float64(micros)/1e6) },
+		"pct":     percent,
+		"barclass": func(used, limit int64) string {
+			switch p := percent(used, limit); {
+			case p >= 100:
+				return "bar full"
+			case p >= 80:
+				return "bar warn"
+			}
+			return "bar"
+		},
+		"add": func(a, b int64) int64 { return a + b },
+		"deref": func(p *int64) int64 {
+			if p == nil {
+				return 0
+			}
+			return *p
+		},
+		"durationText": func(d catalog.Duration) string { return time.Duration(d).String() },
+		"limitText": func(p *int64) string {
+			if p == nil {
+				return "inherit"
+			}
+			if *p == 0 {
+				return "0 (disabled)"
+			}
+			return formatNumber(*p)
+		},
+	}
+	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(uiFiles, "ui/layout.html", "ui/bar.html")
+	if err != nil {
+		return nil, fmt.Errorf("admin: console templates: %w", err)
+	}
+	names, err := fs.Glob(uiFiles, "ui/page_*.html")
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		t, err := template.Must(layout.Clone()).ParseFS(uiFiles, name)
+		if err != nil {
+			return nil, fmt.Errorf("admin: console template %s: %w", name, err)
+		}
+		c.pages[strings.TrimSuffix(strings.TrimPrefix(name, "ui/page_"), ".html")] = t
+	}
+	return c, nil
+}
+
+func (c *console) routes(m *http.ServeMux) {
+	static, _ := fs.Sub(uiFiles, "ui/static")
+	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	m.HandleFunc("GET /ui/login", c.loginPage)
+	m.HandleFunc("POST /ui/login", c.login)
+	m.HandleFunc("POST /ui/logout", c.logout)
+	m.Handle("GET /ui/{$}", c.page(c.workspaces))
+	m.Handle("GET /ui/workspaces/{ws}", c.page(c.workspace))
+	m.Handle("POST /ui/workspaces/{ws}/overrides", c.page(c.setOverride))
+	m.Handle("POST /ui/workspaces/{ws}/overrides/delete", c.page(c.deleteOverride))
+	m.Handle("GET /ui/rules", c.page(c.rules))
+	m.Handle("GET /ui/overrides", c.page(c.overrides))
+	m.Handle("GET /ui/reservations", c.page(c.reservations))
+	m.Handle("GET /ui/audit", c.page(c.audit))
+	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusSeeOther) })
+}
+
+// view is what every page template receives.
+type view struct {
+	Title   string
+	Nav     string
+	Actor   string
+	Role    string
+	IsAdmin bool
+	Scope   []string
+	CSRF    string
+	Error   string
+	Notice  string
+	Data    any
+}
+
+// pageFunc renders one page for a logged-in principal.
+type pageFunc func(w http.ResponseWriter, r *http.Request, p *principal, v *view) (status int, page string, err error)
+
+// page checks the session, runs fn and renders the page it names.
+func (c *console) page(fn pageFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, p, err := c.sessionOf(r)
+		if err != nil {
+			var ae *authError
+			if errors.As(err, &ae) {
+				if r.Method == http.MethodPost {
+					c.h.auditDenied(r, "anonymous", http.StatusUnauthorized, ae.reason)
+				}
+				http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+				return
+			}
+			c.h.writeError(w, err)
+			return
+		}
+		v := &view{Actor: p.actor, Role: p.role, IsAdmin: p.isAdmin(), Scope: p.workspaces, CSRF: s.csrf}
+		if r.Method == http.MethodPost {
+			if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) != 1 {
+				c.h.auditDenied(r, p.actor, http.StatusForbidden, "missing or wrong CSRF token")
+				http.Error(w, "the form is stale: reload the page and try again", http.StatusForbidden)
+				return
+			}
+			if !p.isAdmin() {
+				c.h.auditDenied(r, p.actor, http.StatusForbidden, "viewer tokens are read-only")
+				w.WriteHeader(http.StatusForbidden)
+				v.Title, v.Error = "Forbidden", "Viewer tokens are read-only."
+				c.render(w, "error", v)
+				return
+			}
+		}
+		status, name, err := fn(w, r, p, v)
+		if err != nil {
+			ae := errorOf(err)
+			if ae.Status >= 500 {
+				c.h.log.Error("admin: console", "err", err)
+			}
+			w.WriteHeader(ae.Status)
+			v.Title, v.Error = http.StatusText(ae.Status), ae.Message
+			c.render(w, "error", v)
+			return
+		}
+		if name == "" { // fn redirected
+			return
+		}
+		if status != http.StatusOK {
+			w.WriteHeader(status)
+		}
+		c.render(w, name, v)
+	})
+}
+
+func (c *console) render(w http.ResponseWriter, name string, v *view) {
+	t, ok := c.pages[name]
+	if !ok {
+		http.Error(w, "no page "+name, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
+	w.Header().Set("X-Frame-Options", "DENY")
+	if err := t.ExecuteTemplate(w, "layout.html", v); err != nil {
+		c.h.log.Error("admin: console render", "page", name, "err", err)
+	}
+}
+
+func (c *console) loginPage(w http.ResponseWriter, r *http.Request) {
+	c.render(w, "login", &view{Title: "Sign in"})
+}
+
+func (c *console) login(w http.ResponseWriter, r *http.Request) {
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	if _, err := c.h.authenticate(r.Context(), token); err != nil {
+		var ae *authError
+		if !errors.As(err, &ae) {
+			c.h.writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		c.render(w, "login", &view{Title: "Sign in", Error: "Sign-in refused: " + ae.reason + "."})
+		return
+	}
+	sid, csrf := randomHex(32), randomHex(16)
+	now := c.h.now()
+	c.mu.Lock()
+	for id, s := range c.sessions {
+		if !now.Before(s.expires) {
+			delete(c.sessions, id)
+		}
+	}
+	c.sessions[sid] = &session{token: token, csrf: csrf, expires: now.Add(sessionTTL)}
+	c.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: sid, Path: "/ui/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+}
+
+func (c *console) logout(w http.ResponseWriter, r *http.Request) {
+	if ck, err := r.Cookie(sessionCookie); err == nil {
+		c.mu.Lock()
+		delete(c.sessions, ck.Value)
+		c.mu.Unlock()
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// sessionOf returns the request's session and its principal, checking the
+// token again.
+func (c *console) sessionOf(r *http.Request) (*session, *principal, error) {
+	ck, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil, nil, &authError{"sign in first"}
+	}
+	c.mu.Lock()
+	s := c.sessions[ck.Value]
+	if s != nil && !c.h.now().Before(s.expires) {
+		delete(c.sessions, ck.Value)
+		s = nil
+	}
+	c.mu.Unlock()
+	if s == nil {
+		return nil, nil, &authError{"the session has ended; sign in again"}
+	}
+	p, err := c.h.authenticate(r.Context(), s.token)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, p, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// formatNumber writes n with thousands separators.
+func formatNumber(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, ch := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(ch)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// percent is used/limit in whole percent, capped at 100.
+func percent(used, limit int64) int64 {
+	if limit <= 0 {
+		return 0
+	}
+	p := int64(float64(used) * 100 / float64(limit))
+	if used > 0 && p == 0 {
+		p = 1
+	}
+	return max(0, min(p, 100))
+}
+
+// ctxTimeout bounds the work of one page.
+func ctxTimeout(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), 10*time.Second)
+}

@@ -1,0 +1,289 @@
+package admin
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
+)
+
+// workspaceSummary is a row of the workspaces page.
+type workspaceSummary struct {
+	Name   string
+	Today  catalog.UsageRow
+	Limits []limitView
+}
+
+// workspaceLimits returns the limits that apply to a whole workspace: the
+// rules counted per workspace (or wider), not per user or key in it.
+func (c *console) workspaceLimits(r *http.Request, ws string) ([]limitView, error) {
+	limits, err := c.h.limitsOf(r.Context(), sluice.Identity{Workspace: ws})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(limits, func(l limitView) bool {
+		return l.Subject != "workspace" && l.Subject != "global"
+	}), nil
+}
+
+func (c *console) visibleWorkspaces(r *http.Request, p *principal) ([]string, error) {
+	all, err := c.h.cat.Workspaces(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	if p.isAdmin() {
+		return all, nil
+	}
+	return slices.DeleteFunc(all, func(ws string) bool { return !p.canRead(ws) }), nil
+}
+
+func (c *console) today() time.Time { return c.h.now().UTC() }
+
+func (c *console) workspaces(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	names, err := c.visibleWorkspaces(r, p)
+	if err != nil {
+		return 0, "", err
+	}
+	today := c.today()
+	rows, err := c.h.cat.Usage(r.Context(), catalog.UsageQuery{From: today, To: today, GroupBy: []string{"workspace"}})
+	if err != nil {
+		return 0, "", err
+	}
+	var out []workspaceSummary
+	for _, ws := range names {
+		s := workspaceSummary{Name: ws}
+		for _, row := range rows {
+			if row.Workspace == ws {
+				s.Today = row
+			}
+		}
+		if s.Limits, err = c.workspaceLimits(r, ws); err != nil {
+			return 0, "", err
+		}
+		out = append(out, s)
+	}
+	v.Title, v.Nav, v.Data = "Workspaces", "workspaces", map[string]any{"Workspaces": out, "Day": today.Format(time.DateOnly)}
+	return http.StatusOK, "workspaces", nil
+}
+
+// chart is an inline SVG bar chart of tokens per day.
+type chart struct {
+	Width, Height int
+	Bars          []chartBar
+	Max           int64
+	Total         int64
+	First, Last   string
+}
+
+type chartBar struct {
+	X, Y, W, H int
+	Day        string
+	Tokens     int64
+	Cost       int64
+}
+
+const chartDays = 30
+
+func (c *console) usageChart(r *http.Request, ws string) (chart, error) {
+	end := c.today()
+	start := end.AddDate(0, 0, -(chartDays - 1))
+	rows, err := c.h.cat.Usage(r.Context(), catalog.UsageQuery{Workspace: ws, From: start, To: end, GroupBy: []string{"day"}})
+	if err != nil {
+		return chart{}, err
+	}
+	byDay := map[string]catalog.UsageRow{}
+	for _, row := range rows {
+		byDay[row.Day] = row
+	}
+	ch := chart{Width: 720, Height: 180, First: start.Format(time.DateOnly), Last: end.Format(time.DateOnly)}
+	tokens := make([]int64, chartDays)
+	for i := range chartDays {
+		row := byDay[start.AddDate(0, 0, i).Format(time.DateOnly)]
+		tokens[i] = row.InputTokens + row.OutputTokens
+		ch.Max = max(ch.Max, tokens[i])
+		ch.Total += tokens[i]
+	}
+	slot := ch.Width / chartDays
+	for i := range chartDays {
+		day := start.AddDate(0, 0, i).Format(time.DateOnly)
+		h := 0
+		if ch.Max > 0 {
+			h = int(float64(tokens[i]) / float64(ch.Max) * float64(ch.Height-20))
+		}
+		if tokens[i] > 0 && h < 2 {
+			h = 2
+		}
+		ch.Bars = append(ch.Bars, chartBar{X: i*slot + 2, Y: ch.Height - h, W: slot - 4, H: h, Day: day,
+			Tokens: tokens[i], Cost: byDay[day].CostMicros})
+	}
+	return ch, nil
+}
+
+func (c *console) workspace(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	ws := r.PathValue("ws")
+	if !p.canRead(ws) {
+		return 0, "", forbiddenWorkspace(ws)
+	}
+	return c.renderWorkspace(r, p, v, ws, http.StatusOK)
+}
+
+func (c *console) renderWorkspace(r *http.Request, p *principal, v *view, ws string, status int) (int, string, error) {
+	if ok, err := c.h.cat.SubjectExists(r.Context(), "workspace", ws); err != nil {
+		return 0, "", err
+	} else if !ok {
+		return 0, "", errorf(http.StatusNotFound, "unknown_subject", "no key has workspace %q", ws)
+	}
+	limits, err := c.workspaceLimits(r, ws)
+	if err != nil {
+		return 0, "", err
+	}
+	ch, err := c.usageChart(r, ws)
+	if err != nil {
+		return 0, "", err
+	}
+	all, err := c.h.visibleOverrides(r.Context(), p)
+	if err != nil {
+		return 0, "", err
+	}
+	overrides := slices.DeleteFunc(all, func(o catalog.Override) bool { return o.Attribute != "workspace" || o.Value != ws })
+	var ruleNames []string
+	for _, rule := range c.h.limiter.Policy().Rules {
+		ruleNames = append(ruleNames, rule.Name)
+	}
+	if n := r.URL.Query().Get("saved"); n != "" && v.Error == "" {
+		v.Notice = "Override saved for rule " + n + "; it applies from the next request."
+	}
+	v.Title, v.Nav = "Workspace "+ws, "workspaces"
+	v.Data = map[string]any{"Workspace": ws, "Limits": limits, "Chart": ch, "Overrides": overrides, "Rules": ruleNames}
+	return status, "workspace", nil
+}
+
+// overrideForm reads the override form: an empty limit or burst inherits,
+// 0 disables; an expiry is a UTC date and time.
+func overrideForm(r *http.Request, ws string) (overrideRequest, error) {
+	req := overrideRequest{Rule: r.PostFormValue("rule"), Attribute: "workspace", Value: ws}
+	for _, f := range []struct {
+		name string
+		dst  **int64
+	}{{"limit", &req.Limit}, {"burst", &req.Burst}} {
+		s := strings.TrimSpace(r.PostFormValue(f.name))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.ReplaceAll(s, ",", ""), 10, 64)
+		if err != nil {
+			return req, errorf(http.StatusBadRequest, "invalid", "%s: want a whole number (empty inherits, 0 disables), got %q", f.name, s)
+		}
+		*f.dst = &n
+	}
+	if s := strings.TrimSpace(r.PostFormValue("expires_at")); s != "" {
+		t, err := time.Parse("2006-01-02T15:04", s)
+		if err != nil {
+			return req, errorf(http.StatusBadRequest, "invalid", "expires: want a date and time, got %q", s)
+		}
+		req.ExpiresAt = t.UTC()
+	}
+	return req, nil
+}
+
+func (c *console) setOverride(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	ws := r.PathValue("ws")
+	req, err := overrideForm(r, ws)
+	if err == nil {
+		_, err = c.h.setOverrideFrom(r.Context(), req, p.actor)
+	}
+	if err != nil {
+		ae := errorOf(err)
+		if ae.Status >= 500 {
+			return 0, "", err
+		}
+		v.Error = ae.Message
+		return c.renderWorkspace(r, p, v, ws, ae.Status)
+	}
+	http.Redirect(w, r, "/ui/workspaces/"+url.PathEscape(ws)+"?saved="+url.QueryEscape(req.Rule), http.StatusSeeOther)
+	return 0, "", nil
+}
+
+func (c *console) deleteOverride(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	ws := r.PathValue("ws")
+	if err := c.h.cat.DeleteOverride(r.Context(), r.PostFormValue("rule"), "workspace", ws, p.actor); err != nil {
+		return 0, "", err
+	}
+	c.h.changed()
+	http.Redirect(w, r, "/ui/workspaces/"+url.PathEscape(ws), http.StatusSeeOther)
+	return 0, "", nil
+}
+
+func (c *console) rules(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	rules := c.h.policyRules()
+	var rates, budgets []policyRule
+	for _, rule := range rules {
+		if rule.Kind == sluice.KindBudget {
+			budgets = append(budgets, rule)
+		} else {
+			rates = append(rates, rule)
+		}
+	}
+	v.Title, v.Nav, v.Data = "Rules and budgets", "rules", map[string]any{"Rules": rates, "Budgets": budgets}
+	return http.StatusOK, "rules", nil
+}
+
+func (c *console) overrides(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	list, err := c.h.visibleOverrides(r.Context(), p)
+	if err != nil {
+		return 0, "", err
+	}
+	v.Title, v.Nav, v.Data = "Overrides", "overrides", list
+	return http.StatusOK, "overrides", nil
+}
+
+func (c *console) reservations(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	if !p.isAdmin() {
+		return 0, "", errorf(http.StatusForbidden, "forbidden", "open reservations span workspaces: an admin token is needed")
+	}
+	var list []Reservation
+	if c.h.opts.Metrics != nil {
+		list = c.h.opts.Metrics.OpenReservations(c.h.now())
+	}
+	v.Title, v.Nav, v.Data = "Open reservations", "reservations", list
+	return http.StatusOK, "reservations", nil
+}
+
+// auditRow is an audit entry as the console shows it.
+type auditRow struct {
+	catalog.AuditEntry
+	BeforeText, AfterText string
+}
+
+func (c *console) audit(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	q := catalog.AuditQuery{Actor: r.URL.Query().Get("actor"), Action: r.URL.Query().Get("action"), Target: r.URL.Query().Get("target"), Limit: 200}
+	if !p.isAdmin() {
+		q.Workspaces = p.workspaces
+	}
+	entries, err := c.h.cat.ListAudit(r.Context(), q)
+	if err != nil {
+		return 0, "", err
+	}
+	rows := make([]auditRow, 0, len(entries))
+	for _, e := range entries {
+		rows = append(rows, auditRow{AuditEntry: e, BeforeText: rawText(e.Before), AfterText: rawText(e.After)})
+	}
+	v.Title, v.Nav, v.Data = "Audit log", "audit", map[string]any{"Entries": rows, "Query": q}
+	return http.StatusOK, "audit", nil
+}
+
+func rawText(v any) string {
+	if v == nil {
+		return ""
+	}
+	if b, ok := v.([]byte); ok {
+		return string(b)
+	}
+	return strings.TrimSpace(fmt.Sprintf("%s", v))
+}

@@ -1,0 +1,176 @@
+package admin
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/catalog"
+)
+
+// browser is an HTTP client with a cookie jar, for the console.
+type browser struct {
+	t      *testing.T
+	e      *env
+	client *http.Client
+}
+
+func (e *env) browser() *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: e.t, e: e, client: &http.Client{Jar: jar}}
+}
+
+func (b *browser) get(path string) (int, string) {
+	b.t.Helper()
+	resp, err := b.client.Get(b.e.srv.URL + path)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func (b *browser) post(path string, form url.Values) (int, string) {
+	b.t.Helper()
+	resp, err := b.client.PostForm(b.e.srv.URL+path, form)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+func csrfOf(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfField.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no CSRF field on the page")
+	}
+	return m[1]
+}
+
+func TestConsole_LoginCookieAndPages(t *testing.T) {
+	e := newEnv(t)
+	e.createKey("acme", "ada")
+	e.cat.RecordUsage(catalog.UsageEntry{Workspace: "acme", Route: "chat", Model: "mock-small", Requests: 3, InputTokens: 1200, OutputTokens: 300, CostMicros: 4200})
+	e.cat.RecordUsage(catalog.UsageEntry{Workspace: "acme", Route: "chat", Model: "mock-small", At: time.Now().AddDate(0, 0, -3), Requests: 1, InputTokens: 500})
+	if err := e.cat.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	if status, body := b.get("/ui/"); status != http.StatusOK || !strings.Contains(body, `name="token"`) {
+		t.Fatalf("unauthenticated /ui/ = %d, want the login page", status)
+	}
+	if status, body := b.post("/ui/login", url.Values{"token": {"wrong"}}); status != http.StatusUnauthorized || !strings.Contains(body, "invalid admin token") {
+		t.Fatalf("bad login = %d %s", status, body)
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.PostForm(e.srv.URL+"/ui/login", url.Values{"token": {rootToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var ck *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == sessionCookie {
+			ck = c
+		}
+	}
+	if ck == nil || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/ui/" || ck.Value == rootToken {
+		t.Fatalf("session cookie = %+v", ck)
+	}
+
+	b.post("/ui/login", url.Values{"token": {rootToken}})
+	for path, want := range map[string]string{
+		"/ui/":                "1,500",
+		"/ui/workspaces/acme": `<svg id="chart"`,
+		"/ui/rules":           "daily_token_budget",
+		"/ui/overrides":       "No override",
+		"/ui/reservations":    "None open",
+		"/ui/audit":           "key.create",
+	} {
+		status, body := b.get(path)
+		if status != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET %s = %d, want 200 containing %q:\n%s", path, status, want, body)
+		}
+	}
+	if status, _ := b.get("/ui/workspaces/ghost"); status != http.StatusNotFound {
+		t.Errorf("missing workspace = %d", status)
+	}
+	if status, _ := b.get("/ui/static/style.css"); status != http.StatusOK {
+		t.Errorf("style.css = %d", status)
+	}
+
+	// An admin sets an override through the form; it applies at once.
+	_, page := b.get("/ui/workspaces/acme")
+	csrf := csrfOf(t, page)
+	status, body := b.post("/ui/workspaces/acme/overrides", url.Values{"csrf": {csrf}, "rule": {"daily_token_budget"}, "limit": {"5,000"}})
+	if status != http.StatusOK || !strings.Contains(body, "Override saved") || !strings.Contains(body, `<span class="limitvalue">5,000</span>`) {
+		t.Fatalf("set override = %d:\n%s", status, body)
+	}
+	status, body = b.post("/ui/workspaces/acme/overrides", url.Values{"csrf": {csrf}, "rule": {"daily_token_budget"}, "limit": {"-4"}})
+	if status != http.StatusBadRequest || !strings.Contains(body, "must not be negative") {
+		t.Fatalf("negative override = %d:\n%s", status, body)
+	}
+	if status, _ := b.post("/ui/workspaces/acme/overrides", url.Values{"rule": {"daily_token_budget"}, "limit": {"1"}}); status != http.StatusForbidden {
+		t.Fatalf("no CSRF token = %d, want 403", status)
+	}
+	overrides, _ := e.cat.ListOverrides(context.Background())
+	if len(overrides) != 1 || *overrides[0].Limit != 5000 {
+		t.Fatalf("overrides = %+v", overrides)
+	}
+
+	// A viewer sees the page without the form, cannot post, cannot read
+	// another workspace.
+	e.createKey("globex", "gus")
+	viewer := e.token("viewer", "acme")
+	v := e.browser()
+	v.post("/ui/login", url.Values{"token": {viewer}})
+	_, page = v.get("/ui/workspaces/acme")
+	if strings.Contains(page, `id="override-form"`) || !strings.Contains(page, `id="readonly"`) {
+		t.Fatalf("viewer's workspace page has a form:\n%s", page)
+	}
+	if _, list := v.get("/ui/"); strings.Contains(list, "globex") {
+		t.Fatal("viewer sees another workspace")
+	}
+	if status, _ := v.get("/ui/workspaces/globex"); status != http.StatusForbidden {
+		t.Fatalf("viewer on another workspace = %d", status)
+	}
+	if status, _ := v.get("/ui/reservations"); status != http.StatusForbidden {
+		t.Fatalf("viewer on reservations = %d", status)
+	}
+	before := e.snapshot()
+	status, body = v.post("/ui/workspaces/acme/overrides", url.Values{"csrf": {csrfOf(t, page)}, "rule": {"daily_token_budget"}, "limit": {"0"}})
+	if status != http.StatusForbidden || !strings.Contains(body, "read-only") {
+		t.Fatalf("viewer post = %d:\n%s", status, body)
+	}
+	if after := e.snapshot(); after.overrides != before.overrides || after.deniedAudit != before.deniedAudit+1 {
+		t.Fatalf("viewer post: %+v -> %+v", before, after)
+	}
+	// Revoking the viewer's token ends its console session at once.
+	list := e.must(http.StatusOK, "GET", "/admin/v1/tokens", rootToken, nil)
+	for _, tok := range list.body["tokens"].([]any) {
+		id := tok.(map[string]any)["id"].(string)
+		if strings.Contains(viewer, id) {
+			e.must(http.StatusNoContent, "DELETE", "/admin/v1/tokens/"+id, rootToken, nil)
+		}
+	}
+	if _, body := v.get("/ui/"); !strings.Contains(body, `name="token"`) {
+		t.Fatal("a revoked token's session still works")
+	}
+	// Signing out ends the session.
+	b.post("/ui/logout", nil)
+	if _, body := b.get("/ui/"); !strings.Contains(body, `name="token"`) {
+		t.Fatal("signed out, the console still answers")
+	}
+}
