@@ -11,12 +11,14 @@ import (
 // probeScript lists which of the deadline indexes named in ARGV hold
 // records. It reads keys of many slots of the node it runs on, which Redis
 // allows a script without a shebang line (the keys are all local).
-var probeScript = rueidis.NewLuaScriptReadOnly(`
+var probeScript = rueidis.NewLuaScriptReadOnly(probeLua)
+
+const probeLua = `
 local out = {}
 for i, k in ipairs(ARGV) do
   if redis.call('ZCARD', k) > 0 then out[#out + 1] = i - 1 end
 end
-return out`)
+return out`
 
 // probeChunk is the number of indexes a fallback probe reads per round trip.
 const probeChunk = 512

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	_ "embed"
 
 	"github.com/redis/rueidis"
@@ -38,3 +39,18 @@ const (
 	kindBudget      = "2"
 	kindConcurrency = "3"
 )
+
+// loadScripts loads every script on every server, so that the first
+// admissions after a start need no EVAL fallback (on a Cluster, rueidis
+// would otherwise load a script on one node and fall back to EVAL on the
+// others).
+func loadScripts(ctx context.Context, c rueidis.Client) error {
+	for _, node := range c.Nodes() {
+		for _, src := range []string{preludeLua + admitLua, preludeLua + settleLua, preludeLua + sweepLua, probeLua} {
+			if err := node.Do(ctx, node.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -227,11 +227,14 @@ func (s *Store) checkServer(ctx context.Context, wantCluster bool) error {
 	if wantCluster && !s.cluster {
 		return errors.New("redisstore: open: redis-cluster:// names a server that is not a Redis Cluster (use redis://)")
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := loadScripts(ctx, s.client); err != nil {
+		return fmt.Errorf("redisstore: open: load scripts: %w", err)
+	}
 	if s.cluster {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	info, err := s.client.Do(ctx, s.client.B().Info().Section("cluster").Build()).ToString()
 	if err != nil {
 		return fmt.Errorf("redisstore: open: %w", err)

@@ -47,12 +47,19 @@ func freshPrefix() string {
 	return fmt.Sprintf("sluicetest-%d-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9, prefixes.Add(1))
 }
 
+// testTimeout bounds store calls in tests that are not about timeouts: the
+// race detector and a busy CI machine can make a round trip slow.
+const testTimeout = 5 * time.Second
+
 // openStore opens a store on url with a fresh prefix and deletes its keys
-// when the test ends.
+// when the test ends. A zero Timeout is testTimeout.
 func openStore(t testing.TB, opts redisstore.Options) *redisstore.Store {
 	t.Helper()
 	if opts.Prefix == "" {
 		opts.Prefix = freshPrefix()
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = testTimeout
 	}
 	s, err := redisstore.Open(context.Background(), opts)
 	if err != nil {

@@ -270,7 +270,10 @@ func TestOutage_FailsFastAndRecovers(t *testing.T) {
 	redisURL(t)
 	srv := startRedis(t, freePort(t))
 	url := "redis://" + srv.addr() + "/0"
-	s := openStore(t, redisstore.Options{URL: url})
+	const timeout = 500 * time.Millisecond
+	// Failing "fast" allows for a loaded machine's scheduling delays.
+	const slack = 500 * time.Millisecond
+	s := openStore(t, redisstore.Options{URL: url, Timeout: timeout})
 	l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{
 		{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1_000_000, Window: time.Minute},
 		{Name: "inflight", Kind: sluice.KindConcurrency, Subject: "key", Limit: 1000},
@@ -292,7 +295,7 @@ func TestOutage_FailsFastAndRecovers(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
 
 	srv.kill()
-	const timeout = 250 * time.Millisecond
+	var slowest time.Duration
 	for i := range 20 {
 		start := time.Now()
 		_, err := l.Admit(ctx, storetest.Key("k"))
@@ -300,11 +303,13 @@ func TestOutage_FailsFastAndRecovers(t *testing.T) {
 		if !errors.Is(err, sluice.ErrStoreUnavailable) {
 			t.Fatalf("admission %d with Redis down: %v, want store unavailable", i, err)
 		}
-		if took > timeout+150*time.Millisecond {
+		if took > timeout+slack {
 			t.Fatalf("admission %d with Redis down took %v, want within the %v timeout", i, took, timeout)
 		}
+		slowest = max(slowest, took)
 	}
 
+	t.Logf("20 admissions with Redis killed: the slowest failed after %v", slowest)
 	if err := srv.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -315,9 +320,9 @@ func TestOutage_FailsFastAndRecovers(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for range 20 {
+	for i := range 20 {
 		if err := admitOK(); err != nil {
-			t.Fatalf("after recovery: %v", err)
+			t.Fatalf("admission %d after recovery: %v", i, err)
 		}
 	}
 
@@ -330,10 +335,11 @@ func TestOutage_FailsFastAndRecovers(t *testing.T) {
 		start := time.Now()
 		_, err := l.Admit(ctx, storetest.Key("k"))
 		took := time.Since(start)
-		if !errors.Is(err, sluice.ErrStoreUnavailable) || took > timeout+150*time.Millisecond {
+		if !errors.Is(err, sluice.ErrStoreUnavailable) || took > timeout+slack {
 			_ = srv.cmd.Process.Signal(syscall.SIGCONT)
 			t.Fatalf("admission %d with Redis stopped: %v after %v, want store unavailable within %v", i, err, took, timeout)
 		}
+		t.Logf("admission %d with Redis stopped failed after %v", i, took)
 	}
 	if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
