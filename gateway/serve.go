@@ -199,7 +199,9 @@ func (c *call) admit(cand *model) (*sluice.Reservation, int64, bool, error) {
 		return nil, capPer, false, err
 	}
 	perCompletion := fit / c.bound.N
-	if perCompletion < max(1, rule.MinOutputTokens) {
+	// Below the request's own floor (16 for Responses, above the thinking
+	// budget for Anthropic) the provider would refuse the clamped call.
+	if perCompletion < max(1, rule.MinOutputTokens, c.bound.MinOutputTokens) {
 		return nil, capPer, false, err
 	}
 	req = c.request(cand, perCompletion)
