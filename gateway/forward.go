@@ -242,14 +242,16 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 		}
 		fasthttp.ReleaseResponse(resp)
 		c.finish(cand, res, u, reported)
+		if c.g.opts.Observer != nil {
+			c.event.Status = 200
+			c.g.opts.Observer(c.event)
+		}
+		// Last, so that a client that saw its stream end finds it settled
+		// and reported.
 		if upstreamErr != nil {
 			_ = pw.CloseWithError(upstreamErr)
 		} else {
 			_ = pw.Close()
-		}
-		if c.g.opts.Observer != nil {
-			c.event.Status = 200
-			c.g.opts.Observer(c.event)
 		}
 	}()
 }
