@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -70,6 +71,19 @@ func (r *recorder) waitUsage(t *testing.T, n int) []gateway.UsageRecord {
 	}
 	t.Fatalf("got %d usage records, want %d", len(r.usage()), n)
 	return nil
+}
+
+// waitEvents waits until n events arrived and returns them.
+func (r *recorder) waitEvents(t *testing.T, n int) []gateway.Event {
+	t.Helper()
+	var events []gateway.Event
+	eventually(t, fmt.Sprintf("%d events", n), func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		events = append(events[:0], r.events...)
+		return len(events) >= n
+	})
+	return events
 }
 
 type harness struct {

@@ -124,10 +124,8 @@ func TestGateway_ClientCancelsMidStream(t *testing.T) {
 			if st := h.mock.Stats(); st.StreamsCompleted != 0 {
 				t.Errorf("mock stats %+v", st)
 			}
-			h.rec.mu.Lock()
-			defer h.rec.mu.Unlock()
-			if n := len(h.rec.events); n != 1 || h.rec.events[0].Outcome != "client_gone" {
-				t.Errorf("events %+v, want one client_gone", h.rec.events)
+			if ev := h.rec.waitEvents(t, 1); len(ev) != 1 || ev[0].Outcome != "client_gone" {
+				t.Errorf("events %+v, want one client_gone", ev)
 			}
 		})
 	}
@@ -160,6 +158,9 @@ func TestGateway_UpstreamCutMidStream(t *testing.T) {
 			}
 			if st := h.mock.Stats(); st.StreamsCut != 1 {
 				t.Errorf("mock stats %+v", st)
+			}
+			if ev := h.rec.waitEvents(t, 1); ev[0].Outcome != "upstream_error" || ev[0].Usage.OutputTokens != 4 {
+				t.Errorf("event %+v, want an upstream_error settled with 4 output tokens", ev[0])
 			}
 		})
 	}

@@ -145,10 +145,8 @@ func TestGateway_UpstreamFailureRetriedBeforeFirstByte(t *testing.T) {
 			if got := h.used("daily_tokens"); got != recs[0].InputTokens+4 {
 				t.Errorf("budget %d, want %d: settled once", got, recs[0].InputTokens+4)
 			}
-			h.rec.mu.Lock()
-			defer h.rec.mu.Unlock()
-			if len(h.rec.events) != 1 || h.rec.events[0].Attempts != 3 || h.rec.events[0].Outcome != "admitted" {
-				t.Errorf("events %+v", h.rec.events)
+			if ev := h.rec.waitEvents(t, 1); len(ev) != 1 || ev[0].Attempts != 3 || ev[0].Outcome != "admitted" {
+				t.Errorf("events %+v", ev)
 			}
 		})
 	}
@@ -336,10 +334,8 @@ func TestGateway_ProviderQuotaIsTerminal(t *testing.T) {
 			if got := h.used("daily_tokens"); got != 0 {
 				t.Errorf("budget charged %d", got)
 			}
-			h.rec.mu.Lock()
-			defer h.rec.mu.Unlock()
-			if len(h.rec.events) != 1 || h.rec.events[0].Attempts != 1 || h.rec.events[0].Class != "terminal" {
-				t.Errorf("events %+v", h.rec.events)
+			if ev := h.rec.waitEvents(t, 1); len(ev) != 1 || ev[0].Attempts != 1 || ev[0].Class != "terminal" {
+				t.Errorf("events %+v", ev)
 			}
 		})
 	}
