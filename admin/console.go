@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
 )
 
@@ -62,6 +63,13 @@ func newConsole(h *Handler) (*console, error) {
 			return "bar"
 		},
 		"add": func(a, b int64) int64 { return a + b },
+		// amount shows a cost in dollars and anything else as a number.
+		"amount": func(metric string, n int64) string {
+			if metric == string(sluice.MetricCost) {
+				return fmt.Sprintf("$%.2f", float64(n)/1e6)
+			}
+			return formatNumber(n)
+		},
 		"deref": func(p *int64) int64 {
 			if p == nil {
 				return 0

@@ -1,0 +1,209 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
+)
+
+// chromium finds the browser: $SLUICE_TEST_CHROMIUM, /usr/bin/chromium or
+// chromium on the PATH. Without one the browser test skips, except in CI
+// (CI=true), where a missing browser is a failure.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("SLUICE_TEST_CHROMIUM"), "/usr/bin/chromium"} {
+		if p != "" {
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+	}
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed (.ci/run installs it)")
+	}
+	t.Skip("chromium is not installed; set SLUICE_TEST_CHROMIUM or install Debian's chromium")
+	return ""
+}
+
+// seedConsole fills the catalog with workspaces, 30 days of usage, rules and
+// an audit trail, so that the pages (and their screenshots) show something.
+func seedConsole(t *testing.T, e *env) {
+	t.Helper()
+	ctx := context.Background()
+	for _, k := range []struct{ ws, user string }{{"acme", "ada"}, {"acme", "alan"}, {"globex", "gus"}, {"initech", "peter"}} {
+		e.createKey(k.ws, k.user)
+	}
+	now := time.Now().UTC()
+	for day := range 30 {
+		at := now.AddDate(0, 0, -day)
+		e.cat.RecordUsage(catalog.UsageEntry{Workspace: "acme", Route: "chat", Model: "mock-small", At: at,
+			Requests: int64(40 + day*3%17), InputTokens: int64(9000 + (day*7919)%12000), OutputTokens: int64(3000 + (day*104729)%5000), CostMicros: int64(2500 + day*37)})
+		e.cat.RecordUsage(catalog.UsageEntry{Workspace: "globex", Route: "messages", Model: "mock-large", At: at,
+			Requests: 5, InputTokens: 2000, OutputTokens: 800, CostMicros: 9000})
+	}
+	if err := e.cat.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.must(http.StatusCreated, "POST", "/admin/v1/budgets", rootToken, map[string]any{
+		"name": "workspace_monthly_cost", "subject": "workspace", "metric": "cost", "limit": 50_000_000, "period": "month", "warn_at": []float64{0.8}})
+	e.must(http.StatusCreated, "POST", "/admin/v1/rules", rootToken, map[string]any{
+		"name": "key_tpm", "kind": "rate", "subject": "key", "metric": "tokens", "limit": 100_000, "window": "1m", "mode": "shadow"})
+	for range 12 {
+		if err := e.admit(sluice.Identity{Workspace: "acme", User: "ada"}, 20_000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.admit(sluice.Identity{Workspace: "globex", User: "gus"}, 700_000); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsole_InABrowser drives Chromium: an admin signs in with a token,
+// sets an override for a workspace, sees it applied and in the audit log;
+// a viewer sees the workspace page read-only. With
+// SLUICE_CONSOLE_SCREENSHOTS=dir it saves a PNG of each page there.
+func TestConsole_InABrowser(t *testing.T) {
+	exe := chromium(t)
+	e := newEnv(t)
+	seedConsole(t, e)
+	viewer := e.token("viewer", "acme")
+	shots := os.Getenv("SLUICE_CONSOLE_SCREENSHOTS")
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelTimeout()
+
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	shot := func(name string) {
+		t.Helper()
+		if shots == "" {
+			return
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return strings.TrimSpace(s)
+	}
+	base := e.srv.URL
+	const dailyLimit = `#limits .limit[data-rule="daily_token_budget"] .limitvalue`
+
+	// Sign in as an admin.
+	run("open the console", chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.ID("token")))
+	shot("login")
+	run("sign in", chromedp.SendKeys(chromedp.ID("token"), rootToken), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("workspaces")))
+	if got := text("#role"); got != "admin" {
+		t.Fatalf("signed in as %q", got)
+	}
+	if list := text("#workspaces"); !strings.Contains(list, "acme") || !strings.Contains(list, "globex") {
+		t.Fatalf("workspaces page: %q", list)
+	}
+	shot("workspaces")
+
+	// The workspace page shows the configured limit, then the override.
+	run("open acme", chromedp.Navigate(base+"/ui/workspaces/acme"), chromedp.WaitVisible(chromedp.ID("override-form")))
+	if got := text(dailyLimit); got != "1,000,000" {
+		t.Fatalf("daily limit before the override = %q", got)
+	}
+	shot("workspace")
+	run("set an override",
+		chromedp.SetValue(chromedp.ID("rule"), "daily_token_budget"),
+		chromedp.SendKeys(chromedp.ID("limit"), "300000"),
+		chromedp.Click(chromedp.ID("save")),
+		chromedp.WaitVisible(chromedp.ID("notice")))
+	if got := text(dailyLimit); got != "300,000" {
+		t.Fatalf("daily limit after the override = %q", got)
+	}
+	if got := text("#overrides"); !strings.Contains(got, "daily_token_budget") || !strings.Contains(got, "300,000") {
+		t.Fatalf("overrides table = %q", got)
+	}
+	shot("workspace-override")
+	// Applied on the next request: acme has used 240,000 tokens today, so
+	// 70,000 more no longer fit.
+	if err := e.admit(sluice.Identity{Workspace: "acme", User: "alan"}, 70_000); !errors.Is(err, sluice.ErrBudgetExhausted) {
+		t.Fatalf("the next request after the override: %v, want the budget refusal", err)
+	}
+
+	// The change is in the audit log, with who made it.
+	run("open the audit log", chromedp.Navigate(base+"/ui/audit"), chromedp.WaitVisible(chromedp.ID("audit")))
+	audit := text("#audit tbody tr:first-child")
+	if !strings.Contains(audit, "override.set") || !strings.Contains(audit, "override/daily_token_budget/workspace/acme") ||
+		!strings.Contains(audit, "admin") || !strings.Contains(audit, "300000") {
+		t.Fatalf("latest audit row = %q", audit)
+	}
+	shot("audit")
+	run("open rules", chromedp.Navigate(base+"/ui/rules"), chromedp.WaitVisible(chromedp.CSS("table.rules")))
+	shot("rules")
+	run("open overrides", chromedp.Navigate(base+"/ui/overrides"), chromedp.WaitVisible(chromedp.ID("all-overrides")))
+	shot("overrides")
+
+	// A viewer sees the same page read-only.
+	run("sign out", chromedp.Click(chromedp.CSS(".who button")), chromedp.WaitVisible(chromedp.ID("token")))
+	run("sign in as a viewer", chromedp.SendKeys(chromedp.ID("token"), viewer), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("workspaces")))
+	if got := text("#role"); got != "viewer" {
+		t.Fatalf("signed in as %q", got)
+	}
+	if list := text("#workspaces"); strings.Contains(list, "globex") {
+		t.Fatalf("the viewer sees another workspace: %q", list)
+	}
+	run("open acme as a viewer", chromedp.Navigate(base+"/ui/workspaces/acme"), chromedp.WaitVisible(chromedp.ID("readonly")))
+	forms, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#override-form, #limit, #save")).map(n => n.id)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(forms) != 0 {
+		t.Fatalf("the viewer's page has %v", forms)
+	}
+	if got := text(dailyLimit); got != "300,000" {
+		t.Fatalf("viewer sees daily limit %q", got)
+	}
+	shot("workspace-viewer")
+	run("viewer on another workspace", chromedp.Navigate(base+"/ui/workspaces/globex"), chromedp.WaitVisible(chromedp.ID("error")))
+	if status := text("#error"); !strings.Contains(status, "may not read workspace") {
+		t.Fatalf("viewer on globex: %q", status)
+	}
+}
