@@ -19,9 +19,14 @@ type pacing struct {
 	streams int
 	chunks  int // content chunks received in all
 	gaps    []time.Duration
-	// heldBack counts gaps under half the mock's interval: a chunk that
-	// arrived together with the one before it, so that one was held back.
+	// heldBack counts gaps under a tenth of the mock's interval: two chunks
+	// the mock sent an interval apart arriving together, so the first was
+	// held back until the second came.
 	heldBack int
+	// short counts gaps under half the interval: a chunk that came late
+	// but apart from the next, which on a busy machine is also what a
+	// descheduled reader (the client, the gateway) looks like.
+	short int
 }
 
 // contentMarker opens the delta of an OpenAI chat chunk carrying text (the
@@ -44,8 +49,11 @@ func measurePacing(ctx context.Context, t *target, body []byte, n int, interval 
 		for i := 1; i < len(arrivals); i++ {
 			gap := arrivals[i].Sub(arrivals[i-1])
 			p.gaps = append(p.gaps, gap)
-			if gap < interval/2 {
+			if gap < interval/10 {
 				p.heldBack++
+			}
+			if gap < interval/2 {
+				p.short++
 			}
 		}
 	}
