@@ -36,6 +36,8 @@ func run(args []string) int {
 		err = serve(args[1:])
 	case "keys":
 		err = keys(args[1:])
+	case "usage", "limits":
+		err = adminCommand(args[0], args[1:])
 	case "check":
 		err = check(args[1:])
 	case "mock":
