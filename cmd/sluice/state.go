@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/store/pgstore"
+	"github.com/sluicehq/sluice/store/redisstore"
 	"github.com/sluicehq/sluice/store/sqlitestore"
 )
 
@@ -73,8 +77,17 @@ func openStore(cfg *config.Config) (sluice.Store, error) {
 			return nil, err
 		}
 		return sqlitestore.Open(sqlitestore.Options{Path: path})
+	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"),
+		strings.HasPrefix(url, "redis-cluster://"), strings.HasPrefix(url, "rediss-cluster://"):
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return redisstore.Open(ctx, redisstore.Options{URL: url})
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return pgstore.Open(ctx, pgstore.Options{URL: url})
 	}
-	return nil, fmt.Errorf("store %s: this build supports sqlite:// and memory:// (Redis and PostgreSQL stores are not built yet)", redact(url))
+	return nil, fmt.Errorf("store %s: want sqlite://, memory://, redis://, redis-cluster:// or postgres://", redact(url))
 }
 
 // openCatalog opens the keys, ledger and audit database named by cfg.
