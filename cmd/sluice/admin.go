@@ -159,8 +159,17 @@ func reloadOnHangup(ctx context.Context, r *reloader, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			if err := r.reload(); err != nil {
+			err := r.reload()
+			if err != nil {
 				log.Error("SIGHUP: configuration not reloaded; the running one is kept", "err", err)
+			}
+			// A reload by signal is audited like one through the API.
+			entry := catalog.AuditEntry{Actor: "signal:SIGHUP", Action: "config.reload", After: map[string]any{"ok": true}}
+			if err != nil {
+				entry.After, entry.Denied = map[string]any{"ok": false, "error": err.Error()}, true
+			}
+			if aerr := r.cat.Audit(ctx, entry); aerr != nil {
+				log.Error("audit a SIGHUP reload", "err", aerr)
 			}
 		}
 	}
