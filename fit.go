@@ -139,7 +139,7 @@ func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, erro
 		}
 		out = append(out, Effective{
 			Rule: c.rule.Name, Kind: c.Kind, Subject: c.rule.Subject, Metric: c.rule.metric,
-			Limit: c.Limit, Burst: c.Burst, Source: c.source, Mode: mode,
+			Limit: c.Limit, Burst: c.Burst, Source: c.source.name(c.rule), Mode: mode,
 			Used: c.Used, Remaining: c.Remaining, ResetAt: c.ResetAt,
 		})
 	}

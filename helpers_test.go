@@ -180,4 +180,3 @@ func waitTimers(t *testing.T, clock *storetest.Clock, n int) {
 		runtime.Gosched()
 	}
 }
-

@@ -209,26 +209,20 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 // is kept rather than refused (to look at a subject's limits).
 func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r *Reservation, checkFit bool) error {
 	r.batch.Charges = r.batch.Charges[:0]
-	r.result = Result{}
 	id := &req.Identity
 	for _, rule := range p.rules {
 		if rule.Disabled || rule.Limit == 0 && len(p.overrides) == 0 || !rule.matches(id) {
 			continue
 		}
 		limit, burst, source := p.effective(rule, id, now)
-		if limit == 0 {
+		if limit == 0 || rule.hasTag && len(id.Tags) == 0 {
 			continue
 		}
-		c := Charge{
-			Kind:     rule.Kind,
-			Limit:    limit,
-			Burst:    burst,
-			Window:   rule.Window,
-			Shadow:   rule.Mode == ModeShadow,
-			OnExpiry: rule.OnExpiry,
-			rule:     rule,
-			source:   source,
-		}
+		// Built in place: a Charge is large, and copying it costs.
+		r.batch.Charges = append(r.batch.Charges, Charge{})
+		c := &r.batch.Charges[len(r.batch.Charges)-1]
+		c.Kind, c.Limit, c.Burst, c.Window = rule.Kind, limit, burst, rule.Window
+		c.Shadow, c.OnExpiry, c.rule, c.source = rule.Mode == ModeShadow, rule.OnExpiry, rule, source
 		c.Key.Rule = rule.id
 		c.Amount = rule.reserveAmount(req)
 		switch rule.Kind {
@@ -246,15 +240,18 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r
 		}
 		if !rule.hasTag {
 			c.Key.Subject = subjectValue(rule, id, "", l.serverID)
-			r.batch.Charges = append(r.batch.Charges, c)
 			continue
 		}
+		// One charge per distinct tag.
+		first := len(r.batch.Charges) - 1
 		for i, tag := range id.Tags {
 			if slices.Contains(id.Tags[:i], tag) {
 				continue
 			}
-			c.Key.Subject = subjectValue(rule, id, tag, l.serverID)
-			r.batch.Charges = append(r.batch.Charges, c)
+			if i > 0 {
+				r.batch.Charges = append(r.batch.Charges, r.batch.Charges[first])
+			}
+			r.batch.Charges[len(r.batch.Charges)-1].Key.Subject = subjectValue(rule, id, tag, l.serverID)
 		}
 	}
 	return nil

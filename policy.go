@@ -267,14 +267,36 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 	return cp, nil
 }
 
+// limitSource says where a charge's limit came from.
+type limitSource uint8
+
+const (
+	fromRule limitSource = iota
+	fromTier
+	fromOverride
+)
+
+// name returns the source as Effective reports it.
+func (s limitSource) name(r *compiledRule) string {
+	switch s {
+	case fromTier:
+		return "tier"
+	case fromOverride:
+		return "override"
+	}
+	return r.Source
+}
+
 // effective returns a rule's limit and burst for one identity at now, and
 // where they came from.
-func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time) (limit, burst int64, source string) {
-	limit, burst, source = r.Limit, r.Burst, r.Source
-	if pct, ok := cp.tiers[id.Tier]; ok && pct != 100 {
-		limit = scale(limit, pct)
-		burst = scale(burst, pct)
-		source = "tier"
+func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time) (limit, burst int64, source limitSource) {
+	limit, burst, source = r.Limit, r.Burst, fromRule
+	if len(cp.tiers) > 0 {
+		if pct, ok := cp.tiers[id.Tier]; ok && pct != 100 {
+			limit = scale(limit, pct)
+			burst = scale(burst, pct)
+			source = fromTier
+		}
 	}
 	for _, a := range cp.overrideAttrs {
 		for _, o := range cp.overrides[overrideKey{a, id.attribute(a)}] {
@@ -287,7 +309,7 @@ func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time
 			if o.Burst != nil {
 				burst = *o.Burst
 			}
-			return limit, burst, "override"
+			return limit, burst, fromOverride
 		}
 	}
 	return limit, burst, source

@@ -86,8 +86,9 @@ type Charge struct {
 	// the period, the earliest lease expiry.
 	ResetAt time.Time
 
-	rule   *compiledRule
-	source string
+	rule *compiledRule
+	// source is where Limit came from: the rule, a tier or an override.
+	source limitSource
 }
 
 // Batch is the set of charges of one admission.

@@ -80,6 +80,9 @@ type lockSet struct {
 	idx [maxLockSet]int
 	n   int
 	all bool
+	// of is the shard of each of the batch's first maxLockSet charges, so
+	// a subject is hashed once per call.
+	of [maxLockSet]int
 }
 
 const maxLockSet = 8
@@ -88,6 +91,12 @@ func (s *Store) lock(b *sluice.Batch) lockSet {
 	var ls lockSet
 	for i := range b.Charges {
 		j := s.shardOf(&b.Charges[i].Key)
+		if i < maxLockSet {
+			ls.of[i] = j
+		}
+		if ls.all {
+			continue
+		}
 		pos := 0
 		for pos < ls.n && ls.idx[pos] < j {
 			pos++
@@ -97,7 +106,7 @@ func (s *Store) lock(b *sluice.Batch) lockSet {
 		}
 		if ls.n == maxLockSet {
 			ls.all = true
-			break
+			continue
 		}
 		copy(ls.idx[pos+1:ls.n+1], ls.idx[pos:ls.n])
 		ls.idx[pos] = j
@@ -127,8 +136,20 @@ func (s *Store) unlock(ls *lockSet) {
 	}
 }
 
+// shardFor returns the shard of charge i of a locked batch.
+func (s *Store) shardFor(ls *lockSet, b *sluice.Batch, i int) int {
+	if i < maxLockSet {
+		return ls.of[i]
+	}
+	return s.shardOf(&b.Charges[i].Key)
+}
+
 func (s *Store) counter(k *sluice.CounterKey, create bool) *counter {
-	sh := &s.shards[s.shardOf(k)]
+	return s.counterIn(s.shardOf(k), k, create)
+}
+
+func (s *Store) counterIn(shard int, k *sluice.CounterKey, create bool) *counter {
+	sh := &s.shards[shard]
 	c := sh.counters[*k]
 	if c == nil && create {
 		c = &counter{}
@@ -141,7 +162,7 @@ func (s *Store) counter(k *sluice.CounterKey, create bool) *counter {
 func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
 	ls := s.lock(b)
 	defer s.unlock(&ls)
-	ok := s.admitLocked(now.UnixNano(), b)
+	ok := s.admitLocked(now.UnixNano(), b, &ls)
 	if !ls.all {
 		for _, j := range ls.idx[:ls.n] {
 			s.maybeEvict(&s.shards[j], now.UnixNano())
@@ -156,13 +177,17 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 	return ok, nil
 }
 
-func (s *Store) admitLocked(now int64, b *sluice.Batch) bool {
-	var tats [8][2]int64
+func (s *Store) admitLocked(now int64, b *sluice.Batch, ls *lockSet) bool {
+	var tats [maxLockSet][2]int64
+	var found [maxLockSet]*counter
 	admit := true
 	for i := range b.Charges {
 		ch := &b.Charges[i]
 		ch.Allowed, ch.RetryAfter = false, 0
-		c := s.counter(&ch.Key, true)
+		c := s.counterIn(s.shardFor(ls, b, i), &ch.Key, true)
+		if i < maxLockSet {
+			found[i] = c
+		}
 		switch ch.Kind {
 		case sluice.KindRate:
 			tat, frac := bucketOf(ch).check(c, ch, now)
@@ -183,7 +208,12 @@ func (s *Store) admitLocked(now int64, b *sluice.Batch) bool {
 	}
 	for i := range b.Charges {
 		ch := &b.Charges[i]
-		c := s.counter(&ch.Key, true)
+		var c *counter
+		if i < maxLockSet {
+			c = found[i]
+		} else {
+			c = s.counterIn(s.shardFor(ls, b, i), &ch.Key, true)
+		}
 		switch ch.Kind {
 		case sluice.KindRate:
 			if ch.Allowed && i < len(tats) {
@@ -227,7 +257,7 @@ func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
 	}
 	ls := s.lock(b)
 	defer s.unlock(&ls)
-	s.applyLocked(now.UnixNano(), b, func(i int) int64 { return b.Charges[i].Actual })
+	s.applyLocked(now.UnixNano(), b, &ls, nil)
 	return true, nil
 }
 
@@ -243,16 +273,22 @@ func (s *Store) takeOpen(id uint64) bool {
 	return true
 }
 
-func (s *Store) applyLocked(now int64, b *sluice.Batch, actual func(i int) int64) {
+// applyLocked settles a locked batch at the Actual amounts, or at actual
+// when it is not nil.
+func (s *Store) applyLocked(now int64, b *sluice.Batch, ls *lockSet, actual []int64) {
 	for i := range b.Charges {
 		ch := &b.Charges[i]
-		c := s.counter(&ch.Key, true)
+		c := s.counterIn(s.shardFor(ls, b, i), &ch.Key, true)
+		amount := ch.Actual
+		if actual != nil {
+			amount = actual[i]
+		}
 		switch ch.Kind {
 		case sluice.KindRate:
-			bucketOf(ch).adjust(c, actual(i)-ch.Amount, now)
+			bucketOf(ch).adjust(c, amount-ch.Amount, now)
 		case sluice.KindBudget:
 			c.reserved = max(0, c.reserved-ch.Amount)
-			c.used += actual(i)
+			c.used += amount
 			c.end = ch.PeriodEnd.UnixNano()
 		case sluice.KindConcurrency:
 			c.leases = slices.DeleteFunc(c.leases, func(l lease) bool { return l.id == b.ID })
@@ -267,7 +303,7 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	n := now.UnixNano()
 	for i := range b.Charges {
 		ch := &b.Charges[i]
-		c := s.counter(&ch.Key, false)
+		c := s.counterIn(s.shardFor(&ls, b, i), &ch.Key, false)
 		if c == nil {
 			c = &counter{}
 		}
@@ -333,7 +369,7 @@ func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
 			}
 		}
 		ls := s.lock(b)
-		s.applyLocked(now.UnixNano(), b, func(i int) int64 { return e.Actual[i] })
+		s.applyLocked(now.UnixNano(), b, &ls, e.Actual)
 		s.unlock(&ls)
 		res.Reservations++
 		out = append(out, e)
