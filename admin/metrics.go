@@ -48,9 +48,12 @@ type Metrics struct {
 	attemptsSum *prometheus.CounterVec
 	storeTime   *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
+	storeTimeOf [len(storeOpNames)]prometheus.Observer
 	overruns    prometheus.Counter
 	sweeps      prometheus.Counter
 	swept       *prometheus.CounterVec
+
+	seriesCache sync.Map // seriesKey -> *requestSeries
 
 	mu     sync.Mutex
 	stores []*instrumentedStore
@@ -124,6 +127,9 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		}
 		return float64(n)
 	})
+	for op, name := range storeOpNames {
+		m.storeTimeOf[op] = m.storeTime.WithLabelValues(name)
+	}
 	reg.MustRegister(m.requests, m.tokens, m.cost, m.decision, m.attempts, m.attemptsSum, m.storeTime,
 		m.storeErrors, m.overruns, m.sweeps, m.swept, inFlight)
 	return m
@@ -162,30 +168,61 @@ func (m *Metrics) reserved(key sluice.CounterKey) int64 {
 // OnOverrun counts an overrun; pass it as sluice.Options.OnOverrun.
 func (m *Metrics) OnOverrun(sluice.Overrun) { m.overruns.Inc() }
 
+// seriesKey is the bounded label set of one request's series.
+type seriesKey struct{ route, model, outcome, class string }
+
+// requestSeries are the series one kind of request touches, resolved once:
+// a label lookup hashes every value, and Observe runs on every request.
+type requestSeries struct {
+	requests              prometheus.Counter
+	decision, attempts    prometheus.Observer
+	attemptsSum           prometheus.Counter
+	input, output, cached prometheus.Counter
+	cost                  prometheus.Counter
+}
+
+func (m *Metrics) series(k seriesKey) *requestSeries {
+	if s, ok := m.seriesCache.Load(k); ok {
+		return s.(*requestSeries)
+	}
+	s := &requestSeries{
+		requests:    m.requests.WithLabelValues(k.route, k.model, k.outcome, k.class),
+		decision:    m.decision.WithLabelValues(k.route),
+		attempts:    m.attempts.WithLabelValues(k.route),
+		attemptsSum: m.attemptsSum.WithLabelValues(k.route),
+		input:       m.tokens.WithLabelValues("input", k.model),
+		output:      m.tokens.WithLabelValues("output", k.model),
+		cached:      m.tokens.WithLabelValues("cached_input", k.model),
+		cost:        m.cost.WithLabelValues(k.model),
+	}
+	actual, _ := m.seriesCache.LoadOrStore(k, s)
+	return actual.(*requestSeries)
+}
+
 // Observe counts one finished client request; pass it (or a function
 // calling it) as gateway.Options.Observer.
 func (m *Metrics) Observe(e gateway.Event) {
-	route := bounded(e.Route, knownRoutes)
-	model := m.model(e.Model)
-	m.requests.WithLabelValues(route, model, bounded(e.Outcome, knownOutcomes), boundedClass(e.Class)).Inc()
+	s := m.series(seriesKey{bounded(e.Route, knownRoutes), m.model(e.Model), bounded(e.Outcome, knownOutcomes), boundedClass(e.Class)})
+	s.requests.Inc()
 	if e.Decision > 0 {
-		m.decision.WithLabelValues(route).Observe(e.Decision.Seconds())
+		s.decision.Observe(e.Decision.Seconds())
 	}
 	if e.Attempts > 0 {
-		m.attempts.WithLabelValues(route).Observe(float64(e.Attempts))
-		m.attemptsSum.WithLabelValues(route).Add(float64(e.Attempts))
+		s.attempts.Observe(float64(e.Attempts))
+		s.attemptsSum.Add(float64(e.Attempts))
 	}
 	u := e.Usage
-	for _, d := range []struct {
-		direction string
-		n         int64
-	}{{"input", u.InputTokens}, {"output", u.OutputTokens}, {"cached_input", u.CachedInputTokens}} {
-		if d.n > 0 {
-			m.tokens.WithLabelValues(d.direction, model).Add(float64(d.n))
-		}
+	if u.InputTokens > 0 {
+		s.input.Add(float64(u.InputTokens))
+	}
+	if u.OutputTokens > 0 {
+		s.output.Add(float64(u.OutputTokens))
+	}
+	if u.CachedInputTokens > 0 {
+		s.cached.Add(float64(u.CachedInputTokens))
 	}
 	if u.Cost > 0 {
-		m.cost.WithLabelValues(model).Add(float64(u.Cost))
+		s.cost.Add(float64(u.Cost))
 	}
 }
 
@@ -216,10 +253,22 @@ func boundedClass(v string) string {
 	return bounded(v, knownClasses)
 }
 
-func (m *Metrics) observeStore(op string, start time.Time, err error) {
-	m.storeTime.WithLabelValues(op).Observe(time.Since(start).Seconds())
+// storeOp indexes the store operations, whose series are resolved once.
+type storeOp int
+
+const (
+	opAdmit storeOp = iota
+	opSettle
+	opPeek
+	opSweep
+)
+
+var storeOpNames = [...]string{"admit", "settle", "peek", "sweep"}
+
+func (m *Metrics) observeStore(op storeOp, start time.Time, err error) {
+	m.storeTimeOf[op].Observe(time.Since(start).Seconds())
 	if err != nil {
-		m.storeErrors.WithLabelValues(op).Inc()
+		m.storeErrors.WithLabelValues(storeOpNames[op]).Inc()
 	}
 }
 

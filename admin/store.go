@@ -36,7 +36,7 @@ type openCharge struct {
 func (s *instrumentedStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
 	start := time.Now()
 	ok, err := s.Store.Admit(ctx, now, b)
-	s.m.observeStore("admit", start, err)
+	s.m.observeStore(opAdmit, start, err)
 	if ok && err == nil {
 		ob := &openBatch{admitted: now, deadline: b.Deadline, charges: make([]openCharge, len(b.Charges))}
 		for i := range b.Charges {
@@ -53,7 +53,7 @@ func (s *instrumentedStore) Admit(ctx context.Context, now time.Time, b *sluice.
 func (s *instrumentedStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
 	start := time.Now()
 	err := s.Store.Settle(ctx, now, b)
-	s.m.observeStore("settle", start, err)
+	s.m.observeStore(opSettle, start, err)
 	if err == nil {
 		s.mu.Lock()
 		delete(s.open, b.ID)
@@ -65,7 +65,7 @@ func (s *instrumentedStore) Settle(ctx context.Context, now time.Time, b *sluice
 func (s *instrumentedStore) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
 	start := time.Now()
 	err := s.Store.Peek(ctx, now, b)
-	s.m.observeStore("peek", start, err)
+	s.m.observeStore(opPeek, start, err)
 	if dst, ok := ctx.Value(peekCaptureKey{}).(*[]sluice.CounterKey); ok {
 		*dst = (*dst)[:0]
 		for i := range b.Charges {
@@ -78,7 +78,7 @@ func (s *instrumentedStore) Peek(ctx context.Context, now time.Time, b *sluice.B
 func (s *instrumentedStore) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
 	start := time.Now()
 	res, err := s.Store.Sweep(ctx, now)
-	s.m.observeStore("sweep", start, err)
+	s.m.observeStore(opSweep, start, err)
 	if err == nil {
 		s.m.observeSweep(res)
 		s.mu.Lock()

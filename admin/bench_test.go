@@ -1,0 +1,58 @@
+package admin
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+// BenchmarkAdmitSettle measures what the instrumented store adds to an
+// admission and its settlement, beside the bare memory store.
+func BenchmarkAdmitSettle(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		store func() sluice.Store
+	}{
+		{"memstore", func() sluice.Store { return memstore.New(memstore.Options{}) }},
+		{"instrumented", func() sluice.Store { return NewMetrics(MetricsOptions{}).Store(memstore.New(memstore.Options{})) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rules := []sluice.Rule{baseRules[1], baseRules[2]} // the budget and the in-flight cap: every call admitted
+			rules[1].Limit = 1 << 20
+			l, err := sluice.New(sluice.Options{Store: tc.store(), Rules: rules, ServerID: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				id := sluice.Identity{Workspace: "acme", User: "ada"}
+				for pb.Next() {
+					res, err := l.Admit(ctx, sluice.Request{Identity: id, Max: sluice.Usage{InputTokens: 1}})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_ = res.Settle(ctx, sluice.Usage{InputTokens: 1})
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkMetricsObserve is the metrics' cost per finished request.
+func BenchmarkMetricsObserve(b *testing.B) {
+	m := NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small"}})
+	ev := gateway.Event{Route: "chat", Model: "mock-small", Outcome: "admitted", Status: 200, Attempts: 1,
+		Decision: 200 * time.Microsecond, Usage: sluice.Usage{InputTokens: 100, OutputTokens: 50, Cost: 42}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Observe(ev)
+		}
+	})
+}
