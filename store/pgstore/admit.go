@@ -31,12 +31,16 @@ func kindOf(k sluice.Kind) int16 {
 // many expired leases and idle counters one sluice_cleanup call deletes.
 const sweepChunk = 500
 
+// idleGrace is how long a counter stays idle before the sweep drops it, so
+// that a subject seen every few minutes does not pay for creating it again.
+const idleGrace = 10 * time.Minute
+
 const (
 	admitSQL = `SELECT admitted, allowed, remaining, used, retry_after, reset_at
 FROM sluice_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 	settleSQL  = `SELECT sluice_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 	sweepSQL   = `SELECT reservations, charged, released FROM sluice_sweep($1, $2)`
-	cleanupSQL = `SELECT leases, counters FROM sluice_cleanup($1, $2)`
+	cleanupSQL = `SELECT leases, counters FROM sluice_cleanup($1, $2, $3)`
 )
 
 // args holds one call's charges as the arrays the SQL functions take, in
@@ -230,7 +234,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 	}
 	err := s.call(ctx, func(ctx context.Context) error {
 		var leases, counters int
-		return s.pool.QueryRow(ctx, cleanupSQL, s.now(now), sweepChunk).Scan(&leases, &counters)
+		return s.pool.QueryRow(ctx, cleanupSQL, s.now(now), sweepChunk, int64(idleGrace)).Scan(&leases, &counters)
 	})
 	if err != nil {
 		return res, fmt.Errorf("pgstore: sweep: clean up: %w", err)

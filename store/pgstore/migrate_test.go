@@ -15,7 +15,7 @@ import (
 )
 
 // schemaPool returns a pool whose search_path is schema, closed at cleanup.
-func schemaPool(t *testing.T, schema string) *pgxpool.Pool {
+func schemaPool(t testing.TB, schema string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(postgresURL(t))
 	if err != nil {

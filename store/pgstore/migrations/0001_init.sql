@@ -2,27 +2,64 @@
 -- that admit, settle and sweep in one round trip each.
 --
 -- Keys: rule is the sluice.CounterKey.Rule fingerprint reinterpreted as a
--- signed bigint; subject is compared byte by byte (COLLATE "C"), which is
--- also the order the Go code sorts keys in, so that every transaction locks
--- counter rows in one global order (rule, subject, period) and none can
--- deadlock another.
+-- signed bigint; subject is compared byte by byte (COLLATE "C").
+--
+-- Lock order: every transaction acquires the counter rows it writes in one
+-- global order, (rule, subject, period), and waits for nothing else while it
+-- holds them, so none can deadlock another:
+--
+--   - Admit and Settle get each row with a statement of its own, in key
+--     order: an UPDATE (or, for a missing row, an INSERT ... ON CONFLICT DO
+--     NOTHING and the UPDATE again), so a row is created or locked before the
+--     next is touched. The caller sorts the charges.
+--   - Settle takes its reservation row with SKIP LOCKED: a reservation the
+--     sweep is settling counts as settled, and Settle never waits for it.
+--   - Sweep takes reservation rows with SKIP LOCKED, then their counters in
+--     key order in one INSERT ... ON CONFLICT DO UPDATE ... WHERE false (which
+--     creates or locks, row by row, without writing an existing row); its
+--     housekeeping (sluice_cleanup) uses SKIP LOCKED and never waits.
+--   - A lease row is written at its counter's place in that order (Admit and
+--     Sweep hold the counter; Settle deletes only its own batch's lease), and
+--     by the cleanup, which skips locked rows.
+--
+-- Admit applies each charge as it locks its row (one write per counter, the
+-- least a transaction that changes it can do) and, when the batch is
+-- refused, puts back what it applied before committing: all or nothing, as
+-- no other transaction can see a row it holds.
 --
 -- Times are Unix nanoseconds. The functions take p_now: NULL means the
--- database clock (clock_timestamp(), read after the rows are locked), a value
--- means the caller's pinned clock (tests only).
+-- database clock (clock_timestamp() when the call starts), a value means the
+-- caller's pinned clock (tests only).
+--
+-- Kinds: 1 rate, 2 budget, 3 concurrency.
+--
+-- Rate arithmetic is memstore's (counter.go), exact: a bucket's state is
+-- (tat, frac, drawn_at), the time it is full again in ns plus frac/drawn_at
+-- ns, drawn at the limit drawn_at. At time now it has drawn
+-- d = (tat - now) * drawn_at + frac units times the window (none if
+-- negative); a charge of n units draws n * window more, and fits while
+-- d <= burst * window. Products are numeric, never rounded. A changed limit
+-- keeps the units drawn, as in memstore.
 
 CREATE TABLE sluice_counters (
-	rule       bigint NOT NULL,
-	subject    text   COLLATE "C" NOT NULL,
-	period     bigint NOT NULL,
-	-- Rate: GCRA theoretical arrival time of the next unit, tat ns plus
-	-- frac/limit ns (0 <= frac < limit), exact like store/memstore.
-	tat        bigint NOT NULL DEFAULT 0,
-	frac       bigint NOT NULL DEFAULT 0,
+	rule          bigint NOT NULL,
+	subject       text   COLLATE "C" NOT NULL,
+	period        bigint NOT NULL,
+	-- Rate: see above. prev_* hold the state before the last admission, so
+	-- that a refused batch can put it back exactly.
+	tat           bigint NOT NULL DEFAULT 0,
+	frac          bigint NOT NULL DEFAULT 0,
+	drawn_at      bigint NOT NULL DEFAULT 0,
+	prev_tat      bigint NOT NULL DEFAULT 0,
+	prev_frac     bigint NOT NULL DEFAULT 0,
+	prev_drawn_at bigint NOT NULL DEFAULT 0,
 	-- Budget: settled usage, open reservations, end of the period.
-	used       bigint NOT NULL DEFAULT 0,
-	reserved   bigint NOT NULL DEFAULT 0,
-	period_end bigint NOT NULL DEFAULT 0,
+	used          bigint NOT NULL DEFAULT 0,
+	reserved      bigint NOT NULL DEFAULT 0,
+	period_end    bigint NOT NULL DEFAULT 0,
+	-- Last write: the sweep drops idle counters only after a grace period,
+	-- so that a busy counter is not created anew.
+	touched       bigint NOT NULL DEFAULT 0,
 	PRIMARY KEY (rule, subject, period)
 ) WITH (fillfactor = 70); -- room on the page for HOT updates
 
@@ -40,19 +77,19 @@ CREATE TABLE sluice_leases (
 CREATE INDEX sluice_leases_expiry ON sluice_leases (expiry);
 
 -- Open reservations: one row per admitted batch with a budget charge, with
--- what settling it at expiry needs: its budget charges (kind 2) and leases
--- (kind 3), in key order. Settle and Sweep delete the row, so whichever
--- comes first settles the batch and the other finds nothing.
+-- its charges as admitted (the sweep uses the budget charges, kind 2, and the
+-- leases, kind 3). Settle and Sweep delete the row, so whichever comes first
+-- settles the batch and the other finds nothing.
 CREATE TABLE sluice_reservations (
-	batch_id   bigint   PRIMARY KEY,
-	deadline   bigint   NOT NULL,
+	batch_id   bigint     PRIMARY KEY,
+	deadline   bigint     NOT NULL,
 	kind       smallint[] NOT NULL,
-	rule       bigint[] NOT NULL,
-	subject    text[]   COLLATE "C" NOT NULL,
-	period     bigint[] NOT NULL,
-	amount     bigint[] NOT NULL,
-	period_end bigint[] NOT NULL,
-	release    boolean[] NOT NULL
+	rule       bigint[]   NOT NULL,
+	subject    text[]     COLLATE "C" NOT NULL,
+	period     bigint[]   NOT NULL,
+	amount     bigint[]   NOT NULL,
+	period_end bigint[]   NOT NULL,
+	release    boolean[]  NOT NULL
 );
 CREATE INDEX sluice_reservations_deadline ON sluice_reservations (deadline);
 
@@ -62,96 +99,23 @@ CREATE FUNCTION sluice_now() RETURNS bigint LANGUAGE sql VOLATILE AS $$
 	SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint
 $$;
 
--- sluice_lock locks the counter row of a key, creating it if missing. A row
--- deleted between the two statements (the sweep drops idle counters) is
--- simply created again.
-CREATE FUNCTION sluice_lock(p_rule bigint, p_subject text, p_period bigint, OUT tat bigint, OUT frac bigint,
-	OUT used bigint, OUT reserved bigint)
-LANGUAGE plpgsql AS $$
-BEGIN
-	LOOP
-		SELECT c.tat, c.frac, c.used, c.reserved INTO tat, frac, used, reserved
-		FROM sluice_counters c
-		WHERE c.rule = p_rule AND c.subject = p_subject AND c.period = p_period
-		FOR UPDATE;
-		IF FOUND THEN
-			RETURN;
-		END IF;
-		INSERT INTO sluice_counters (rule, subject, period) VALUES (p_rule, p_subject, p_period)
-		ON CONFLICT DO NOTHING;
-	END LOOP;
-END
-$$;
-
--- sluice_rate_adjust moves a bucket by p_delta units after settlement: a
--- refund gives room back (never more than a full bucket), an overrun draws
--- it into debt bounded by one burst. It is memstore's bucket.adjust.
-CREATE FUNCTION sluice_rate_adjust(p_tat bigint, p_frac bigint, p_limit bigint, p_burst bigint, p_window bigint,
-	p_delta bigint, p_now bigint, OUT tat bigint, OUT frac bigint)
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-	x    numeric;
-	q    numeric;
-	cap2 numeric;
-BEGIN
-	tat := p_tat;
-	frac := p_frac;
-	IF p_delta = 0 THEN
-		RETURN;
-	END IF;
-	IF frac >= p_limit THEN -- the limit changed under this counter
-		tat := tat + frac / p_limit;
-		frac := frac % p_limit;
-	END IF;
-	IF tat < p_now THEN
-		tat := p_now;
-		frac := 0;
-	END IF;
-	IF p_delta > 0 THEN
-		x := p_delta::numeric * p_window + frac;
-		q := div(x, p_limit);
-		cap2 := 2 * p_burst::numeric * p_window;
-		IF q > 4611686018427387904 OR (tat + q - p_now) * p_limit + mod(x, p_limit) > cap2 THEN
-			q := div(cap2, p_limit);
-			IF q > 4611686018427387904 THEN
-				tat := p_now;
-				frac := 0;
-			ELSE
-				tat := p_now + q;
-				frac := mod(cap2, p_limit);
-			END IF;
-		ELSE
-			tat := tat + q;
-			frac := mod(x, p_limit);
-		END IF;
-		RETURN;
-	END IF;
-	x := (-p_delta)::numeric * p_window;
-	q := div(x, p_limit);
-	IF q > 4611686018427387904 THEN
-		tat := p_now;
-		frac := 0;
-		RETURN;
-	END IF;
-	tat := tat - q;
-	frac := frac - mod(x, p_limit);
-	IF frac < 0 THEN
-		frac := frac + p_limit;
-		tat := tat - 1;
-	END IF;
-	IF tat < p_now THEN
-		tat := p_now;
-		frac := 0;
-	END IF;
-END
+-- sluice_adjusted is where a bucket drawn d = (tat - now) * drawn_at + frac
+-- stands after settlement moves it by dw (units times window): a refund
+-- (dw < 0) gives room back down to a full bucket, an overrun draws it into
+-- debt of at most cap2 (two bursts times the window). It is memstore's
+-- bucket.adjust; a one-expression SQL function, inlined where it is called.
+CREATE FUNCTION sluice_adjusted(p_tat bigint, p_frac bigint, p_drawn_at bigint, p_now bigint, dw numeric, cap2 numeric)
+RETURNS numeric LANGUAGE sql IMMUTABLE AS $$
+	SELECT CASE WHEN dw > 0
+		THEN least(greatest((p_tat - p_now)::numeric * p_drawn_at + p_frac, 0) + dw, cap2)
+		ELSE greatest(greatest((p_tat - p_now)::numeric * p_drawn_at + p_frac, 0) + dw, 0)
+	END
 $$;
 
 -- sluice_admit evaluates a batch of charges (arrays, one element per charge,
 -- sorted by key) and, when every charge that is not shadow fits, applies all
--- of them in the same transaction; otherwise none. With p_peek it only
--- evaluates, at an amount of zero, without locking or writing. Kinds: 1 rate,
--- 2 budget, 3 concurrency. The arithmetic is memstore's (counter.go), exact:
--- products of nanoseconds and limits are numeric, never rounded.
+-- of them; otherwise none. With p_peek it only evaluates, at an amount of
+-- zero, without locking or writing.
 CREATE FUNCTION sluice_admit(
 	p_now bigint, p_peek boolean, p_batch bigint, p_ttl bigint,
 	p_kind smallint[], p_rule bigint[], p_subject text[], p_period bigint[],
@@ -161,31 +125,26 @@ CREATE FUNCTION sluice_admit(
 	OUT retry_after bigint[], OUT reset_at bigint[])
 LANGUAGE plpgsql AS $$
 DECLARE
-	n          int := coalesce(array_length(p_kind, 1), 0);
-	now_ns     bigint;
-	st         record;
-	tats       bigint[] := array_fill(0::bigint, ARRAY[n]);
-	fracs      bigint[] := array_fill(0::bigint, ARRAY[n]);
-	useds      bigint[] := array_fill(0::bigint, ARRAY[n]);
-	reserveds  bigint[] := array_fill(0::bigint, ARRAY[n]);
-	new_tat    bigint[] := array_fill(0::bigint, ARRAY[n]);
-	new_frac   bigint[] := array_fill(0::bigint, ARRAY[n]);
-	amt        bigint;
-	lim        bigint;
-	t          bigint;
-	f          bigint;
-	nt         bigint;
-	nf         bigint;
-	cap        numeric;
-	drawn_before     numeric;
-	drawn_after      numeric;
-	x          numeric;
-	q          numeric;
-	ok         boolean;
-	in_use     bigint;
-	held       bigint;
-	earliest   bigint;
-	has_budget boolean := false;
+	n        int := coalesce(array_length(p_kind, 1), 0);
+	now_ns   bigint := coalesce(p_now, sluice_now());
+	applied  boolean[] := array_fill(false, ARRAY[n]);
+	huge     numeric := 4611686018427387904; -- 2^62, memstore's bound on a quotient
+	amt      bigint;
+	lim      bigint;
+	win      bigint;
+	aw       numeric;
+	bw       numeric;
+	d0       numeric;
+	d1       numeric;
+	ok       boolean;
+	c_tat    bigint;
+	c_frac   bigint;
+	c_drawn  bigint;
+	c_used   bigint;
+	c_res    bigint;
+	in_use   bigint;
+	held     bigint;
+	earliest bigint;
 BEGIN
 	allowed := array_fill(false, ARRAY[n]);
 	remaining := array_fill(0::bigint, ARRAY[n]);
@@ -194,67 +153,67 @@ BEGIN
 	reset_at := array_fill(0::bigint, ARRAY[n]);
 	admitted := true;
 
-	-- Lock every counter first, in the caller's key order.
-	FOR i IN 1..n LOOP
-		IF p_peek THEN
-			SELECT c.tat, c.frac, c.used, c.reserved INTO st
-			FROM sluice_counters c
-			WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
-		ELSE
-			SELECT * INTO st FROM sluice_lock(p_rule[i], p_subject[i], p_period[i]);
-		END IF;
-		IF st.tat IS NOT NULL THEN
-			tats[i] := st.tat;
-			fracs[i] := st.frac;
-			useds[i] := st.used;
-			reserveds[i] := st.reserved;
-		END IF;
-	END LOOP;
-	now_ns := coalesce(p_now, sluice_now());
-
 	FOR i IN 1..n LOOP
 		amt := CASE WHEN p_peek THEN 0 ELSE p_amount[i] END;
 		lim := p_limit[i];
 		CASE p_kind[i]
 		WHEN 1 THEN -- rate: memstore bucket.check
-			t := tats[i];
-			f := fracs[i];
-			IF f >= lim THEN
-				t := t + f / lim;
-				f := f % lim;
-			END IF;
-			IF t < now_ns THEN
-				t := now_ns;
-				f := 0;
-			END IF;
-			cap := p_burst[i]::numeric * p_window[i];
-			drawn_before := (t - now_ns)::numeric * lim + f;
-			x := amt::numeric * p_window[i] + f;
-			q := div(x, lim);
-			ok := q <= 4611686018427387904;
-			IF ok THEN
-				nt := t + q::bigint;
-				nf := mod(x, lim);
-				drawn_after := (nt - now_ns)::numeric * lim + nf;
-			END IF;
-			IF ok AND drawn_after <= cap THEN
-				allowed[i] := true;
-				remaining[i] := div(cap - drawn_after, p_window[i]);
-				reset_at[i] := nt + (nf > 0)::int;
-				new_tat[i] := nt;
-				new_frac[i] := nf;
+			win := p_window[i];
+			aw := amt::numeric * win;
+			bw := p_burst[i]::numeric * win;
+			IF admitted AND NOT p_peek THEN
+				-- Lock and draw in one write; d1 is capped so that tat fits.
+				LOOP
+					UPDATE sluice_counters c
+					SET prev_tat = c.tat, prev_frac = c.frac, prev_drawn_at = c.drawn_at,
+						tat = now_ns + div(least(greatest((c.tat - now_ns)::numeric * c.drawn_at + c.frac, 0) + aw, huge * lim), lim),
+						frac = mod(least(greatest((c.tat - now_ns)::numeric * c.drawn_at + c.frac, 0) + aw, huge * lim), lim),
+						drawn_at = lim, touched = now_ns
+					WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i]
+					RETURNING c.tat, c.frac INTO c_tat, c_frac;
+					EXIT WHEN FOUND;
+					INSERT INTO sluice_counters (rule, subject, period) VALUES (p_rule[i], p_subject[i], p_period[i])
+					ON CONFLICT DO NOTHING;
+				END LOOP;
+				applied[i] := true;
+				d1 := (c_tat - now_ns)::numeric * lim + c_frac;
+				d0 := d1 - aw;
 			ELSE
-				remaining[i] := CASE WHEN drawn_before > cap THEN 0 ELSE div(cap - drawn_before, p_window[i]) END;
-				reset_at[i] := t + (f > 0)::int;
-				IF ok THEN
-					retry_after[i] := div(drawn_after - cap, lim) + (mod(drawn_after - cap, lim) > 0)::int;
-				ELSE
-					retry_after[i] := 4611686018427387904;
-				END IF;
+				SELECT c.tat, c.frac, c.drawn_at INTO c_tat, c_frac, c_drawn
+				FROM sluice_counters c
+				WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+				d0 := greatest(coalesce((c_tat - now_ns)::numeric * c_drawn + c_frac, 0), 0);
+				d1 := d0 + aw;
+			END IF;
+			ok := d1 <= huge * lim;
+			IF ok AND d1 <= bw THEN
+				allowed[i] := true;
+				remaining[i] := div(bw - d1, win);
+				reset_at[i] := now_ns + div(d1 + lim - 1, lim);
+			ELSE
+				remaining[i] := CASE WHEN d0 > bw THEN 0 ELSE div(bw - d0, win) END;
+				reset_at[i] := now_ns + div(d0 + lim - 1, lim);
+				retry_after[i] := CASE WHEN ok THEN div(d1 - bw + lim - 1, lim) ELSE huge END;
 			END IF;
 			used[i] := p_burst[i] - remaining[i];
 		WHEN 2 THEN -- budget: a spent budget refuses even a charge of zero
-			in_use := useds[i] + reserveds[i];
+			IF admitted AND NOT p_peek THEN
+				LOOP
+					UPDATE sluice_counters c
+					SET reserved = c.reserved + amt, period_end = p_period_end[i], touched = now_ns
+					WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i]
+					RETURNING c.used, c.reserved - amt INTO c_used, c_res;
+					EXIT WHEN FOUND;
+					INSERT INTO sluice_counters (rule, subject, period) VALUES (p_rule[i], p_subject[i], p_period[i])
+					ON CONFLICT DO NOTHING;
+				END LOOP;
+				applied[i] := true;
+			ELSE
+				SELECT c.used, c.reserved INTO c_used, c_res
+				FROM sluice_counters c
+				WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+			END IF;
+			in_use := coalesce(c_used, 0) + coalesce(c_res, 0);
 			allowed[i] := in_use + amt <= lim AND (amt > 0 OR in_use < lim);
 			IF allowed[i] THEN
 				in_use := in_use + amt;
@@ -262,14 +221,27 @@ BEGIN
 			used[i] := in_use;
 			remaining[i] := greatest(0, lim - in_use);
 			reset_at[i] := p_period_end[i];
-		WHEN 3 THEN -- concurrency: expired leases are pruned, then counted
-			IF NOT p_peek THEN
-				DELETE FROM sluice_leases l
-				WHERE l.rule = p_rule[i] AND l.subject = p_subject[i] AND l.period = p_period[i] AND l.expiry <= now_ns;
+		WHEN 3 THEN -- concurrency: expired leases are pruned, live ones counted
+			IF admitted AND NOT p_peek THEN
+				LOOP
+					UPDATE sluice_counters c SET touched = now_ns
+					WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+					EXIT WHEN FOUND;
+					INSERT INTO sluice_counters (rule, subject, period) VALUES (p_rule[i], p_subject[i], p_period[i])
+					ON CONFLICT DO NOTHING;
+				END LOOP;
+				WITH pruned AS (
+					DELETE FROM sluice_leases l
+					WHERE l.rule = p_rule[i] AND l.subject = p_subject[i] AND l.period = p_period[i] AND l.expiry <= now_ns
+				)
+				SELECT count(*), min(l.expiry) INTO held, earliest
+				FROM sluice_leases l
+				WHERE l.rule = p_rule[i] AND l.subject = p_subject[i] AND l.period = p_period[i] AND l.expiry > now_ns;
+			ELSE
+				SELECT count(*), min(l.expiry) INTO held, earliest
+				FROM sluice_leases l
+				WHERE l.rule = p_rule[i] AND l.subject = p_subject[i] AND l.period = p_period[i] AND l.expiry > now_ns;
 			END IF;
-			SELECT count(*), min(l.expiry) INTO held, earliest
-			FROM sluice_leases l
-			WHERE l.rule = p_rule[i] AND l.subject = p_subject[i] AND l.period = p_period[i] AND l.expiry > now_ns;
 			allowed[i] := held < lim;
 			IF allowed[i] AND NOT p_peek THEN
 				held := held + 1;
@@ -287,49 +259,54 @@ BEGIN
 			admitted := false;
 		END IF;
 	END LOOP;
-	IF p_peek OR NOT admitted THEN
+	IF p_peek THEN
+		RETURN;
+	END IF;
+
+	IF NOT admitted THEN
+		-- Put back what was applied before the refusal was known.
+		FOR i IN 1..n LOOP
+			CONTINUE WHEN NOT applied[i];
+			IF p_kind[i] = 1 THEN
+				UPDATE sluice_counters c SET tat = c.prev_tat, frac = c.prev_frac, drawn_at = c.prev_drawn_at
+				WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+			ELSE
+				UPDATE sluice_counters c SET reserved = c.reserved - p_amount[i]
+				WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+			END IF;
+		END LOOP;
 		RETURN;
 	END IF;
 
 	FOR i IN 1..n LOOP
-		CASE p_kind[i]
-		WHEN 1 THEN
-			IF allowed[i] THEN
-				nt := new_tat[i];
-				nf := new_frac[i];
-			ELSE -- a shadow charge over its limit: draw it like an overrun
-				SELECT a.tat, a.frac INTO nt, nf
-				FROM sluice_rate_adjust(tats[i], fracs[i], p_limit[i], p_burst[i], p_window[i], p_amount[i], now_ns) a;
-			END IF;
-			UPDATE sluice_counters c SET tat = nt, frac = nf
-			WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
-		WHEN 2 THEN
-			UPDATE sluice_counters c SET reserved = c.reserved + p_amount[i], period_end = p_period_end[i]
-			WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
-			has_budget := true;
-		WHEN 3 THEN
+		IF p_kind[i] = 1 AND NOT allowed[i] THEN
+			-- A shadow charge over its limit is drawn like an overrun: into
+			-- debt of at most one burst.
+			bw := 2 * p_burst[i]::numeric * p_window[i];
+			UPDATE sluice_counters c
+			SET tat = now_ns + div(bw, p_limit[i]), frac = mod(bw, p_limit[i])
+			WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i]
+				AND (c.tat - now_ns)::numeric * p_limit[i] + c.frac > bw;
+		ELSIF p_kind[i] = 3 THEN
 			INSERT INTO sluice_leases (rule, subject, period, batch_id, expiry)
 			VALUES (p_rule[i], p_subject[i], p_period[i], p_batch, now_ns + p_ttl)
 			ON CONFLICT DO NOTHING;
-		END CASE;
+		END IF;
 	END LOOP;
-	IF has_budget THEN
+	IF 2 = ANY(p_kind) THEN
 		INSERT INTO sluice_reservations (batch_id, deadline, kind, rule, subject, period, amount, period_end, release)
-		SELECT p_batch, now_ns + p_ttl, array_agg(p_kind[i] ORDER BY i), array_agg(p_rule[i] ORDER BY i),
-			array_agg(p_subject[i] ORDER BY i), array_agg(p_period[i] ORDER BY i), array_agg(p_amount[i] ORDER BY i),
-			array_agg(p_period_end[i] ORDER BY i), array_agg(p_release[i] ORDER BY i)
-		FROM generate_series(1, n) i
-		WHERE p_kind[i] IN (2, 3);
+		VALUES (p_batch, now_ns + p_ttl, p_kind, p_rule, p_subject, p_period, p_amount, p_period_end, p_release);
 	END IF;
 END
 $$;
 
 -- sluice_settle replaces a batch's charges by their actual amounts and frees
--- its leases. The caller sends only the charges with something to do (rates
--- whose actual differs, budgets, leases), sorted by key. A batch with a
--- budget charge is settled only if its reservation row is still there; the
--- function deletes it, so a second settle, or one after the sweep, returns
--- false and changes nothing.
+-- its leases, one write per charge. The caller sends only the charges with
+-- something to do (rates whose actual differs, budgets, leases), sorted by
+-- key. A batch with a budget charge is settled only if its reservation row
+-- is still there and not being swept; the function deletes it, so a second
+-- settle, or one after or during the sweep, returns false and changes
+-- nothing.
 CREATE FUNCTION sluice_settle(
 	p_now bigint, p_batch bigint,
 	p_kind smallint[], p_rule bigint[], p_subject text[], p_period bigint[],
@@ -339,36 +316,42 @@ RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
 	n      int := coalesce(array_length(p_kind, 1), 0);
-	now_ns bigint;
-	st     record;
-	tats   bigint[] := array_fill(0::bigint, ARRAY[n]);
-	fracs  bigint[] := array_fill(0::bigint, ARRAY[n]);
-	nt     bigint;
-	nf     bigint;
+	now_ns bigint := coalesce(p_now, sluice_now());
+	dw     numeric;
+	cap2   numeric;
 BEGIN
 	IF 2 = ANY(p_kind) THEN
-		DELETE FROM sluice_reservations WHERE batch_id = p_batch;
+		WITH r AS (SELECT batch_id FROM sluice_reservations WHERE batch_id = p_batch FOR UPDATE SKIP LOCKED)
+		DELETE FROM sluice_reservations s USING r WHERE s.batch_id = r.batch_id;
 		IF NOT FOUND THEN
 			RETURN false;
 		END IF;
 	END IF;
 	FOR i IN 1..n LOOP
-		SELECT * INTO st FROM sluice_lock(p_rule[i], p_subject[i], p_period[i]);
-		tats[i] := st.tat;
-		fracs[i] := st.frac;
-	END LOOP;
-	now_ns := coalesce(p_now, sluice_now());
-	FOR i IN 1..n LOOP
 		CASE p_kind[i]
-		WHEN 1 THEN
-			SELECT a.tat, a.frac INTO nt, nf
-			FROM sluice_rate_adjust(tats[i], fracs[i], p_limit[i], p_burst[i], p_window[i], p_actual[i] - p_amount[i], now_ns) a;
-			UPDATE sluice_counters c SET tat = nt, frac = nf
-			WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+		WHEN 1 THEN -- memstore bucket.adjust: a refund down to a full bucket, an overrun into debt of at most one burst
+			dw := (p_actual[i] - p_amount[i])::numeric * p_window[i];
+			cap2 := 2 * p_burst[i]::numeric * p_window[i];
+			LOOP
+				UPDATE sluice_counters c
+				SET tat = now_ns + div(sluice_adjusted(c.tat, c.frac, c.drawn_at, now_ns, dw, cap2), p_limit[i]),
+					frac = mod(sluice_adjusted(c.tat, c.frac, c.drawn_at, now_ns, dw, cap2), p_limit[i]),
+					drawn_at = p_limit[i], touched = now_ns
+				WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+				EXIT WHEN FOUND;
+				INSERT INTO sluice_counters (rule, subject, period) VALUES (p_rule[i], p_subject[i], p_period[i])
+				ON CONFLICT DO NOTHING;
+			END LOOP;
 		WHEN 2 THEN
-			UPDATE sluice_counters c
-			SET reserved = greatest(0, c.reserved - p_amount[i]), used = c.used + p_actual[i], period_end = p_period_end[i]
-			WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+			LOOP
+				UPDATE sluice_counters c
+				SET reserved = greatest(0, c.reserved - p_amount[i]), used = c.used + p_actual[i],
+					period_end = p_period_end[i], touched = now_ns
+				WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+				EXIT WHEN FOUND;
+				INSERT INTO sluice_counters (rule, subject, period) VALUES (p_rule[i], p_subject[i], p_period[i])
+				ON CONFLICT DO NOTHING;
+			END LOOP;
 		WHEN 3 THEN
 			DELETE FROM sluice_leases l
 			WHERE l.rule = p_rule[i] AND l.subject = p_subject[i] AND l.period = p_period[i] AND l.batch_id = p_batch;
@@ -383,14 +366,13 @@ $$;
 -- FOR UPDATE SKIP LOCKED lets several replicas sweep at once: each row is
 -- taken by one sweeper, and a row being settled by Settle is skipped (and
 -- deleted by it). The counters of every reservation taken are locked
--- together in key order.
+-- together, in key order.
 CREATE FUNCTION sluice_sweep(p_now bigint, p_max int,
 	OUT reservations int, OUT charged int, OUT released int)
 LANGUAGE plpgsql AS $$
 DECLARE
 	now_ns bigint := coalesce(p_now, sluice_now());
 	ids    bigint[];
-	k      record;
 BEGIN
 	SELECT coalesce(array_agg(r.batch_id), '{}') INTO ids
 	FROM (SELECT batch_id FROM sluice_reservations WHERE deadline <= now_ns
@@ -401,16 +383,15 @@ BEGIN
 	IF reservations = 0 THEN
 		RETURN;
 	END IF;
-	FOR k IN
-		SELECT DISTINCT c.rule, c.subject COLLATE "C" AS subject, c.period
-		FROM sluice_reservations r, unnest(r.rule, r.subject, r.period) AS c(rule, subject, period)
-		WHERE r.batch_id = ANY(ids)
-		ORDER BY 1, 2, 3
-	LOOP
-		PERFORM sluice_lock(k.rule, k.subject, k.period);
-	END LOOP;
+	INSERT INTO sluice_counters AS c (rule, subject, period)
+	SELECT DISTINCT x.rule, x.subject COLLATE "C", x.period
+	FROM sluice_reservations r, unnest(r.kind, r.rule, r.subject, r.period) AS x(kind, rule, subject, period)
+	WHERE r.batch_id = ANY(ids) AND x.kind IN (2, 3)
+	ORDER BY 1, 2, 3
+	ON CONFLICT (rule, subject, period) DO UPDATE SET tat = c.tat WHERE false;
 	UPDATE sluice_counters c
-	SET reserved = greatest(0, c.reserved - s.amount), used = c.used + s.charge, period_end = s.period_end
+	SET reserved = greatest(0, c.reserved - s.amount), used = c.used + s.charge, period_end = s.period_end,
+		touched = now_ns
 	FROM (
 		SELECT x.rule, x.subject, x.period, sum(x.amount) AS amount,
 			sum(CASE WHEN x.release THEN 0 ELSE x.amount END) AS charge, max(x.period_end) AS period_end
@@ -433,10 +414,10 @@ END
 $$;
 
 -- sluice_cleanup deletes up to p_max expired leases and idle counters (a
--- full bucket, no open reservation, no usage in a live period), skipping any
--- row another transaction holds, so it never waits and never blocks an
--- admission for long. A counter row holds nothing an absent row does not.
-CREATE FUNCTION sluice_cleanup(p_now bigint, p_max int, OUT leases int, OUT counters int)
+-- full bucket, no open reservation, no usage in a live period, no live lease,
+-- untouched for p_grace ns), skipping any row another transaction holds, so
+-- it never waits. An idle counter row holds nothing an absent row does not.
+CREATE FUNCTION sluice_cleanup(p_now bigint, p_max int, p_grace bigint, OUT leases int, OUT counters int)
 LANGUAGE plpgsql AS $$
 DECLARE
 	now_ns bigint := coalesce(p_now, sluice_now());
@@ -450,7 +431,7 @@ BEGIN
 	GET DIAGNOSTICS leases = ROW_COUNT;
 	WITH idle AS (
 		SELECT rule, subject, period FROM sluice_counters
-		WHERE tat <= now_ns AND reserved = 0 AND (used = 0 OR period_end <= now_ns)
+		WHERE touched <= now_ns - p_grace AND (tat < now_ns OR tat = now_ns AND frac = 0) AND reserved = 0 AND (used = 0 OR period_end <= now_ns)
 			AND NOT EXISTS (SELECT 1 FROM sluice_leases l WHERE l.rule = sluice_counters.rule
 				AND l.subject = sluice_counters.subject AND l.period = sluice_counters.period AND l.expiry > now_ns)
 		LIMIT p_max FOR UPDATE SKIP LOCKED
