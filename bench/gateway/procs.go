@@ -288,21 +288,30 @@ func cpuTicks(pid int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	ticks, err := parseStatTicks(data)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return ticks, nil
+}
+
+// parseStatTicks returns utime+stime from the text of /proc/<pid>/stat.
+func parseStatTicks(data []byte) (int64, error) {
 	// The command name, in parentheses, may hold spaces: count fields
 	// after its closing parenthesis. utime and stime are fields 14 and 15,
 	// the 12th and 13th after it.
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("%s: unexpected format", path)
+		return 0, errors.New("unexpected format: no command name")
 	}
 	f := strings.Fields(string(data[i+1:]))
 	if len(f) < 13 {
-		return 0, fmt.Errorf("%s: unexpected format", path)
+		return 0, errors.New("unexpected format: too few fields")
 	}
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("%s: %w", path, err)
+		return 0, err
 	}
 	return utime + stime, nil
 }
