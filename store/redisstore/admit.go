@@ -25,8 +25,8 @@ type group struct {
 	// global groups hold the counters of rules spanning tenants; they are
 	// admitted last.
 	global bool
-	// indexed groups hold budget charges or leases, and so a reservation
-	// record.
+	// indexed groups hold budget charges, and so a reservation record
+	// (which also lists the group's leases for the sweep to free).
 	indexed bool
 	// counts is set on the first indexed group, whose record the sweep
 	// counts as the batch's reservation.
@@ -67,7 +67,7 @@ func (s *Store) plan(b *sluice.Batch) (*plan, error) {
 		}
 		g := &p.groups[gi]
 		g.idx = append(g.idx, i)
-		if c.Kind != sluice.KindRate {
+		if c.Kind == sluice.KindBudget {
 			g.indexed = true
 		}
 	}
@@ -114,7 +114,7 @@ func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool
 		s.split.Add(1)
 	}
 	for gi := range p.groups {
-		ok, serverNow, err := s.runAdmit(ctx, modeAdmit, now, b, p, &p.groups[gi])
+		ok, serverNow, err := s.runAdmit(ctx, opAdmit, now, b, p, &p.groups[gi])
 		if err != nil {
 			s.compensate(ctx, now, b, p, p.groups[:gi])
 			return false, fmt.Errorf("redisstore: admit: %w", err)
@@ -126,7 +126,7 @@ func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool
 		// Fill the results of the slots not reached, so that the refusal
 		// names the deciding rule (a budget wins over a rate).
 		for gj := gi + 1; gj < len(p.groups); gj++ {
-			if _, _, err := s.runAdmit(ctx, modeCheck, now, b, p, &p.groups[gj]); err != nil {
+			if _, _, err := s.runAdmit(ctx, opCheck, now, b, p, &p.groups[gj]); err != nil {
 				for _, i := range p.groups[gj].idx {
 					b.Charges[i].Allowed = true
 				}
@@ -166,63 +166,58 @@ func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error 
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	for gi := range p.groups {
-		if _, _, err := s.runAdmit(ctx, modePeek, now, b, p, &p.groups[gi]); err != nil {
+		if _, _, err := s.runAdmit(ctx, opPeek, now, b, p, &p.groups[gi]); err != nil {
 			return fmt.Errorf("redisstore: peek: %w", err)
 		}
 	}
 	return nil
 }
 
-// runAdmit runs the admission script on one group and fills its charges'
-// results. It returns whether the group was admitted and the script's now
-// (µs).
-func (s *Store) runAdmit(ctx context.Context, mode string, now time.Time, b *sluice.Batch, p *plan, g *group) (bool, int64, error) {
-	keys := make([]string, 0, len(g.idx)+2)
-	args := make([]string, 0, 5+7*len(g.idx))
-	for _, i := range g.idx {
-		keys = append(keys, p.keys[i])
+// runAdmit runs an admission, check or peek of one group and fills its
+// charges' results. It returns whether the group was admitted and the
+// script's now (µs).
+func (s *Store) runAdmit(ctx context.Context, typ string, now time.Time, b *sluice.Batch, p *plan, g *group) (bool, int64, error) {
+	o := &op{keys: make([]string, 0, len(g.idx)+1), args: make([]string, 0, 6+8*len(g.idx)), pinned: now.UnixMicro()}
+	rec, due := "", "0"
+	if typ == opAdmit && g.indexed {
+		rec, due = s.record(b, p, g), strconv.Itoa(len(g.idx)+1)
 	}
-	keys = append(keys, s.recordKey(g.tag, p.member), s.dueKey(g.slot))
-	counts := "0"
-	if g.counts {
-		counts = "1"
-	}
-	args = append(args, mode, s.scriptNow(now), p.member, strconv.FormatInt(ceilMicro(b.Deadline), 10), counts)
-	for _, i := range g.idx {
+	o.args = append(o.args, typ, p.member, strconv.FormatInt(ceilMicro(b.Deadline), 10), rec, due, strconv.Itoa(len(g.idx)))
+	for k, i := range g.idx {
 		c := &b.Charges[i]
+		o.keys = append(o.keys, p.keys[i])
 		amount := c.Amount
-		if mode == modePeek {
+		if typ == opPeek {
 			amount = 0
 		}
 		shadow := "0"
 		if c.Shadow {
 			shadow = "1"
 		}
+		ref := strconv.Itoa(k + 1)
 		switch c.Kind {
 		case sluice.KindRate:
 			bk := p.buckets[i]
-			args = append(args, kindRate, itoa(amount), itoa(c.Limit), shadow, itoa(bk.burst), itoa(bk.w), itoa(bk.l))
+			o.args = append(o.args, ref, kindRate, itoa(amount), itoa(c.Limit), shadow, itoa(bk.burst), itoa(bk.w), itoa(bk.l))
 		case sluice.KindBudget:
-			release := "0"
-			if c.OnExpiry == sluice.ExpiryRelease {
-				release = "1"
-			}
-			args = append(args, kindBudget, itoa(amount), itoa(c.Limit), shadow, itoa(ceilMicro(c.PeriodEnd)), release, "0")
+			o.args = append(o.args, ref, kindBudget, itoa(amount), itoa(c.Limit), shadow, itoa(ceilMicro(c.PeriodEnd)), "0", "0")
 		default:
-			args = append(args, kindConcurrency, itoa(amount), itoa(c.Limit), shadow, "0", "0", "0")
+			o.args = append(o.args, ref, kindConcurrency, itoa(amount), itoa(c.Limit), shadow, "0", "0", "0")
 		}
 	}
-	vals, err := admitScript.Exec(ctx, s.client, keys, args).AsIntSlice()
-	if err != nil {
+	if rec != "" {
+		o.keys = append(o.keys, s.dueKey(g.slot))
+	}
+	if err := s.do(ctx, g.slot, o); err != nil {
 		return false, 0, err
 	}
-	if len(vals) != 2+5*len(g.idx) {
-		return false, 0, fmt.Errorf("admission script returned %d values for %d charges", len(vals), len(g.idx))
+	if len(o.result) != 1+5*len(g.idx) {
+		return false, 0, fmt.Errorf("ops script returned %d values for %d charges", len(o.result), len(g.idx))
 	}
 	for k, i := range g.idx {
-		fill(&b.Charges[i], vals[2+5*k:7+5*k])
+		fill(&b.Charges[i], o.result[1+5*k:6+5*k])
 	}
-	return vals[0] == 1, vals[1], nil
+	return o.result[0] == 1, o.now, nil
 }
 
 // fill copies a script's result into a charge: allowed, remaining, used,

@@ -10,10 +10,8 @@ import (
 var (
 	//go:embed prelude.lua
 	preludeLua string
-	//go:embed admit.lua
-	admitLua string
-	//go:embed settle.lua
-	settleLua string
+	//go:embed ops.lua
+	opsLua string
 	//go:embed sweep.lua
 	sweepLua string
 )
@@ -21,16 +19,8 @@ var (
 // The scripts run by EVALSHA; rueidis falls back to EVAL (which caches the
 // script again) when the server answers NOSCRIPT.
 var (
-	admitScript  = rueidis.NewLuaScript(preludeLua + admitLua)
-	settleScript = rueidis.NewLuaScript(preludeLua + settleLua)
-	sweepScript  = rueidis.NewLuaScript(preludeLua + sweepLua)
-)
-
-// Modes of the admission script.
-const (
-	modeAdmit = "0"
-	modeCheck = "1"
-	modePeek  = "2"
+	opsScript   = rueidis.NewLuaScript(preludeLua + opsLua)
+	sweepScript = rueidis.NewLuaScript(preludeLua + sweepLua)
 )
 
 // Charge kinds in script arguments.
@@ -46,7 +36,7 @@ const (
 // others).
 func loadScripts(ctx context.Context, c rueidis.Client) error {
 	for _, node := range c.Nodes() {
-		for _, src := range []string{preludeLua + admitLua, preludeLua + settleLua, preludeLua + sweepLua, probeLua} {
+		for _, src := range []string{preludeLua + opsLua, preludeLua + sweepLua, probeLua} {
 			if err := node.Do(ctx, node.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
 				return err
 			}

@@ -69,29 +69,6 @@ local function drawn(tat, frac, L, now)
   return (tat - now) * L + frac
 end
 
--- rate_adjust moves a bucket by delta units after settlement: a refund gives
--- room back (never more than a full bucket), an overrun draws it into debt
--- bounded by one burst. |delta| never exceeds 2*burst+1 (the caller clamps).
-local function rate_adjust(key, delta, burst, W, L, now)
-  if delta == 0 then return end
-  local tat, frac = rate_load(key, L, now)
-  if delta > 0 then
-    local lim = 2 * burst * W
-    local q, r = divmod(delta * W + frac, L)
-    tat, frac = tat + q, r
-    if drawn(tat, frac, L, now) > lim then
-      q, r = divmod(lim, L)
-      tat, frac = now + q, r
-    end
-  else
-    local q, r = divmod(-delta * W, L)
-    tat, frac = tat - q, frac - r
-    if frac < 0 then tat, frac = tat - 1, frac + L end
-    if tat < now then tat, frac = now, 0 end
-  end
-  rate_save(key, tat, frac, L, now)
-end
-
 -- A budget is a hash: u is the settled usage, r the open reservations.
 -- Numbers given to redis.call are formatted with fmt: Lua's own conversion
 -- keeps 14 digits only. actual may be a string (an argument, exact to 2^63).

@@ -153,6 +153,7 @@ type Store struct {
 	timeout   time.Duration
 	pinTime   bool
 	deny      *denyCache
+	lanes     lanes
 	// nonce distinguishes this Store's lease members from another process's
 	// batch of the same ID.
 	nonce string
@@ -215,6 +216,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		wantCluster = opts.Client.Mode() == rueidis.ClientModeCluster
 	}
 	s.cluster = s.client.Mode() == rueidis.ClientModeCluster
+	s.lanes = make(lanes, 1)
+	if s.cluster {
+		s.lanes = make(lanes, slots)
+	}
 	if err := s.checkServer(ctx, wantCluster); err != nil {
 		s.Close()
 		return nil, err

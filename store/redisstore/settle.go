@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -26,28 +27,21 @@ func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) erro
 	return nil
 }
 
-// maxActual keeps a reported usage within what HINCRBY adds without
-// overflow.
-const maxActual = 1 << 62
-
-// settleGroup runs the settle script on one group, with each charge's Actual
-// or, when release is set, with nothing used.
+// settleGroup settles one group with each charge's Actual or, when release
+// is set, with nothing used.
 func (s *Store) settleGroup(ctx context.Context, now time.Time, b *sluice.Batch, p *plan, g *group, release bool) error {
-	keys := make([]string, 0, len(g.idx)+2)
-	args := make([]string, 0, 3+7*len(g.idx))
-	for _, i := range g.idx {
-		keys = append(keys, p.keys[i])
-	}
-	keys = append(keys, s.recordKey(g.tag, p.member), s.dueKey(g.slot))
-	hasRecord := "0"
+	o := &op{keys: make([]string, 0, len(g.idx)+1), args: make([]string, 0, 6+8*len(g.idx)), pinned: now.UnixMicro()}
+	rec, due := "", "0"
 	if g.indexed {
-		hasRecord = "1"
+		rec, due = s.record(b, p, g), strconv.Itoa(len(g.idx)+1)
 	}
-	args = append(args, s.scriptNow(now), p.member, hasRecord)
+	o.args = append(o.args, opSettle, p.member, strconv.FormatInt(ceilMicro(b.Deadline), 10), rec, due, strconv.Itoa(len(g.idx)))
 	changed := g.indexed
-	for _, i := range g.idx {
+	for k, i := range g.idx {
 		c := &b.Charges[i]
-		actual := min(max(c.Actual, 0), maxActual)
+		o.keys = append(o.keys, p.keys[i])
+		ref := strconv.Itoa(k + 1)
+		actual := min(max(c.Actual, 0), maxBudget)
 		if release {
 			actual = 0
 		}
@@ -61,17 +55,21 @@ func (s *Store) settleGroup(ctx context.Context, now time.Time, b *sluice.Batch,
 			if delta != 0 {
 				changed = true
 			}
-			args = append(args, kindRate, itoa(c.Amount), itoa(delta), itoa(bk.burst), itoa(bk.w), itoa(bk.l), "0")
+			o.args = append(o.args, ref, kindRate, itoa(c.Amount), itoa(delta), "0", itoa(bk.burst), itoa(bk.w), itoa(bk.l))
 		case sluice.KindBudget:
-			args = append(args, kindBudget, itoa(c.Amount), itoa(actual), itoa(ceilMicro(c.PeriodEnd)), "0", "0", "0")
+			o.args = append(o.args, ref, kindBudget, itoa(c.Amount), itoa(actual), "0", itoa(ceilMicro(c.PeriodEnd)), "0", "0")
 		default:
-			args = append(args, kindConcurrency, "0", "0", "0", "0", "0", "0")
+			changed = true
+			o.args = append(o.args, ref, kindConcurrency, "0", "0", "0", "0", "0", "0")
 		}
 	}
 	if !changed {
 		return nil
 	}
-	return settleScript.Exec(ctx, s.client, keys, args).Error()
+	if rec != "" {
+		o.keys = append(o.keys, s.dueKey(g.slot))
+	}
+	return s.do(ctx, g.slot, o)
 }
 
 // sweepBatch is the most records one sweep script settles.

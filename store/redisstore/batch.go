@@ -1,0 +1,157 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+)
+
+// Operation types of the ops script.
+const (
+	opAdmit  = "1"
+	opCheck  = "2"
+	opPeek   = "3"
+	opSettle = "4"
+)
+
+// maxBatch is the most operations one ops script applies.
+const maxBatch = 64
+
+// op is one operation on one slot: its keys and arguments, encoded by the
+// caller, and its result, filled by the lane. The lane never touches the
+// caller's batch, so a caller that gave up leaves nothing behind.
+type op struct {
+	keys []string
+	// args are the operation's arguments after its KEYS offset, key
+	// references being 1-based indexes into keys.
+	args []string
+	// pinned is the caller's now (µs) with PinTime.
+	pinned int64
+	done   chan struct{}
+	sent   bool // guarded by the lane's mutex
+
+	now    int64
+	result []int64
+	err    error
+}
+
+// lane sends the operations of one slot, a batch at a time: while one batch
+// is in flight the next operations wait and then go together (a group
+// commit). An idle lane has no goroutine.
+type lane struct {
+	mu      sync.Mutex
+	pending []*op
+	running bool
+}
+
+// lanes are the Store's lanes, one per slot (one on a standalone server).
+type lanes []lane
+
+// do sends o through the lane of slot and waits for its result, or for ctx.
+// An operation still waiting when ctx ends is withdrawn; one already sent
+// may have been applied.
+func (s *Store) do(ctx context.Context, slot int, o *op) error {
+	o.done = make(chan struct{})
+	l := &s.lanes[slot]
+	l.mu.Lock()
+	l.pending = append(l.pending, o)
+	if !l.running {
+		l.running = true
+		go s.run(l)
+	}
+	l.mu.Unlock()
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	if !o.sent {
+		for i, p := range l.pending {
+			if p == o {
+				l.pending = append(l.pending[:i], l.pending[i+1:]...)
+				break
+			}
+		}
+	}
+	l.mu.Unlock()
+	return ctx.Err()
+}
+
+// run sends the lane's pending operations until there are none.
+func (s *Store) run(l *lane) {
+	for {
+		l.mu.Lock()
+		n := min(len(l.pending), maxBatch)
+		if n == 0 {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		batch := make([]*op, n)
+		copy(batch, l.pending)
+		rest := copy(l.pending, l.pending[n:])
+		clear(l.pending[rest:])
+		l.pending = l.pending[:rest]
+		for _, o := range batch {
+			o.sent = true
+		}
+		l.mu.Unlock()
+		s.exec(batch)
+		for _, o := range batch {
+			close(o.done)
+		}
+	}
+}
+
+// exec runs one ops script for a batch and hands each operation its result.
+func (s *Store) exec(batch []*op) {
+	nkeys, nargs := 0, 2
+	for _, o := range batch {
+		nkeys += len(o.keys)
+		nargs += 1 + len(o.args)
+	}
+	keys := make([]string, 0, nkeys)
+	args := make([]string, 0, nargs)
+	args = append(args, s.batchNow(batch), strconv.Itoa(len(batch)))
+	for _, o := range batch {
+		args = append(args, strconv.Itoa(len(keys)))
+		args = append(args, o.args...)
+		keys = append(keys, o.keys...)
+	}
+	ctx, cancel := s.call(context.Background())
+	defer cancel()
+	reply, err := opsScript.Exec(ctx, s.client, keys, args).ToArray()
+	if err == nil && len(reply) != len(batch)+1 {
+		err = fmt.Errorf("ops script returned %d values for %d operations", len(reply), len(batch))
+	}
+	var now int64
+	if err == nil {
+		now, err = reply[0].AsInt64()
+	}
+	if err != nil {
+		for _, o := range batch {
+			o.err = err
+		}
+		return
+	}
+	for i, o := range batch {
+		o.now = now
+		o.result, o.err = reply[i+1].AsIntSlice()
+	}
+}
+
+// batchNow is the time argument of a batch: with PinTime, the latest time a
+// caller passed (a batch runs at one instant, and stored time never moves
+// backwards); otherwise empty, for the server's TIME.
+func (s *Store) batchNow(batch []*op) string {
+	if !s.pinTime {
+		return ""
+	}
+	var latest int64
+	for _, o := range batch {
+		latest = max(latest, o.pinned)
+	}
+	return strconv.FormatInt(latest, 10)
+}

@@ -1,0 +1,138 @@
+package redisstore_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/redisstore"
+)
+
+// The benchmarks compare the 3-rule admission (a request rate, a token rate
+// and a concurrency cap on one subject, admitted and settled: one round trip
+// each) with go-redis/redis_rate's Allow (one GCRA rule, one round trip) on
+// the same server, each from 32 concurrent callers. Run
+//
+//	SLUICE_TEST_REDIS_URL=redis://127.0.0.1:6379/0 go test -run '^$' -bench . -benchtime 5x ./store/redisstore/
+//
+// BenchmarkVersusRedisRate alternates the two in short rounds, so that both
+// see the same machine (a shared CI machine's load moves a lot), and reports
+// both rates and their ratio.
+const benchCallers = 32
+
+// benchOps returns a function that admits and settles the 3-rule request.
+func benchOps(b *testing.B) func(ctx context.Context) error {
+	url := redisURL(b)
+	s := openStore(b, redisstore.Options{URL: url})
+	l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{
+		{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1_000_000_000, Window: time.Minute},
+		{Name: "tpm", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricTokens, Limit: 1_000_000_000, Window: time.Minute},
+		{Name: "inflight", Kind: sluice.KindConcurrency, Subject: "key", Limit: 1000},
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := sluice.Request{Identity: sluice.Identity{Key: "bench"}, Max: sluice.Usage{InputTokens: 100, OutputTokens: 100}}
+	used := sluice.Usage{InputTokens: 100, OutputTokens: 40}
+	return func(ctx context.Context) error {
+		r, err := l.Admit(ctx, req)
+		if err != nil {
+			return err
+		}
+		return r.Settle(ctx, used)
+	}
+}
+
+// peerOps returns a function that calls redis_rate's Allow.
+func peerOps(b *testing.B) func(ctx context.Context) error {
+	opts, err := redis.ParseURL(redisURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	key := freshPrefix() + ":redis_rate"
+	b.Cleanup(func() {
+		rdb.Del(context.Background(), "rate:"+key)
+		rdb.Close()
+	})
+	limiter := redis_rate.NewLimiter(rdb)
+	limit := redis_rate.Limit{Rate: 1_000_000_000, Burst: 1_000_000_000, Period: time.Minute}
+	return func(ctx context.Context) error {
+		res, err := limiter.Allow(ctx, key, limit)
+		if err == nil && res.Allowed == 0 {
+			b.Error("redis_rate refused")
+		}
+		return err
+	}
+}
+
+func runParallel(b *testing.B, fn func(ctx context.Context) error) {
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((benchCallers + procs - 1) / procs)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := fn(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
+// BenchmarkAdmitSettle3Rules admits and settles the 3-rule request.
+func BenchmarkAdmitSettle3Rules(b *testing.B) { runParallel(b, benchOps(b)) }
+
+// BenchmarkRedisRateAllow is the peer: redis_rate's Allow.
+func BenchmarkRedisRateAllow(b *testing.B) { runParallel(b, peerOps(b)) }
+
+// BenchmarkVersusRedisRate runs, per iteration, half a second of each,
+// alternating, and reports the rates over all iterations and their ratio.
+func BenchmarkVersusRedisRate(b *testing.B) {
+	ours, peer := benchOps(b), peerOps(b)
+	ctx := context.Background()
+	hammer := func(fn func(ctx context.Context) error) int64 {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		end := time.Now().Add(500 * time.Millisecond)
+		for range benchCallers {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					if err := fn(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+					n.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return n.Load()
+	}
+	hammer(ours) // warm up both
+	hammer(peer)
+	b.ResetTimer()
+	var oursN, peerN int64
+	for i := range b.N {
+		if i%2 == 0 {
+			oursN += hammer(ours)
+			peerN += hammer(peer)
+		} else {
+			peerN += hammer(peer)
+			oursN += hammer(ours)
+		}
+	}
+	secs := float64(b.N) * 0.5
+	b.ReportMetric(float64(oursN)/secs, "3rule-ops/s")
+	b.ReportMetric(float64(peerN)/secs, "redis_rate-ops/s")
+	b.ReportMetric(float64(oursN)/float64(peerN), "ratio")
+}
