@@ -279,7 +279,11 @@ BEGIN
 	END IF;
 
 	FOR i IN 1..n LOOP
-		IF p_kind[i] = 1 AND NOT allowed[i] THEN
+		IF p_kind[i] = 1 AND NOT allowed[i] AND p_amount[i] = 0 THEN
+			-- A shadow charge of nothing over its limit changes nothing.
+			UPDATE sluice_counters c SET tat = c.prev_tat, frac = c.prev_frac, drawn_at = c.prev_drawn_at
+			WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+		ELSIF p_kind[i] = 1 AND NOT allowed[i] THEN
 			-- A shadow charge over its limit is drawn like an overrun: into
 			-- debt of at most one burst.
 			bw := 2 * p_burst[i]::numeric * p_window[i];
