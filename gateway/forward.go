@@ -172,7 +172,7 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 	c.ctx.SetStatusCode(200)
 	h := &c.ctx.Response.Header
 	h.Set("Cache-Control", "no-cache")
-	c.g.inFlight.Add(1)
+	c.g.inFlight.add()
 	reader := c.rt.stream(injected)
 	upstream := resp.BodyStream()
 	events := llm.NewEventReader(bufio.NewReaderSize(upstream, 4096))
@@ -182,7 +182,7 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 	client, pw := io.Pipe()
 	c.ctx.SetBodyStream(client, -1)
 	go func() {
-		defer c.g.inFlight.Done()
+		defer c.g.inFlight.done()
 		defer stopTimer.Stop()
 		var out []byte
 		var upstreamErr error

@@ -148,7 +148,7 @@ type Gateway struct {
 	modelList []*model
 	providers map[string]*provider
 	log       *slog.Logger
-	inFlight  sync.WaitGroup
+	inFlight  inFlight
 	draining  atomic.Bool
 }
 
@@ -249,8 +249,8 @@ func (g *Gateway) Handler(ctx *fasthttp.RequestCtx) {
 			writeError(ctx, routeForShape(path), errNotFound(path))
 			return
 		}
-		g.inFlight.Add(1)
-		defer g.inFlight.Done()
+		g.inFlight.add()
+		defer g.inFlight.done()
 		g.serve(ctx, rt)
 	}
 }
@@ -288,17 +288,52 @@ func (g *Gateway) listModels(ctx *fasthttp.RequestCtx) {
 
 // Drain marks the gateway as shutting down (readyz answers 503) and waits
 // until every in-flight request has finished and been settled, or ctx ends.
+// Requests may still arrive while it waits.
 func (g *Gateway) Drain(ctx context.Context) error {
 	g.draining.Store(true)
-	done := make(chan struct{})
-	go func() {
-		g.inFlight.Wait()
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-g.inFlight.idle():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// inFlight counts the requests and streams in flight. It is not a
+// sync.WaitGroup because requests keep arriving while Drain waits, and a
+// WaitGroup's Add racing with the end of its Wait panics.
+type inFlight struct {
+	n  atomic.Int64
+	mu sync.Mutex
+	// zero is closed when n reaches 0; nil until someone waits.
+	zero chan struct{}
+}
+
+func (f *inFlight) add() { f.n.Add(1) }
+
+func (f *inFlight) done() {
+	if f.n.Add(-1) != 0 {
+		return
+	}
+	f.mu.Lock()
+	if f.zero != nil && f.n.Load() == 0 {
+		close(f.zero)
+		f.zero = nil
+	}
+	f.mu.Unlock()
+}
+
+// idle returns a channel closed once nothing is in flight.
+func (f *inFlight) idle() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n.Load() == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if f.zero == nil {
+		f.zero = make(chan struct{})
+	}
+	return f.zero
 }
