@@ -176,13 +176,16 @@ func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error 
 // runAdmit runs an admission, check or peek of one group and fills its
 // charges' results. It returns whether the group was admitted and the
 // script's now (µs).
-func (s *Store) runAdmit(ctx context.Context, typ string, now time.Time, b *sluice.Batch, p *plan, g *group) (bool, int64, error) {
-	o := &op{keys: make([]string, 0, len(g.idx)+1), args: make([]string, 0, 6+8*len(g.idx)), pinned: now.UnixMicro()}
-	rec, due := "", "0"
-	if typ == opAdmit && g.indexed {
-		rec, due = s.record(b, p, g), strconv.Itoa(len(g.idx)+1)
+func (s *Store) runAdmit(ctx context.Context, typ byte, now time.Time, b *sluice.Batch, p *plan, g *group) (bool, int64, error) {
+	if len(g.idx) >= maxCharges {
+		return false, 0, fmt.Errorf("a batch of %d charges in one slot is more than %d", len(g.idx), maxCharges)
 	}
-	o.args = append(o.args, typ, p.member, strconv.FormatInt(ceilMicro(b.Deadline), 10), rec, due, strconv.Itoa(len(g.idx)))
+	o := &op{keys: make([]string, 0, len(g.idx)+1), pinned: now.UnixMicro()}
+	rec, due := "", 0
+	if typ == opAdmit && g.indexed {
+		rec, due = s.record(b, p, g), len(g.idx)+1
+	}
+	o.blob = opBlob(typ, b.Deadline, due, p.member, rec, len(g.idx))
 	for k, i := range g.idx {
 		c := &b.Charges[i]
 		o.keys = append(o.keys, p.keys[i])
@@ -190,19 +193,14 @@ func (s *Store) runAdmit(ctx context.Context, typ string, now time.Time, b *slui
 		if typ == opPeek {
 			amount = 0
 		}
-		shadow := "0"
-		if c.Shadow {
-			shadow = "1"
-		}
-		ref := strconv.Itoa(k + 1)
 		switch c.Kind {
 		case sluice.KindRate:
 			bk := p.buckets[i]
-			o.args = append(o.args, ref, kindRate, itoa(amount), itoa(c.Limit), shadow, itoa(bk.burst), itoa(bk.w), itoa(bk.l))
+			o.blob = appendCharge(o.blob, k+1, kindRate, c.Shadow, amount, c.Limit, bk.burst, bk.w, bk.l)
 		case sluice.KindBudget:
-			o.args = append(o.args, ref, kindBudget, itoa(amount), itoa(c.Limit), shadow, itoa(ceilMicro(c.PeriodEnd)), "0", "0")
+			o.blob = appendCharge(o.blob, k+1, kindBudget, c.Shadow, amount, c.Limit, ceilMicro(c.PeriodEnd), 0, 0)
 		default:
-			o.args = append(o.args, ref, kindConcurrency, itoa(amount), itoa(c.Limit), shadow, "0", "0", "0")
+			o.blob = appendCharge(o.blob, k+1, kindConcurrency, c.Shadow, amount, c.Limit, 0, 0, 0)
 		}
 	}
 	if rec != "" {
@@ -211,13 +209,8 @@ func (s *Store) runAdmit(ctx context.Context, typ string, now time.Time, b *slui
 	if err := s.do(ctx, g.slot, o); err != nil {
 		return false, 0, err
 	}
-	if len(o.result) != 1+5*len(g.idx) {
-		return false, 0, fmt.Errorf("ops script returned %d values for %d charges", len(o.result), len(g.idx))
-	}
-	for k, i := range g.idx {
-		fill(&b.Charges[i], o.result[1+5*k:6+5*k])
-	}
-	return o.result[0] == 1, o.now, nil
+	admitted, err := decodeAdmit(o.result, b, g)
+	return admitted, o.now, err
 }
 
 // fill copies a script's result into a charge: allowed, remaining, used,

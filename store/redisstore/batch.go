@@ -5,44 +5,51 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"unsafe"
 )
 
 // Operation types of the ops script.
 const (
-	opAdmit  = "1"
-	opCheck  = "2"
-	opPeek   = "3"
-	opSettle = "4"
+	opAdmit  byte = 1
+	opCheck  byte = 2
+	opPeek   byte = 3
+	opSettle byte = 4
 )
 
-// maxBatch is the most operations one ops script applies.
-const maxBatch = 64
+// maxBatch is the most operations one ops script applies; maxInFlight is
+// the most batches of one lane in flight at once (two, so that the server
+// works on one batch while the callers of the previous one prepare the
+// next).
+const (
+	maxBatch    = 64
+	maxInFlight = 1
+)
 
 // op is one operation on one slot: its keys and arguments, encoded by the
 // caller, and its result, filled by the lane. The lane never touches the
 // caller's batch, so a caller that gave up leaves nothing behind.
 type op struct {
 	keys []string
-	// args are the operation's arguments after its KEYS offset, key
-	// references being 1-based indexes into keys.
-	args []string
+	// blob is the operation, packed (see ops.lua), key references being
+	// 1-based indexes into keys.
+	blob []byte
 	// pinned is the caller's now (µs) with PinTime.
 	pinned int64
 	done   chan struct{}
 	sent   bool // guarded by the lane's mutex
 
 	now    int64
-	result []int64
+	result string
 	err    error
 }
 
-// lane sends the operations of one slot, a batch at a time: while one batch
-// is in flight the next operations wait and then go together (a group
-// commit). An idle lane has no goroutine.
+// lane sends the operations of one slot in batches: while batches are in
+// flight the next operations wait and then go together (a group commit).
+// An idle lane has no goroutine.
 type lane struct {
 	mu      sync.Mutex
 	pending []*op
-	running bool
+	running int
 }
 
 // lanes are the Store's lanes, one per slot (one on a standalone server).
@@ -56,8 +63,8 @@ func (s *Store) do(ctx context.Context, slot int, o *op) error {
 	l := &s.lanes[slot]
 	l.mu.Lock()
 	l.pending = append(l.pending, o)
-	if !l.running {
-		l.running = true
+	if l.running < maxInFlight {
+		l.running++
 		go s.run(l)
 	}
 	l.mu.Unlock()
@@ -85,7 +92,7 @@ func (s *Store) run(l *lane) {
 		l.mu.Lock()
 		n := min(len(l.pending), maxBatch)
 		if n == 0 {
-			l.running = false
+			l.running--
 			l.mu.Unlock()
 			return
 		}
@@ -110,14 +117,13 @@ func (s *Store) exec(batch []*op) {
 	nkeys, nargs := 0, 2
 	for _, o := range batch {
 		nkeys += len(o.keys)
-		nargs += 1 + len(o.args)
+		nargs += 2
 	}
 	keys := make([]string, 0, nkeys)
 	args := make([]string, 0, nargs)
 	args = append(args, s.batchNow(batch), strconv.Itoa(len(batch)))
 	for _, o := range batch {
-		args = append(args, strconv.Itoa(len(keys)))
-		args = append(args, o.args...)
+		args = append(args, strconv.Itoa(len(keys)), unsafeString(o.blob))
 		keys = append(keys, o.keys...)
 	}
 	ctx, cancel := s.call(context.Background())
@@ -138,7 +144,7 @@ func (s *Store) exec(batch []*op) {
 	}
 	for i, o := range batch {
 		o.now = now
-		o.result, o.err = reply[i+1].AsIntSlice()
+		o.result, o.err = reply[i+1].ToString()
 	}
 }
 
@@ -155,3 +161,6 @@ func (s *Store) batchNow(batch []*op) string {
 	}
 	return strconv.FormatInt(latest, 10)
 }
+
+// unsafeString views b as a string; b is not modified afterwards.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -36,12 +36,15 @@ var (
 	capID    = sluice.Identity{Workspace: "cap-ws", Key: "cap-key"}
 
 	// The holder's rules: a lease and two budget reservations per request,
-	// with a deadline one second out.
+	// with a deadline holderTimeout out.
 	holderCap     = sluice.Rule{Name: "inflight", Kind: sluice.KindConcurrency, Subject: "key", Limit: 3}
 	holderCharge  = sluice.Rule{Name: "daily", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 10_000, Period: sluice.PeriodDay}
 	holderRelease = sluice.Rule{Name: "daily_release", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 10_000, Period: sluice.PeriodDay, OnExpiry: sluice.ExpiryRelease}
 	holderID      = sluice.Identity{Workspace: "hold-ws", Key: "hold-key"}
 )
+
+// holderTimeout is the model timeout of the holder's requests.
+const holderTimeout = 2 * time.Second
 
 func replicaLimiter(s sluice.Store, timeout time.Duration, rules ...sluice.Rule) (*sluice.Limiter, error) {
 	return sluice.New(sluice.Options{Store: s, Rules: rules, DefaultTimeout: timeout, ExpirySlack: time.Millisecond})
@@ -50,7 +53,7 @@ func replicaLimiter(s sluice.Store, timeout time.Duration, rules ...sluice.Rule)
 func runChild(role string) int {
 	ctx := context.Background()
 	url, prefix := os.Getenv(childURLEnv), os.Getenv(childPrefixEnv)
-	s, err := redisstore.Open(ctx, redisstore.Options{URL: url, Prefix: prefix, Timeout: testTimeout})
+	s, err := redisstore.Open(ctx, redisstore.Options{URL: url, Prefix: prefix, Timeout: 2 * testTimeout})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -162,7 +165,7 @@ func hammer(ctx context.Context, s sluice.Store, url, prefix string) error {
 // hold admits three requests, each holding a lease and two budget
 // reservations of 100 tokens, prints "held" and waits to be killed.
 func hold(ctx context.Context, s sluice.Store) error {
-	l, err := replicaLimiter(s, time.Second, holderCap, holderCharge, holderRelease)
+	l, err := replicaLimiter(s, holderTimeout, holderCap, holderCharge, holderRelease)
 	if err != nil {
 		return err
 	}

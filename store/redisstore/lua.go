@@ -23,13 +23,6 @@ var (
 	sweepScript = rueidis.NewLuaScript(preludeLua + sweepLua)
 )
 
-// Charge kinds in script arguments.
-const (
-	kindRate        = "1"
-	kindBudget      = "2"
-	kindConcurrency = "3"
-)
-
 // loadScripts loads every script on every server, so that the first
 // admissions after a start need no EVAL fallback (on a Cluster, rueidis
 // would otherwise load a script on one node and fall back to EVAL on the

@@ -4,19 +4,21 @@
 -- operations that concurrent callers send meanwhile share one script call,
 -- and the state of a counter is read once and written once per batch.
 --
--- ARGV: now (µs, '' for TIME), the number of operations, then per
--- operation: its offset in KEYS, type (1 admit, 2 check, 3 peek, 4 settle),
--- lease member, deadline (µs), reservation record ('' for none), the local
--- index of the deadline index key (0 for none), the number of charges, then
--- 8 values per charge: local key index, kind (1 rate, 2 budget,
--- 3 concurrency), amount, limit (settle: actual, for a rate the delta),
--- shadow (1 or 0), and three parameters: for a rate burst, W, L; for a
--- budget the period's end (µs) and the expiry policy (1 release).
+-- ARGV: now (µs, '' for TIME), the number of operations, then two values
+-- per operation: its offset in KEYS, and the operation itself, packed
+-- little-endian (so that no decimal number needs parsing): type i1 (1 admit,
+-- 2 check, 3 peek, 4 settle), deadline i8 (µs) and the same in decimal
+-- (i1 length, chars), the local index of the deadline index key i2 (0 for
+-- none), the number of charges i2, the lease member (i2 length, chars), the
+-- reservation record (i4 length, bytes), then per charge: local key index
+-- i2, kind i1 (1 rate, 2 budget, 3 concurrency), shadow i1, amount i8,
+-- limit i8 (settle: actual, for a rate the delta) and three parameters i8:
+-- for a rate burst, W, L; for a budget the period's end (µs).
 --
--- Returns now, then per operation: for an admission, check or peek,
--- admitted (1 or 0) and 5 values per charge (allowed, remaining, used,
--- retry after in µs or -1 for never, reset in µs or 0 for none); for a
--- settlement, 1 when applied and 0 when the record was already settled.
+-- Returns now, then per operation a packed result: for a settlement i1 (1
+-- when applied, 0 when the record was already settled); otherwise admitted
+-- i1, then per charge allowed i1, remaining i8, used i8, retry after i8 (µs,
+-- -1 for never) and reset i8 (µs, 0 for none).
 local now = clock(ARGV[1])
 local now_s = fmt(now)
 local rates, budgets, leases, dues = {}, {}, {}, {}
@@ -88,31 +90,33 @@ local function lease_state(key)
 end
 
 local out = {now}
-local p = 3
+local CHARGE = '<i2i1i1i8i8i8i8i8'
 for o = 1, tonumber(ARGV[2]) do
-  local off, typ = tonumber(ARGV[p]), tonumber(ARGV[p + 1])
-  local member, deadline, rec = ARGV[p + 2], tonumber(ARGV[p + 3]), ARGV[p + 4]
-  local due_idx, n = tonumber(ARGV[p + 5]), tonumber(ARGV[p + 6])
+  local off, blob = tonumber(ARGV[2 * o + 1]), ARGV[2 * o + 2]
+  local typ, deadline, deadline_s, due_idx, n, member, rec, pos = struct.unpack('<i1i8i1c0i2i2i2c0i4c0', blob)
   local due = due_idx > 0 and KEYS[off + due_idx] or nil
-  local c0 = p + 7
-  p = c0 + 8 * n
+  local ch = {}
+  for i = 1, n do
+    local c = {}
+    c.key, c.kind, c.shadow, c.amount, c.limit, c.p1, c.p2, c.p3, pos = struct.unpack(CHARGE, blob, pos)
+    c.key = KEYS[off + c.key]
+    ch[i] = c
+  end
   if typ == 4 then
     local applied = 1
     if rec ~= '' and redis.call('ZREM', due, rec) == 0 then applied = 0 end
     if applied == 1 then
-      for i = 0, n - 1 do
-        local a = c0 + 8 * i
-        local key, kind, amount = KEYS[off + tonumber(ARGV[a])], ARGV[a + 1], tonumber(ARGV[a + 2])
-        if kind == '1' then
-          local L = tonumber(ARGV[a + 7])
-          rate_adjust(rate_state(key, L), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), L)
-        elseif kind == '2' then
-          local s = budget_state(key)
-          s.r = math.max(0, s.r - amount)
-          s.u = s.u + tonumber(ARGV[a + 3])
-          s.pe, s.dirty = math.max(s.pe, tonumber(ARGV[a + 5])), true
-        elseif redis.call('ZREM', key, member) == 1 then
-          local s = leases[key]
+      for i = 1, n do
+        local c = ch[i]
+        if c.kind == 1 then
+          rate_adjust(rate_state(c.key, c.p3), c.limit, c.p1, c.p2, c.p3)
+        elseif c.kind == 2 then
+          local s = budget_state(c.key)
+          s.r = math.max(0, s.r - c.amount)
+          s.u = s.u + c.limit
+          s.pe, s.dirty = math.max(s.pe, c.p1), true
+        elseif redis.call('ZREM', c.key, member) == 1 then
+          local s = leases[c.key]
           if s then
             s.held = s.held - 1
             if s.earliest == deadline then s.earliest = nil end
@@ -120,17 +124,16 @@ for o = 1, tonumber(ARGV[2]) do
         end
       end
     end
-    out[o + 1] = {applied}
+    out[o + 1] = struct.pack('<i1', applied)
   else
-    local res, admit, plans = {0}, true, {}
-    for i = 0, n - 1 do
-      local a = c0 + 8 * i
-      local key, kind = KEYS[off + tonumber(ARGV[a])], ARGV[a + 1]
-      local amount, limit, shadow = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4] == '1'
+    local res, admit, plans = {}, true, {}
+    for i = 1, n do
+      local c = ch[i]
+      local amount, limit, shadow = c.amount, c.limit, c.shadow == 1
       local allowed, remaining, used, retry, reset = false, 0, 0, 0, 0
-      if kind == '1' then
-        local burst, W, L = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-        local s = rate_state(key, L)
+      if c.kind == 1 then
+        local burst, W, L = c.p1, c.p2, c.p3
+        local s = rate_state(c.key, L)
         local tat, frac = s.tat, s.frac
         if tat < now then tat, frac = now, 0 end
         local cap = burst * W
@@ -160,14 +163,14 @@ for o = 1, tonumber(ARGV[2]) do
         end
         if level <= cap then remaining = divmod(cap - level, W) end
         used = burst - remaining
-      elseif kind == '2' then
-        local s = budget_state(key)
+      elseif c.kind == 2 then
+        local s = budget_state(c.key)
         local in_use = s.u + s.r
         allowed = in_use + amount <= limit and (amount > 0 or in_use < limit)
         if allowed then in_use = in_use + amount end
         used, remaining = in_use, math.max(0, limit - in_use)
       else
-        local s = lease_state(key)
+        local s = lease_state(c.key)
         local held = s.held
         allowed = held < limit
         if allowed and typ ~= 3 then held = held + 1 end
@@ -176,41 +179,37 @@ for o = 1, tonumber(ARGV[2]) do
         if not allowed and reset > 0 then retry = reset - now end
       end
       if not allowed and not shadow then admit = false end
-      local k = 1 + 5 * i
-      res[k + 1], res[k + 2], res[k + 3], res[k + 4], res[k + 5] = allowed and 1 or 0, remaining, used, retry, reset
+      res[i] = struct.pack('<i1i8i8i8i8', allowed and 1 or 0, remaining, used, retry, reset)
     end
     if admit and typ == 1 then
-      res[1] = 1
-      for i = 0, n - 1 do
-        local a = c0 + 8 * i
-        local key, kind, amount = KEYS[off + tonumber(ARGV[a])], ARGV[a + 1], tonumber(ARGV[a + 2])
-        if kind == '1' then
-          local burst, W, L = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-          local s = rates[key]
+      for i = 1, n do
+        local c = ch[i]
+        if c.kind == 1 then
+          local s = rates[c.key]
           if plans[i] then
             s.tat, s.frac, s.dirty = plans[i][1], plans[i][2], true
           else
             -- A shadow charge over its limit is drawn like an overrun.
-            rate_adjust(s, math.min(amount, 2 * burst + 1), burst, W, L)
+            rate_adjust(s, math.min(c.amount, 2 * c.p1 + 1), c.p1, c.p2, c.p3)
           end
-        elseif kind == '2' then
-          local s = budgets[key]
-          s.r, s.pe, s.dirty = s.r + amount, math.max(s.pe, tonumber(ARGV[a + 5])), true
+        elseif c.kind == 2 then
+          local s = budgets[c.key]
+          s.r, s.pe, s.dirty = s.r + c.amount, math.max(s.pe, c.p1), true
         else
-          redis.call('ZADD', key, fmt(deadline), member)
-          local s = leases[key]
+          redis.call('ZADD', c.key, deadline_s, member)
+          local s = leases[c.key]
           s.held, s.max = s.held + 1, math.max(s.max, deadline)
           if s.earliest == 0 or deadline < s.earliest then s.earliest = deadline end
         end
       end
       if rec ~= '' then
-        redis.call('ZADD', due, fmt(deadline), rec)
+        redis.call('ZADD', due, deadline_s, rec)
         dues[due] = math.max(dues[due] or 0, ms(deadline - now) + RECORD_GRACE)
       end
-    elseif typ == 1 then
-      res[1] = 0
+      out[o + 1] = '\1' .. table.concat(res)
+    else
+      out[o + 1] = '\0' .. table.concat(res)
     end
-    out[o + 1] = res
   end
 end
 

@@ -271,8 +271,10 @@ func TestOutage_FailsFastAndRecovers(t *testing.T) {
 	srv := startRedis(t, freePort(t))
 	url := "redis://" + srv.addr() + "/0"
 	const timeout = 500 * time.Millisecond
-	// Failing "fast" allows for a loaded machine's scheduling delays.
-	const slack = 500 * time.Millisecond
+	// Failing "fast" allows for a loaded CI machine's scheduling delays
+	// (the race detector, other packages' tests): what this rules out is a
+	// hang.
+	const slack = time.Second
 	s := openStore(t, redisstore.Options{URL: url, Timeout: timeout})
 	l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{
 		{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1_000_000, Window: time.Minute},

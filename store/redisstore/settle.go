@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -30,17 +29,19 @@ func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) erro
 // settleGroup settles one group with each charge's Actual or, when release
 // is set, with nothing used.
 func (s *Store) settleGroup(ctx context.Context, now time.Time, b *sluice.Batch, p *plan, g *group, release bool) error {
-	o := &op{keys: make([]string, 0, len(g.idx)+1), args: make([]string, 0, 6+8*len(g.idx)), pinned: now.UnixMicro()}
-	rec, due := "", "0"
-	if g.indexed {
-		rec, due = s.record(b, p, g), strconv.Itoa(len(g.idx)+1)
+	if len(g.idx) >= maxCharges {
+		return fmt.Errorf("a batch of %d charges in one slot is more than %d", len(g.idx), maxCharges)
 	}
-	o.args = append(o.args, opSettle, p.member, strconv.FormatInt(ceilMicro(b.Deadline), 10), rec, due, strconv.Itoa(len(g.idx)))
+	o := &op{keys: make([]string, 0, len(g.idx)+1), pinned: now.UnixMicro()}
+	rec, due := "", 0
+	if g.indexed {
+		rec, due = s.record(b, p, g), len(g.idx)+1
+	}
+	o.blob = opBlob(opSettle, b.Deadline, due, p.member, rec, len(g.idx))
 	changed := g.indexed
 	for k, i := range g.idx {
 		c := &b.Charges[i]
 		o.keys = append(o.keys, p.keys[i])
-		ref := strconv.Itoa(k + 1)
 		actual := min(max(c.Actual, 0), maxBudget)
 		if release {
 			actual = 0
@@ -55,12 +56,12 @@ func (s *Store) settleGroup(ctx context.Context, now time.Time, b *sluice.Batch,
 			if delta != 0 {
 				changed = true
 			}
-			o.args = append(o.args, ref, kindRate, itoa(c.Amount), itoa(delta), "0", itoa(bk.burst), itoa(bk.w), itoa(bk.l))
+			o.blob = appendCharge(o.blob, k+1, kindRate, false, c.Amount, delta, bk.burst, bk.w, bk.l)
 		case sluice.KindBudget:
-			o.args = append(o.args, ref, kindBudget, itoa(c.Amount), itoa(actual), "0", itoa(ceilMicro(c.PeriodEnd)), "0", "0")
+			o.blob = appendCharge(o.blob, k+1, kindBudget, false, c.Amount, actual, ceilMicro(c.PeriodEnd), 0, 0)
 		default:
 			changed = true
-			o.args = append(o.args, ref, kindConcurrency, "0", "0", "0", "0", "0", "0")
+			o.blob = appendCharge(o.blob, k+1, kindConcurrency, false, 0, 0, 0, 0, 0)
 		}
 	}
 	if !changed {
