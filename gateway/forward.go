@@ -22,6 +22,7 @@ import (
 func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamped bool) (answered bool, err error) {
 	g := c.g
 	p := cand.provider
+	c.capPer = capPer
 	body, injected := c.upstreamBody(cand, capPer, clamped)
 	apiKey := p.APIKey
 	if c.ownKey != "" {

@@ -38,8 +38,10 @@ type call struct {
 	ownKey  string
 	tags    []string
 	maxWait time.Duration
-	event   Event
-	start   time.Time
+	// capPer is the output cap per completion sent to the provider.
+	capPer int64
+	event  Event
+	start  time.Time
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
@@ -312,7 +314,8 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 		c.g.log.Error("settle failed", "route", c.rt.name, "model", cand.Name, "err", err)
 	}
 	if su.IsZero() {
-		su = c.request(cand, c.outputCap(cand)).Max
+		// What the reservation charged: the output cap sent, clamped or not.
+		su = c.request(cand, c.capPer).Max
 	}
 	c.event.Usage = su
 	if c.g.opts.Usage != nil {
