@@ -2,10 +2,15 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/anthropic"
 	"github.com/sluicehq/sluice/llm/openai"
@@ -145,6 +150,56 @@ func TestGateway_FitClampRespectsFloors(t *testing.T) {
 			}
 			if u.calls() != 0 || h.used("clamped") != 0 {
 				t.Errorf("provider called %d times, budget %d", u.calls(), h.used("clamped"))
+			}
+		})
+	}
+}
+
+// noUsageProvider answers every chat call with a completion that reports
+// no usage, as some OpenAI-compatible servers do.
+func noUsageProvider(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c1","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestGateway_NoReportedUsageChargesTheReservation: without usage in the
+// answer, the reservation is charged, and the ledger records what was
+// charged: the clamped cap when the cap was clamped.
+func TestGateway_NoReportedUsageChargesTheReservation(t *testing.T) {
+	body := `{"model":"silent","max_tokens":2000,"messages":[{"role":"user","content":"Tell me everything."}]}`
+	est := estimate(t, openai.ParseChat, body)
+	price := sluice.Price{Input: 1_000_000, Output: 2_000_000}
+	cases := []struct {
+		name   string
+		rule   sluice.Rule
+		output int64
+	}{
+		{"AsAsked", sluice.Rule{Name: "clamped", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}, 2000},
+		{"Clamped", clampRule(est+300, 10), 300},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			url := noUsageProvider(t)
+			h := newHarness(t, []sluice.Rule{c.rule}, func(o *gateway.Options) {
+				o.Providers = append(slices.Clone(o.Providers), gateway.Provider{Name: "silent", Kind: gateway.KindOpenAICompatible, BaseURL: url + "/v1"})
+				o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "silent", Provider: "silent", Price: price, MaxOutputTokens: 4096})
+			})
+			if r := h.post("/v1/chat/completions", body, nil); r.status != 200 {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			rec := h.rec.waitUsage(t, 1)[0]
+			if used := h.used("clamped"); used != est+c.output {
+				t.Errorf("budget charged %d, want the reservation %d", used, est+c.output)
+			}
+			want := sluice.Usage{InputTokens: est, OutputTokens: c.output}
+			if rec.InputTokens != want.InputTokens || rec.OutputTokens != want.OutputTokens || rec.Cost != price.Cost(want) {
+				t.Errorf("ledger %+v, want what was charged: %+v at cost %d", rec, want, price.Cost(want))
 			}
 		})
 	}
