@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -20,7 +22,17 @@ func (g *Gateway) Server() *fasthttp.Server {
 		IdleTimeout:           2 * time.Minute,
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
+		Logger:                serverLog{g.log},
 	}
+}
+
+// serverLog sends fasthttp's own messages (connections that fail, bodies
+// over the cap) to the gateway's structured log, at debug level: they are
+// about clients, and the client was answered.
+type serverLog struct{ log *slog.Logger }
+
+func (l serverLog) Printf(format string, args ...any) {
+	l.log.Debug("http server", "msg", fmt.Sprintf(format, args...))
 }
 
 // serverError answers requests fasthttp could not read.
