@@ -1,13 +1,16 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -295,4 +298,39 @@ func TestGateway_IdentityHeadersDoNotChangeWhoPays(t *testing.T) {
 			t.Errorf("rule %s charged %d to the identity the headers claimed", rule.Name, got)
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the log's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestGateway_ServerErrorsGoToTheLog: what the HTTP server says about a
+// body over the cap goes to the gateway's structured log, not to stderr.
+func TestGateway_ServerErrorsGoToTheLog(t *testing.T) {
+	var logged syncBuffer
+	h := newHarness(t, nil, func(o *gateway.Options) {
+		o.MaxBodyBytes = 1024
+		o.Logger = slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	r := h.post("/v1/chat/completions", `{"model":"mock-small","messages":[{"role":"user","content":"`+strings.Repeat("x", 2048)+`"}]}`, nil)
+	if r.status != 413 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	eventually(t, "the server's message in the log", func() bool {
+		return strings.Contains(logged.String(), `"level":"DEBUG","msg":"http server"`) && strings.Contains(logged.String(), "body size exceeds")
+	})
 }
