@@ -48,12 +48,9 @@ func (s *Store) plan(b *sluice.Batch) (*plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		key, tag := s.counterKey(c)
-		p.keys[i] = key
-		slot := 0
-		if s.cluster {
-			slot = keySlot(key)
-		}
+		k := s.keyOf(c)
+		p.keys[i] = k.key
+		slot, tag := k.slot, k.tag
 		gi := -1
 		for j := range p.groups {
 			if p.groups[j].slot == slot {

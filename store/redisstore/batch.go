@@ -114,17 +114,13 @@ func (s *Store) run(l *lane) {
 
 // exec runs one ops script for a batch and hands each operation its result.
 func (s *Store) exec(batch []*op) {
-	nkeys, nargs := 0, 2
-	for _, o := range batch {
-		nkeys += len(o.keys)
-		nargs += 2
-	}
-	keys := make([]string, 0, nkeys)
-	args := make([]string, 0, nargs)
+	keys := make([]string, 0, 8)
+	index := make(map[string]int, 8)
+	args := make([]string, 0, 2+len(batch))
 	args = append(args, s.batchNow(batch), strconv.Itoa(len(batch)))
 	for _, o := range batch {
-		args = append(args, strconv.Itoa(len(keys)), unsafeString(o.blob))
-		keys = append(keys, o.keys...)
+		rebase(o.blob, o.keys, &keys, index)
+		args = append(args, unsafeString(o.blob))
 	}
 	ctx, cancel := s.call(context.Background())
 	defer cancel()

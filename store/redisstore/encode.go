@@ -14,10 +14,11 @@ import (
 const maxCharges = 1 << 14
 
 // opBlob encodes one operation for the ops script (see ops.lua for the
-// layout): le is little-endian throughout.
+// layout), little-endian throughout. Key references are indexes into the
+// operation's own keys until the lane rewrites them for its batch.
 func opBlob(typ byte, deadline time.Time, dueRef int, member, rec string, n int) []byte {
 	dl := ceilMicro(deadline)
-	buf := make([]byte, 0, 32+len(member)+len(rec)+43*n)
+	buf := make([]byte, 0, 40+len(member)+len(rec)+44*n)
 	buf = append(buf, typ)
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(dl))
 	buf = append(buf, 0)
@@ -76,4 +77,39 @@ func le64(s string) int64 {
 	_ = s[7]
 	return int64(uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56)
+}
+
+// Offsets in an operation's encoding: the deadline's decimal length is at
+// dlLenAt, and a charge's fields are chargeSize bytes.
+const (
+	dlLenAt    = 9
+	chargeSize = 44
+)
+
+// rebase rewrites an operation's key references (indexes into keys) into
+// indexes into the batch's keys, adding new keys to it.
+func rebase(blob []byte, keys []string, batch *[]string, index map[string]int) {
+	ref := func(at int) {
+		local := int(binary.LittleEndian.Uint16(blob[at:]))
+		if local == 0 {
+			return
+		}
+		k := keys[local-1]
+		global, ok := index[k]
+		if !ok {
+			*batch = append(*batch, k)
+			global = len(*batch)
+			index[k] = global
+		}
+		binary.LittleEndian.PutUint16(blob[at:], uint16(global))
+	}
+	dueAt := dlLenAt + 1 + int(blob[dlLenAt])
+	ref(dueAt)
+	n := int(binary.LittleEndian.Uint16(blob[dueAt+2:]))
+	memberLen := int(binary.LittleEndian.Uint16(blob[dueAt+4:]))
+	recAt := dueAt + 6 + memberLen
+	first := recAt + 4 + int(binary.LittleEndian.Uint32(blob[recAt:]))
+	for i := range n {
+		ref(first + i*chargeSize)
+	}
 }

@@ -11,6 +11,40 @@ import (
 // globalTag is the hash tag of counters whose tenant is empty (global rules).
 const globalTag = "_global"
 
+// cachedKey is a counter's key, hash tag and slot.
+type cachedKey struct {
+	key, tag string
+	slot     int
+}
+
+// keyCacheSize bounds the key cache; past it the cache starts afresh.
+const keyCacheSize = 1 << 16
+
+// keyOf returns a charge's key, tag and slot, from the cache when it can
+// (a counter's key is built once, not at every admission and settlement).
+func (s *Store) keyOf(c *sluice.Charge) *cachedKey {
+	ck := cacheKey{c.Key, c.Kind}
+	if v, ok := s.keys.Load(ck); ok {
+		return v.(*cachedKey)
+	}
+	key, tag := s.counterKey(c)
+	k := &cachedKey{key: key, tag: tag}
+	if s.cluster {
+		k.slot = keySlot(key)
+	}
+	if s.keyCount.Add(1) > keyCacheSize {
+		s.keys.Clear()
+		s.keyCount.Store(0)
+	}
+	s.keys.Store(ck, k)
+	return k
+}
+
+type cacheKey struct {
+	key  sluice.CounterKey
+	kind sluice.Kind
+}
+
 // counterKey returns the Redis key of a charge's counter and its hash tag:
 // prefix:{tag}:kind:rule:period:subject.
 func (s *Store) counterKey(c *sluice.Charge) (key, tag string) {

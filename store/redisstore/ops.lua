@@ -4,14 +4,13 @@
 -- operations that concurrent callers send meanwhile share one script call,
 -- and the state of a counter is read once and written once per batch.
 --
--- ARGV: now (µs, '' for TIME), the number of operations, then two values
--- per operation: its offset in KEYS, and the operation itself, packed
--- little-endian (so that no decimal number needs parsing): type i1 (1 admit,
+-- KEYS: every key of the batch, once. ARGV: now (µs, '' for TIME), the
+-- number of operations, then each operation packed little-endian (so that no decimal number needs parsing): type i1 (1 admit,
 -- 2 check, 3 peek, 4 settle), deadline i8 (µs) and the same in decimal
--- (i1 length, chars), the local index of the deadline index key i2 (0 for
+-- (i1 length, chars), the index in KEYS of the deadline index i2 (0 for
 -- none), the number of charges i2, the lease member (i2 length, chars), the
--- reservation record (i4 length, bytes), then per charge: local key index
--- i2, kind i1 (1 rate, 2 budget, 3 concurrency), shadow i1, amount i8,
+-- reservation record (i4 length, bytes), then per charge: its key's index
+-- in KEYS i2, kind i1 (1 rate, 2 budget, 3 concurrency), shadow i1, amount i8,
 -- limit i8 (settle: actual, for a rate the delta) and three parameters i8:
 -- for a rate burst, W, L; for a budget the period's end (µs).
 --
@@ -91,32 +90,29 @@ end
 
 local out = {now}
 local CHARGE = '<i2i1i1i8i8i8i8i8'
+-- Per-charge scratch, reused by every operation.
+local starts, res, nts, nfs = {}, {}, {}, {}
 for o = 1, tonumber(ARGV[2]) do
-  local off, blob = tonumber(ARGV[2 * o + 1]), ARGV[2 * o + 2]
+  local blob = ARGV[o + 2]
   local typ, deadline, deadline_s, due_idx, n, member, rec, pos = struct.unpack('<i1i8i1c0i2i2i2c0i4c0', blob)
-  local due = due_idx > 0 and KEYS[off + due_idx] or nil
-  local ch = {}
-  for i = 1, n do
-    local c = {}
-    c.key, c.kind, c.shadow, c.amount, c.limit, c.p1, c.p2, c.p3, pos = struct.unpack(CHARGE, blob, pos)
-    c.key = KEYS[off + c.key]
-    ch[i] = c
-  end
+  local due = due_idx > 0 and KEYS[due_idx] or nil
   if typ == 4 then
     local applied = 1
     if rec ~= '' and redis.call('ZREM', due, rec) == 0 then applied = 0 end
     if applied == 1 then
-      for i = 1, n do
-        local c = ch[i]
-        if c.kind == 1 then
-          rate_adjust(rate_state(c.key, c.p3), c.limit, c.p1, c.p2, c.p3)
-        elseif c.kind == 2 then
-          local s = budget_state(c.key)
-          s.r = math.max(0, s.r - c.amount)
-          s.u = s.u + c.limit
-          s.pe, s.dirty = math.max(s.pe, c.p1), true
-        elseif redis.call('ZREM', c.key, member) == 1 then
-          local s = leases[c.key]
+      for _ = 1, n do
+        local ki, kind, _, amount, actual, p1, p2, p3
+        ki, kind, _, amount, actual, p1, p2, p3, pos = struct.unpack(CHARGE, blob, pos)
+        local key = KEYS[ki]
+        if kind == 1 then
+          rate_adjust(rate_state(key, p3), actual, p1, p2, p3)
+        elseif kind == 2 then
+          local s = budget_state(key)
+          s.r = math.max(0, s.r - amount)
+          s.u = s.u + actual
+          s.pe, s.dirty = math.max(s.pe, p1), true
+        elseif redis.call('ZREM', key, member) == 1 then
+          local s = leases[key]
           if s then
             s.held = s.held - 1
             if s.earliest == deadline then s.earliest = nil end
@@ -124,16 +120,19 @@ for o = 1, tonumber(ARGV[2]) do
         end
       end
     end
-    out[o + 1] = struct.pack('<i1', applied)
+    out[o + 1] = applied == 1 and '\1' or '\0'
   else
-    local res, admit, plans = {}, true, {}
+    local admit = true
     for i = 1, n do
-      local c = ch[i]
-      local amount, limit, shadow = c.amount, c.limit, c.shadow == 1
+      starts[i] = pos
+      local ki, kind, shadow, amount, limit, p1, p2, p3
+      ki, kind, shadow, amount, limit, p1, p2, p3, pos = struct.unpack(CHARGE, blob, pos)
+      local key = KEYS[ki]
       local allowed, remaining, used, retry, reset = false, 0, 0, 0, 0
-      if c.kind == 1 then
-        local burst, W, L = c.p1, c.p2, c.p3
-        local s = rate_state(c.key, L)
+      nts[i] = nil
+      if kind == 1 then
+        local burst, W, L = p1, p2, p3
+        local s = rate_state(key, L)
         local tat, frac = s.tat, s.frac
         if tat < now then tat, frac = now, 0 end
         local cap = burst * W
@@ -149,7 +148,7 @@ for o = 1, tonumber(ARGV[2]) do
           allowed, level = true, after
           reset = nt
           if nf > 0 then reset = reset + 1 end
-          plans[i] = {nt, nf}
+          nts[i], nfs[i] = nt, nf
         else
           reset = tat
           if frac > 0 then reset = reset + 1 end
@@ -163,14 +162,14 @@ for o = 1, tonumber(ARGV[2]) do
         end
         if level <= cap then remaining = divmod(cap - level, W) end
         used = burst - remaining
-      elseif c.kind == 2 then
-        local s = budget_state(c.key)
+      elseif kind == 2 then
+        local s = budget_state(key)
         local in_use = s.u + s.r
         allowed = in_use + amount <= limit and (amount > 0 or in_use < limit)
         if allowed then in_use = in_use + amount end
         used, remaining = in_use, math.max(0, limit - in_use)
       else
-        local s = lease_state(c.key)
+        local s = lease_state(key)
         local held = s.held
         allowed = held < limit
         if allowed and typ ~= 3 then held = held + 1 end
@@ -178,26 +177,27 @@ for o = 1, tonumber(ARGV[2]) do
         reset = s.earliest
         if not allowed and reset > 0 then retry = reset - now end
       end
-      if not allowed and not shadow then admit = false end
+      if not allowed and shadow == 0 then admit = false end
       res[i] = struct.pack('<i1i8i8i8i8', allowed and 1 or 0, remaining, used, retry, reset)
     end
     if admit and typ == 1 then
       for i = 1, n do
-        local c = ch[i]
-        if c.kind == 1 then
-          local s = rates[c.key]
-          if plans[i] then
-            s.tat, s.frac, s.dirty = plans[i][1], plans[i][2], true
+        local ki, kind, _, amount, _, p1, p2, p3 = struct.unpack(CHARGE, blob, starts[i])
+        local key = KEYS[ki]
+        if kind == 1 then
+          local s = rates[key]
+          if nts[i] then
+            s.tat, s.frac, s.dirty = nts[i], nfs[i], true
           else
             -- A shadow charge over its limit is drawn like an overrun.
-            rate_adjust(s, math.min(c.amount, 2 * c.p1 + 1), c.p1, c.p2, c.p3)
+            rate_adjust(s, math.min(amount, 2 * p1 + 1), p1, p2, p3)
           end
-        elseif c.kind == 2 then
-          local s = budgets[c.key]
-          s.r, s.pe, s.dirty = s.r + c.amount, math.max(s.pe, c.p1), true
+        elseif kind == 2 then
+          local s = budgets[key]
+          s.r, s.pe, s.dirty = s.r + amount, math.max(s.pe, p1), true
         else
-          redis.call('ZADD', c.key, deadline_s, member)
-          local s = leases[c.key]
+          redis.call('ZADD', key, deadline_s, member)
+          local s = leases[key]
           s.held, s.max = s.held + 1, math.max(s.max, deadline)
           if s.earliest == 0 or deadline < s.earliest then s.earliest = deadline end
         end
@@ -206,9 +206,9 @@ for o = 1, tonumber(ARGV[2]) do
         redis.call('ZADD', due, deadline_s, rec)
         dues[due] = math.max(dues[due] or 0, ms(deadline - now) + RECORD_GRACE)
       end
-      out[o + 1] = '\1' .. table.concat(res)
+      out[o + 1] = '\1' .. table.concat(res, '', 1, n)
     else
-      out[o + 1] = '\0' .. table.concat(res)
+      out[o + 1] = '\0' .. table.concat(res, '', 1, n)
     end
   end
 end

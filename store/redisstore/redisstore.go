@@ -80,6 +80,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -154,6 +155,8 @@ type Store struct {
 	pinTime   bool
 	deny      *denyCache
 	lanes     lanes
+	keys      sync.Map // cacheKey -> *cachedKey
+	keyCount  atomic.Int64
 	// nonce distinguishes this Store's lease members from another process's
 	// batch of the same ID.
 	nonce string
