@@ -110,8 +110,10 @@ func TestGateway_ClientCancelsMidStream(t *testing.T) {
 			s.close()
 			rec := h.rec.waitUsage(t, 1)[0]
 			// The gateway forwards a chunk or two before it notices the
-			// client is gone; the client never reads those.
-			if rec.OutputTokens < read || rec.OutputTokens > read+3 {
+			// client is gone, and a slow client may not have read the
+			// chunks already in its socket: a few more than read, far
+			// fewer than the 2000 reserved.
+			if rec.OutputTokens < read || rec.OutputTokens > read+5 {
 				t.Errorf("charged %d output tokens, the client received %d", rec.OutputTokens, read)
 			}
 			if rec.Route != api.route || rec.InputTokens <= 0 {
@@ -238,7 +240,8 @@ func TestGateway_RawStreamPassesEventsThrough(t *testing.T) {
 
 func TestGateway_DrainWaitsForStreams(t *testing.T) {
 	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, mock: mockOptions(20 * time.Millisecond)})
-	s := openChatStream(context.Background(), h, "drain me", 15)
+	const chunks = 25 // 20ms apart: the stream lasts about 500ms
+	s := openChatStream(context.Background(), h, "drain me", chunks)
 	if !s.next() {
 		t.Fatalf("no first chunk: %v", s.err())
 	}
@@ -268,14 +271,14 @@ func TestGateway_DrainWaitsForStreams(t *testing.T) {
 	}
 	// Drain returned: the stream has ended and is settled, with no waiting.
 	recs := h.rec.usage()
-	if len(recs) != 1 || recs[0].OutputTokens != 15 {
-		t.Fatalf("after Drain, ledger %+v, want one record of 15 output tokens", recs)
+	if len(recs) != 1 || recs[0].OutputTokens != chunks {
+		t.Fatalf("after Drain, ledger %+v, want one record of %d output tokens", recs, chunks)
 	}
-	if got := h.used("daily_tokens"); got != recs[0].InputTokens+15 {
-		t.Errorf("budget %d after Drain, want %d", got, recs[0].InputTokens+15)
+	if got := h.used("daily_tokens"); got != recs[0].InputTokens+chunks {
+		t.Errorf("budget %d after Drain, want %d", got, recs[0].InputTokens+chunks)
 	}
-	if n := <-received; n != 15 {
-		t.Errorf("client received %d chunks, want 15", n)
+	if n := <-received; n != chunks {
+		t.Errorf("client received %d chunks, want %d", n, chunks)
 	}
 	if err := s.err(); err != nil {
 		t.Errorf("stream: %v", err)
