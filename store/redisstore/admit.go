@@ -15,6 +15,12 @@ type plan struct {
 	buckets []bucket
 	groups  []group
 	member  string
+
+	// Room for the usual batch, so that planning allocates once.
+	keysArr    [4]string
+	bucketsArr [4]bucket
+	groupsArr  [2]group
+	idxArr     [4]int
 }
 
 // group is the charges of a batch whose keys share a hash slot: one script.
@@ -35,8 +41,13 @@ type group struct {
 
 func (s *Store) plan(b *sluice.Batch) (*plan, error) {
 	n := len(b.Charges)
-	p := &plan{keys: make([]string, n), buckets: make([]bucket, n), member: s.member(b.ID)}
-	p.groups = make([]group, 0, 1)
+	p := &plan{member: s.member(b.ID)}
+	if n <= len(p.keysArr) {
+		p.keys, p.buckets = p.keysArr[:n], p.bucketsArr[:n]
+	} else {
+		p.keys, p.buckets = make([]string, n), make([]bucket, n)
+	}
+	p.groups = p.groupsArr[:0]
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		var err error
@@ -59,7 +70,11 @@ func (s *Store) plan(b *sluice.Batch) (*plan, error) {
 			}
 		}
 		if gi < 0 {
-			p.groups = append(p.groups, group{slot: slot, tag: tag, global: tag == globalTag})
+			g := group{slot: slot, tag: tag, global: tag == globalTag}
+			if len(p.groups) == 0 {
+				g.idx = p.idxArr[:0]
+			}
+			p.groups = append(p.groups, g)
 			gi = len(p.groups) - 1
 		}
 		g := &p.groups[gi]

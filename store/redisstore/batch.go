@@ -22,8 +22,9 @@ const (
 // next).
 const (
 	maxBatch    = 64
-	maxInFlight = 1
+	maxInFlight = 2
 )
+
 
 // op is one operation on one slot: its keys and arguments, encoded by the
 // caller, and its result, filled by the lane. The lane never touches the

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,9 +97,13 @@ func (s *Store) dueKey(slot int) string {
 	return s.prefix + ":{" + slotTags()[slot] + "}:due"
 }
 
-// member names a batch's leases and records.
+// member names a batch's leases and records: the Store's nonce and the
+// batch ID, 16 bytes.
 func (s *Store) member(id uint64) string {
-	return s.nonce + "-" + strconv.FormatUint(id, 36)
+	var m [16]byte
+	copy(m[:8], s.nonce)
+	binary.LittleEndian.PutUint64(m[8:], id)
+	return string(m[:])
 }
 
 const slots = 16384

@@ -75,7 +75,6 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -197,7 +196,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
-	s.nonce = strconv.FormatUint(binary.LittleEndian.Uint64(nonce[:]), 36)
+	s.nonce = string(nonce[:])
 
 	wantCluster := false
 	if s.client == nil {
