@@ -25,7 +25,6 @@ const (
 	maxInFlight = 2
 )
 
-
 // op is one operation on one slot: its keys and arguments, encoded by the
 // caller, and its result, filled by the lane. The lane never touches the
 // caller's batch, so a caller that gave up leaves nothing behind.
