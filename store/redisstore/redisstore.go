@@ -3,63 +3,86 @@
 //
 // # One round trip per admission
 //
-// Admit runs one Lua script (EVALSHA, reloaded by EVAL when the server lost
-// its script cache) that checks every charge of the batch and applies all of
-// them or none, giving each key it writes its lifetime in the same script.
-// Settle runs one more script. Time is the server's (Redis TIME, in
-// microseconds), so replicas with skewed clocks still agree; Options.PinTime
-// makes the scripts use the time the caller passes instead, for tests.
+// Admit sends one operation that checks every charge of the batch and
+// applies all of them or none, inside a Lua script (EVALSHA, reloaded by EVAL
+// when the server lost its script cache) that gives each key it writes its
+// lifetime in the same script. Settle sends one more. Time is the server's
+// (Redis TIME, in microseconds), so replicas with skewed clocks agree;
+// Options.PinTime makes the scripts use the time the caller passes instead,
+// for tests.
+//
+// Operations on one hash slot go through a lane: while a batch of them is in
+// flight, the operations that concurrent callers send meanwhile wait and go
+// together in the next script call (a group commit; two batches in flight
+// per lane). The script applies them in order, each as if alone, reading a
+// counter once and writing it once per batch. An operation alone goes at
+// once. Each operation is still one round trip for its caller, and a whole
+// batch is atomic.
 //
 // Keys are named prefix:{tenant}:..., where the tenant is
 // Options.TenantOf(key) (by default the first part of the subject), so the
 // counters of one tenant share a hash slot and tenants spread over a Redis
-// Cluster. On a standalone server a batch is always one script. On a
-// Cluster, a batch whose keys fall in several slots (a global rule beside a
-// per-tenant rule) is admitted in steps, one script per slot: the tenant
-// slots first, then the global one. When a later step refuses, the earlier
-// steps are compensated (their charges released by the settle script). In
-// the window between a step and its compensation, a few milliseconds at
-// most, the earlier step's charges are held: another request may be refused
-// for room that is about to be given back (never admitted beyond a limit).
-// If the compensation itself fails, leases expire at the batch's deadline
-// and budget reservations are settled by Sweep per their expiry policy.
+// Cluster. On a standalone server a batch of charges is always one
+// operation. On a Cluster, a batch whose keys fall in several slots (a
+// global rule beside a per-tenant rule, or a key rule beside a workspace
+// rule of another tenant) is admitted in steps, one operation per slot: the
+// tenant slots first, the global slot last. When a later step refuses, the
+// earlier steps are compensated (their charges released, as by a
+// settlement). In the window between a step and its compensation, a round
+// trip or two, the earlier step's charges are held: another request may be
+// refused for room that is about to be given back, never admitted beyond a
+// limit. If the compensation itself fails, leases expire at the batch's
+// deadline and budget reservations are settled by Sweep per their expiry
+// policy.
 //
 // # Reservations and the sweep
 //
-// Every admitted slot-group of a batch holding budget charges or leases has
-// a reservation record, listed by deadline in a sorted set of its slot.
-// Settle and Sweep both delete the record inside their script, and only the
-// one that deleted it applies the settlement: a reservation is settled once,
-// however many replicas sweep at the same time. Concurrency leases are
-// sorted sets scored by expiry; expired leases are removed by the admission
-// script, so the slots of a crashed holder free themselves at the deadline.
-// A batch of rate charges only has no record: Settle applies its refund or
-// overrun directly (the Limiter settles a reservation once).
+// Every admitted slot group of a batch that holds budget charges has a
+// reservation record (its budget charges and leases, what the sweep needs),
+// kept as a member of its slot's deadline index, a sorted set scored by
+// deadline. Settle and Sweep both remove the record inside their script,
+// and only the one that removed it applies the settlement: a reservation is
+// settled once, however many replicas sweep at the same time. Concurrency
+// leases are sorted sets scored by expiry; expired leases are dropped by the
+// admission script, so the slots of a crashed holder free themselves at the
+// deadline, swept or not. A group of rate charges and leases only has no
+// record: freeing a lease is idempotent, and a rate refund or overrun is
+// applied by Settle directly (the Limiter settles a reservation once; a
+// settlement retried after a timeout may move a bucket twice, within its
+// bounds). On a Cluster each slot has its own deadline index; Sweep finds
+// those that hold records with one read-only script per master, which reads
+// the indexes of the slots that master serves (keys of many slots of one
+// node, which Redis allows a script without flags), or, when that fails,
+// with pipelined ZCARDs of every slot's index.
 //
 // # Exact arithmetic in Lua
 //
-// Lua numbers are doubles. A rate bucket is kept as its theoretical arrival
-// time in Unix microseconds plus a fraction frac/L, where the refill is W
-// microseconds per L units (the window and the limit divided by their
-// greatest common divisor), so every value stays an integer below 2^53. A
-// rate rule needs burst×W <= 2^50 and L <= 2^50 (any limit per minute up to
-// 2^50/60e6 without rounding luck: 18 million; a limit of 1,000,000 per day
-// has W = 86,400 and L = 1); budgets and their charges must stay below 2^51
+// Lua numbers are doubles, and operations reach the scripts packed as
+// binary integers (no decimal parsing). A rate bucket is kept as its
+// theoretical arrival time in Unix microseconds plus a fraction frac/L,
+// where the refill is W microseconds per L units (the window and the limit
+// divided by their greatest common divisor), so every value stays an
+// integer below 2^53. A rate rule needs burst×W <= 2^50 and L <= 2^50: any
+// limit per minute up to 18 million; 1,000,000 per day (W = 86,400, L = 1);
+// not 1,000,003 per day. Budgets and their charges must stay below 2^51
 // (2.2e15 tokens or micro-dollars). A rule beyond these bounds is refused
-// with ErrPrecision instead of being rounded; Check tells at configuration
-// time. Results have microsecond resolution: RetryAfter and ResetAt are
-// rounded up to the next microsecond.
+// with ErrPrecision, never rounded; Check tells at configuration time.
+// Results have microsecond resolution: RetryAfter and ResetAt are rounded up
+// to the next microsecond (the Limiter rounds retry hints up to the
+// millisecond anyway).
 //
 // # Durability and outages
 //
 // Budgets kept in Redis are as durable as the server's persistence: without
-// AOF (appendfsync everysec or always) a restart loses the period's usage.
-// Pair the Redis store with PostgreSQL for the usage ledger (shared/DESIGN.md,
+// AOF (appendfsync everysec or always) a restart loses the period's usage,
+// and a failover to a replica loses what was not yet replicated. Pair the
+// Redis store with PostgreSQL for the usage ledger (shared/DESIGN.md,
 // section 2). Every call is bounded by Options.Timeout (250 ms): a slow or
 // dead server is an error (which the Limiter reports as store unavailable),
-// never a hang, and admissions succeed again when the server returns. An
-// admission that timed out after the server applied it holds its charges
-// until they refill, expire or are swept (fail closed).
+// never a hang, and admissions succeed again when the server returns,
+// without reopening the Store. An admission that timed out after the server
+// applied it holds its charges until they refill, expire or are swept (fail
+// closed).
 //
 // # Deny cache
 //
@@ -89,11 +112,12 @@ import (
 
 // Client choice: rueidis. Measured on the 2-core development machine with the
 // same GCRA Lua script run by 32 concurrent callers against one Redis 7:
-// go-redis v9.23.0 (pool) 29,000-37,000 scripts/s, rueidis v1.0.79
-// (auto-pipelining) 50,000-59,000 scripts/s. Auto-pipelining batches the
-// concurrent callers' scripts into few writes and reads, which is what an
+// go-redis v9.23.0 (connection pool) 29,000 to 37,000 scripts/s, rueidis
+// v1.0.79 (auto-pipelining) 50,000 to 59,000 scripts/s. Pipelining the
+// concurrent callers' commands into few writes and reads is what an
 // admission path under load needs; rueidis also routes scripts by key slot
-// on a Cluster and reloads a script on NOSCRIPT.
+// on a Cluster, exposes each node (for the sweep's probe) and reloads a
+// script on NOSCRIPT.
 
 var _ sluice.Store = (*Store)(nil)
 
