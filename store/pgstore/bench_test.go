@@ -2,8 +2,14 @@ package pgstore_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"net/url"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,11 +36,118 @@ var benchRules = []sluice.Rule{
 	{Name: "daily", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1 << 60, Period: sluice.PeriodDay},
 }
 
+// appName returns a fresh application_name, by which the benchmark finds
+// its pool's server processes.
+func appName(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// withAppName returns the test URL with application_name set.
+func withAppName(b *testing.B, name string) string {
+	u, err := url.Parse(postgresURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// procCPU returns the user+system CPU time of a process, false when /proc
+// cannot tell (another OS, or a server on another machine).
+func procCPU(pid string) (time.Duration, bool) {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(fields) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, true // USER_HZ is 100 on Linux
+}
+
+// cpuMeter measures the CPU time per op of this process (client-cpu-us/op)
+// and of the PostgreSQL backends serving connections named app
+// (server-cpu-us/op), when the server runs on this machine. On a shared
+// machine wall time counts the time spent waiting for a CPU; CPU time does
+// not, so it compares ours and the peer more steadily.
+type cpuMeter struct {
+	admin          *pgxpool.Pool
+	pids           []string
+	client, server time.Duration
+	ok             bool
+}
+
+func startCPU(b *testing.B, admin *pgxpool.Pool, app string) *cpuMeter {
+	m := &cpuMeter{admin: admin}
+	rows, err := admin.Query(context.Background(), "SELECT pid::text FROM pg_stat_activity WHERE application_name = $1", app)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.pids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.client, m.server, m.ok = m.read()
+	return m
+}
+
+func (m *cpuMeter) read() (client, server time.Duration, ok bool) {
+	client, ok = procCPU("self")
+	for _, pid := range m.pids {
+		d, pok := procCPU(pid)
+		ok = ok && pok
+		server += d
+	}
+	return client, server, ok && len(m.pids) > 0
+}
+
+func (m *cpuMeter) report(b *testing.B) {
+	client, server, ok := m.read()
+	// Ticks are 10 ms: under 200 ms the figure would be mostly rounding.
+	if !ok || !m.ok || b.N == 0 || client-m.client < 200*time.Millisecond {
+		return
+	}
+	b.ReportMetric(float64((client-m.client).Microseconds())/float64(b.N), "client-cpu-us/op")
+	b.ReportMetric(float64((server-m.server).Microseconds())/float64(b.N), "server-cpu-us/op")
+}
+
 // parallel runs op from benchCallers goroutines, each with its own caller
-// number, and reports operations per second.
-func parallel(b *testing.B, op func(caller int) error) {
+// number, and reports operations per second and CPU per op. A short warm-up
+// first opens every connection of the pool named app.
+func parallel(b *testing.B, admin *pgxpool.Pool, app string, op func(caller int) error) {
 	var callers atomic.Int64
 	b.SetParallelism(max(1, benchCallers/runtime.GOMAXPROCS(0)))
+	warm := make(chan error, benchCallers)
+	for range benchCallers {
+		go func() {
+			caller := int(callers.Add(1))
+			var err error
+			for range 5 {
+				if err = op(caller); err != nil {
+					break
+				}
+			}
+			warm <- err
+		}()
+	}
+	for range benchCallers {
+		if err := <-warm; err != nil {
+			b.Fatal(err)
+		}
+	}
+	callers.Store(0)
+	cpu := startCPU(b, admin, app)
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
@@ -47,24 +160,31 @@ func parallel(b *testing.B, op func(caller int) error) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	cpu.report(b)
 }
 
 // BenchmarkAdmitSettle measures Limiter.Admit then Settle of the three-rule
 // request from 32 callers, each on its own subject (distinct) or all on one
 // (hot), beside the peer: a plain one-row UPDATE through pgx from 32 callers
-// on distinct rows, in autocommit (one round trip, like our calls) and as an
-// explicit BEGIN/UPDATE/COMMIT transaction. Store and peer use pools of the
-// same size on the same server in the same run.
+// on distinct rows, in autocommit (one round trip, like each of our calls)
+// and as an explicit BEGIN/UPDATE/COMMIT transaction (three). Store and peer
+// use pools of the same size on the same server in the same run.
 func BenchmarkAdmitSettle(b *testing.B) {
 	schema := testSchema(b)
-	s := openStore(b, schema, pgstore.Options{MaxConns: benchConns})
+	admin := adminPool(b)
+	storeApp, peerApp := appName("pgstore-bench"), appName("peer-bench")
+	s := openStore(b, schema, pgstore.Options{URL: withAppName(b, storeApp), MaxConns: benchConns})
 	l, err := sluice.New(sluice.Options{Store: s, Rules: benchRules})
 	if err != nil {
 		b.Fatal(err)
 	}
-	peer := benchPeerPool(b, schema)
+	rpm, err := sluice.New(sluice.Options{Store: s, Rules: benchRules[:1]})
+	if err != nil {
+		b.Fatal(err)
+	}
+	peer := benchPeerPool(b, schema, peerApp)
 	ctx := context.Background()
-	admitSettle := func(subject string) error {
+	admitSettle := func(l *sluice.Limiter, subject string) error {
 		r, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{Workspace: subject, Key: subject},
 			Max: sluice.Usage{InputTokens: 100, OutputTokens: 100}})
 		if err != nil {
@@ -72,20 +192,25 @@ func BenchmarkAdmitSettle(b *testing.B) {
 		}
 		return r.Settle(ctx, sluice.Usage{InputTokens: 100, OutputTokens: 37})
 	}
-	b.Run("store=pgstore/subjects=distinct", func(b *testing.B) {
-		parallel(b, func(caller int) error { return admitSettle(fmt.Sprintf("subject-%d", caller)) })
+	b.Run("store=pgstore/rules=3/subjects=distinct", func(b *testing.B) {
+		parallel(b, admin, storeApp, func(caller int) error { return admitSettle(l, fmt.Sprintf("subject-%d", caller)) })
 	})
-	b.Run("store=pgstore/subjects=hot", func(b *testing.B) {
-		parallel(b, func(int) error { return admitSettle("hot") })
+	b.Run("store=pgstore/rules=3/subjects=hot", func(b *testing.B) {
+		parallel(b, admin, storeApp, func(int) error { return admitSettle(l, "hot") })
+	})
+	// One requests-per-minute rule: settling it changes nothing, so
+	// Admit+Settle is one call that writes one row, like the peer.
+	b.Run("store=pgstore/rules=1/subjects=distinct", func(b *testing.B) {
+		parallel(b, admin, storeApp, func(caller int) error { return admitSettle(rpm, fmt.Sprintf("subject-%d", caller)) })
 	})
 	b.Run("peer=update/rows=distinct", func(b *testing.B) {
-		parallel(b, func(caller int) error {
+		parallel(b, admin, peerApp, func(caller int) error {
 			_, err := peer.Exec(ctx, "UPDATE bench_rows SET n = n + 1 WHERE id = $1", caller)
 			return err
 		})
 	})
 	b.Run("peer=update-tx/rows=distinct", func(b *testing.B) {
-		parallel(b, func(caller int) error {
+		parallel(b, admin, peerApp, func(caller int) error {
 			return pgx.BeginFunc(ctx, peer, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, "UPDATE bench_rows SET n = n + 1 WHERE id = $1", caller)
 				return err
@@ -94,15 +219,16 @@ func BenchmarkAdmitSettle(b *testing.B) {
 	})
 }
 
-// benchPeerPool returns a pool of benchConns on schema holding bench_rows,
-// one row per caller.
-func benchPeerPool(b *testing.B, schema string) *pgxpool.Pool {
+// benchPeerPool returns a pool of benchConns named app on schema, holding
+// bench_rows with one row per caller.
+func benchPeerPool(b *testing.B, schema, app string) *pgxpool.Pool {
 	cfg, err := pgxpool.ParseConfig(postgresURL(b))
 	if err != nil {
 		b.Fatal(err)
 	}
 	cfg.MaxConns = benchConns
 	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)

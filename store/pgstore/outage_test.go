@@ -22,6 +22,9 @@ import (
 type proxy struct {
 	target string
 	addr   string
+	// delay, if set, holds every chunk that long in each direction, like
+	// a network between the client and the server.
+	delay time.Duration
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -30,9 +33,13 @@ type proxy struct {
 	wg      sync.WaitGroup
 }
 
-func startProxy(t *testing.T, target string) *proxy {
+func startProxy(t testing.TB, target string) *proxy {
+	return startDelayProxy(t, target, 0)
+}
+
+func startDelayProxy(t testing.TB, target string, delay time.Duration) *proxy {
 	t.Helper()
-	p := &proxy{target: target, conns: map[net.Conn]struct{}{}, stalled: make(chan struct{})}
+	p := &proxy{target: target, delay: delay, conns: map[net.Conn]struct{}{}, stalled: make(chan struct{})}
 	close(p.stalled)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -110,9 +117,43 @@ func (p *proxy) forward(client net.Conn) {
 			}
 		}
 	}
+	if p.delay > 0 {
+		pipe = p.delayedPipe
+	}
 	wg.Go(func() { pipe(server, client) })
 	wg.Go(func() { pipe(client, server) })
 	wg.Wait()
+}
+
+// delayedPipe copies src to dst, each chunk p.delay after it was read,
+// without holding back the chunks behind it.
+func (p *proxy) delayedPipe(dst, src net.Conn) {
+	type chunk struct {
+		at   time.Time
+		data []byte
+	}
+	chunks := make(chan chunk, 1024)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				chunks <- chunk{time.Now().Add(p.delay), buf[:n]}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer dst.Close()
+	defer src.Close()
+	for c := range chunks {
+		time.Sleep(time.Until(c.at))
+		if _, err := dst.Write(c.data); err != nil {
+			return
+		}
+	}
 }
 
 // stall keeps every connection open and forwards nothing.
@@ -142,7 +183,7 @@ func (p *proxy) cut() {
 }
 
 // restore listens on the same port again and forwards.
-func (p *proxy) restore(t *testing.T) {
+func (p *proxy) restore(t testing.TB) {
 	t.Helper()
 	ln, err := net.Listen("tcp", p.addr)
 	if err != nil {

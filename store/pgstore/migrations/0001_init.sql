@@ -12,8 +12,9 @@
 --     order: an UPDATE (or, for a missing row, an INSERT ... ON CONFLICT DO
 --     NOTHING and the UPDATE again), so a row is created or locked before the
 --     next is touched. The caller sorts the charges.
---   - Settle takes its reservation row with SKIP LOCKED: a reservation the
---     sweep is settling counts as settled, and Settle never waits for it.
+--   - Settle deletes its reservation row before it touches anything else:
+--     it may wait there for a sweep settling the same batch, holding
+--     nothing, and then finds the row gone.
 --   - Sweep takes reservation rows with SKIP LOCKED, then their counters in
 --     key order in one INSERT ... ON CONFLICT DO UPDATE ... WHERE false (which
 --     creates or locks, row by row, without writing an existing row); its
@@ -308,9 +309,8 @@ $$;
 -- its leases, one write per charge. The caller sends only the charges with
 -- something to do (rates whose actual differs, budgets, leases), sorted by
 -- key. A batch with a budget charge is settled only if its reservation row
--- is still there and not being swept; the function deletes it, so a second
--- settle, or one after or during the sweep, returns false and changes
--- nothing.
+-- is still there; the function deletes it, so a second settle, or one after
+-- the sweep, returns false and changes nothing.
 CREATE FUNCTION sluice_settle(
 	p_now bigint, p_batch bigint,
 	p_kind smallint[], p_rule bigint[], p_subject text[], p_period bigint[],
@@ -325,8 +325,9 @@ DECLARE
 	cap2   numeric;
 BEGIN
 	IF 2 = ANY(p_kind) THEN
-		WITH r AS (SELECT batch_id FROM sluice_reservations WHERE batch_id = p_batch FOR UPDATE SKIP LOCKED)
-		DELETE FROM sluice_reservations s USING r WHERE s.batch_id = r.batch_id;
+		-- First, holding nothing: waiting here for a sweep that holds the
+		-- row cannot deadlock, and finds the row gone once it commits.
+		DELETE FROM sluice_reservations WHERE batch_id = p_batch;
 		IF NOT FOUND THEN
 			RETURN false;
 		END IF;
