@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,12 @@ const benchCallers = 32
 
 // benchOps returns a function that admits and settles the 3-rule request.
 func benchOps(b *testing.B) func(ctx context.Context) error {
-	url := redisURL(b)
+	return tenantOps(b, redisURL(b), 1)
+}
+
+// tenantOps returns a function that admits and settles the 3-rule request
+// of one of tenants subjects, in turn, on the store at url.
+func tenantOps(b *testing.B, url string, tenants int) func(ctx context.Context) error {
 	s := openStore(b, redisstore.Options{URL: url})
 	l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{
 		{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1_000_000_000, Window: time.Minute},
@@ -38,10 +44,14 @@ func benchOps(b *testing.B) func(ctx context.Context) error {
 	if err != nil {
 		b.Fatal(err)
 	}
-	req := sluice.Request{Identity: sluice.Identity{Key: "bench"}, Max: sluice.Usage{InputTokens: 100, OutputTokens: 100}}
+	reqs := make([]sluice.Request, tenants)
+	for i := range reqs {
+		reqs[i] = sluice.Request{Identity: sluice.Identity{Key: fmt.Sprintf("tenant-%d", i)}, Max: sluice.Usage{InputTokens: 100, OutputTokens: 100}}
+	}
 	used := sluice.Usage{InputTokens: 100, OutputTokens: 40}
+	var next atomic.Int64
 	return func(ctx context.Context) error {
-		r, err := l.Admit(ctx, req)
+		r, err := l.Admit(ctx, reqs[next.Add(1)%int64(tenants)])
 		if err != nil {
 			return err
 		}
@@ -135,4 +145,13 @@ func BenchmarkVersusRedisRate(b *testing.B) {
 	b.ReportMetric(float64(oursN)/secs, "3rule-ops/s")
 	b.ReportMetric(float64(peerN)/secs, "redis_rate-ops/s")
 	b.ReportMetric(float64(oursN)/float64(peerN), "ratio")
+}
+
+// BenchmarkTenants admits and settles the 3-rule request over 1,000 tenants
+// from 32 callers, on the standalone server and on the three-master
+// Cluster of the tests.
+func BenchmarkTenants(b *testing.B) {
+	for _, tc := range []struct{ name, url string }{{"standalone", redisURL(b)}, {"cluster", clusterURL(b)}} {
+		b.Run(tc.name, func(b *testing.B) { runParallel(b, tenantOps(b, tc.url, 1000)) })
+	}
 }
