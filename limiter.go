@@ -188,6 +188,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		return l.refusal(r)
 	}
 	l.finish(r, now)
+	r.admittedAt = now
 	r.state.Store(stateOpen)
 	l.admitted.Add(1)
 	return nil

@@ -43,10 +43,13 @@ type Warning struct {
 // once. It is safe for concurrent use.
 type Reservation struct {
 	limiter *Limiter
-	batch   Batch
-	inline  [4]Charge
-	result  Result
-	state   atomic.Uint32
+	batch  Batch
+	inline [3]Charge
+	result Result
+	state  atomic.Uint32
+	// admittedAt is the admission's clock reading, which a settlement
+	// without an overrun can use instead of reading the clock again.
+	admittedAt time.Time
 }
 
 // ID returns the reservation's identifier, unique per Limiter.
@@ -149,7 +152,16 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error 
 			c.Actual = u.amount(c.rule.metric)
 		}
 	}
-	if err := l.store.Settle(ctx, l.clock.Now(), &r.batch); err != nil {
+	// Refunds need no fresh time: a bucket refunded below the admission
+	// time is full at any later time too. An overrun draws from now.
+	now := r.admittedAt
+	for i := range r.batch.Charges {
+		if c := &r.batch.Charges[i]; c.Actual > c.Amount {
+			now = l.clock.Now()
+			break
+		}
+	}
+	if err := l.store.Settle(ctx, now, &r.batch); err != nil {
 		r.state.Store(stateOpen)
 		return &StoreError{Op: "settle", Err: err}
 	}

@@ -64,15 +64,17 @@ type Charge struct {
 	// Amount is charged at admission.
 	Amount int64
 	// Actual replaces Amount at settlement. Stores read it only in Settle.
-	Actual int64
-	// Shadow charges are counted but never refuse.
-	Shadow   bool
+	Actual   int64
 	OnExpiry ExpiryPolicy
+	// Shadow charges are counted but never refuse.
+	Shadow bool
 
 	// Filled by Admit and Peek.
 
 	// Allowed reports whether this charge fits.
 	Allowed bool
+	// source is where Limit came from: the rule, a tier or an override.
+	source limitSource
 	// Remaining is the room left: after the charge when admitted, before
 	// it otherwise.
 	Remaining int64
@@ -87,8 +89,6 @@ type Charge struct {
 	ResetAt time.Time
 
 	rule *compiledRule
-	// source is where Limit came from: the rule, a tier or an override.
-	source limitSource
 }
 
 // Batch is the set of charges of one admission.
