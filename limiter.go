@@ -53,6 +53,10 @@ type Stats struct {
 	Admitted int64
 	Refused  int64
 	Overruns int64
+	// FailedOpen counts admissions let through, uncharged, because the
+	// store could not answer and every rule in play says
+	// on_store_error: open.
+	FailedOpen int64
 }
 
 // Limiter admits requests against a policy of rules held in a Store. It is
@@ -70,7 +74,7 @@ type Limiter struct {
 	nextID  atomic.Uint64
 	waiters waitQueues
 
-	admitted, refused, overruns atomic.Int64
+	admitted, refused, overruns, failedOpen atomic.Int64
 }
 
 // New returns a Limiter over opts.Store with the policy in opts.
@@ -129,7 +133,7 @@ func (l *Limiter) Policy() Policy { return l.policy.Load().source }
 
 // Stats returns the Limiter's counts.
 func (l *Limiter) Stats() Stats {
-	return Stats{Admitted: l.admitted.Load(), Refused: l.refused.Load(), Overruns: l.overruns.Load()}
+	return Stats{Admitted: l.admitted.Load(), Refused: l.refused.Load(), Overruns: l.overruns.Load(), FailedOpen: l.failedOpen.Load()}
 }
 
 // Admit checks every applicable rule of req and charges all of them in one
@@ -182,7 +186,17 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	}
 	ok, err := l.store.Admit(ctx, now, &r.batch)
 	if err != nil {
-		return &StoreError{Op: "admit", Err: err}
+		if !failOpen(r.batch.Charges) {
+			return &StoreError{Op: "admit", Err: err}
+		}
+		// Every rule in play says on_store_error: open: admit, charge
+		// nothing, and say so.
+		r.batch.Charges = r.batch.Charges[:0]
+		r.result = Result{FailedOpen: true}
+		r.state.Store(stateOpen)
+		l.admitted.Add(1)
+		l.failedOpen.Add(1)
+		return nil
 	}
 	if !ok {
 		return l.refusal(r)
@@ -192,6 +206,17 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	r.state.Store(stateOpen)
 	l.admitted.Add(1)
 	return nil
+}
+
+// failOpen reports whether every enforced charge's rule admits when the
+// store cannot answer.
+func failOpen(charges []Charge) bool {
+	for i := range charges {
+		if !charges[i].Shadow && charges[i].rule.OnStoreError != StoreErrorOpen {
+			return false
+		}
+	}
+	return true
 }
 
 func (l *Limiter) timeout(req *Request) time.Duration {

@@ -25,6 +25,10 @@ type Result struct {
 	Warnings []Warning
 	// Shadowed names the shadow rules that would have refused.
 	Shadowed []string
+	// FailedOpen is set when the store could not answer and the request
+	// was admitted uncharged, every rule in play saying
+	// on_store_error: open.
+	FailedOpen bool
 }
 
 // Warning is a budget past one of its warning thresholds or its soft limit.

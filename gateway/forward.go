@@ -62,6 +62,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	status := resp.StatusCode()
 	if status != 200 && c.isQuota(resp) {
 		c.passOn(resp, true)
+		c.setResultHeaders(&c.ctx.Response.Header, cand, res, capPer, clamped)
 		fasthttp.ReleaseResponse(resp)
 		c.finishRefused(cand, res)
 		return true, nil
@@ -76,6 +77,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	}
 	if status != 200 {
 		c.passOn(resp, false)
+		c.setResultHeaders(&c.ctx.Response.Header, cand, res, capPer, clamped)
 		fasthttp.ReleaseResponse(resp)
 		c.finishRefused(cand, res)
 		return true, nil

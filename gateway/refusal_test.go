@@ -282,6 +282,19 @@ func TestGateway_StoreUnavailable(t *testing.T) {
 	}
 }
 
+func TestGateway_StoreUnavailableFailsOpenWhenEveryRuleSaysSo(t *testing.T) {
+	open := dailyTokens
+	open.OnStoreError = sluice.StoreErrorOpen
+	h := startHarness(t, setup{rules: []sluice.Rule{open}, store: downStore{memstore.New(memstore.Options{})}})
+	r := h.post("/v1/chat/completions", smallChat, nil)
+	if r.status != 200 || r.header.Get("X-Sluice-Fail-Open") != "true" {
+		t.Fatalf("status %d, X-Sluice-Fail-Open %q: %s", r.status, r.header.Get("X-Sluice-Fail-Open"), r.body)
+	}
+	if h.mockCalls() != 1 {
+		t.Fatalf("the provider was called %d times, want 1", h.mockCalls())
+	}
+}
+
 func TestGateway_RateLimitHeaders(t *testing.T) {
 	rate := sluice.Rule{Name: "rate", Kind: sluice.KindRate, Subject: "key", Limit: 4, Window: time.Hour}
 	budget := sluice.Rule{Name: "budget", Kind: sluice.KindBudget, Subject: "workspace", Limit: 10, Period: sluice.PeriodDay}

@@ -331,6 +331,11 @@ func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sl
 		setLimitHeaders(h, r.Rule, r.Limit, r.Remaining, r.ResetAt, time.Now())
 	}
 	h.Set("X-Sluice-Model", cand.Name)
+	if r.FailedOpen {
+		// The limit store did not answer and every rule in play says
+		// on_store_error: open: admitted uncharged.
+		h.Set("X-Sluice-Fail-Open", "true")
+	}
 	if clamped {
 		h.Set("X-Sluice-Output-Cap", strconv.FormatInt(capPer, 10))
 	}
