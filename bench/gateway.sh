@@ -3,12 +3,13 @@
 # `sluice serve` (embedded SQLite store, the three default rules on), in
 # alternating rounds of the same run. The markdown report goes to stdout and
 # to bench/out/gateway-<stamp>.md; progress, per phase, to
-# bench/out/gateway-<stamp>.log (bench/out is gitignored). Takes about 4 to
-# 5 minutes with the defaults.
+# bench/out/gateway-<stamp>.log (bench/out is gitignored). Takes about 6
+# minutes with the defaults.
 #
-#   bash bench/gateway.sh                          # go run ./bench/gateway
+#   bash bench/gateway.sh                          # go run ./bench/gateway (builds the working tree)
+#   bash bench/gateway.sh -rev HEAD                # builds the last commit only (git archive)
 #   bash bench/gateway.sh -duration 5s -rounds 2   # flags are passed on
-#   PERF=1 bash bench/gateway.sh                   # also profile the gateway with perf
+#   PERF=1 bash bench/gateway.sh                   # then a perf profile of one more saturation phase
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
