@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +41,7 @@ const (
 FROM sluice_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 	settleSQL  = `SELECT sluice_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 	sweepSQL   = `SELECT reservations, charged, released FROM sluice_sweep($1, $2)`
-	cleanupSQL = `SELECT leases, counters FROM sluice_cleanup($1, $2, $3)`
+	cleanupSQL = `SELECT leases, counters FROM sluice_cleanup($1, $2, $3, $4)`
 )
 
 // args holds one call's charges as the arrays the SQL functions take, in
@@ -245,7 +246,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 	}
 	err := s.call(ctx, func(ctx context.Context) error {
 		var leases, counters int
-		return s.pool.QueryRow(ctx, cleanupSQL, s.now(now), sweepChunk, int64(idleGrace)).Scan(&leases, &counters)
+		return s.pool.QueryRow(ctx, cleanupSQL, s.now(now), sweepChunk, int64(idleGrace), int64(rand.Uint64())).Scan(&leases, &counters)
 	})
 	if err != nil {
 		return res, fmt.Errorf("pgstore: sweep: clean up: %w", err)

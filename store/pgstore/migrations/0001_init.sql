@@ -418,11 +418,15 @@ BEGIN
 END
 $$;
 
--- sluice_cleanup deletes up to p_max expired leases and idle counters (a
--- full bucket, no open reservation, no usage in a live period, no live lease,
--- untouched for p_grace ns), skipping any row another transaction holds, so
--- it never waits. An idle counter row holds nothing an absent row does not.
-CREATE FUNCTION sluice_cleanup(p_now bigint, p_max int, p_grace bigint, OUT leases int, OUT counters int)
+-- sluice_cleanup deletes up to p_max expired leases, and the idle counters
+-- among p_max counters from key p_from on, wrapping around (a full bucket, no open
+-- reservation, no usage in a live period, no live lease, untouched for
+-- p_grace ns). The caller picks p_from at random: each call reads a bounded
+-- slice of the table, and calls cover all of it in time. Rows another
+-- transaction holds are skipped, so it never waits. An idle counter row holds
+-- nothing an absent row does not.
+CREATE FUNCTION sluice_cleanup(p_now bigint, p_max int, p_grace bigint, p_from bigint,
+	OUT leases int, OUT counters int)
 LANGUAGE plpgsql AS $$
 DECLARE
 	now_ns bigint := coalesce(p_now, sluice_now());
@@ -434,12 +438,21 @@ BEGIN
 	DELETE FROM sluice_leases l USING gone
 	WHERE l.rule = gone.rule AND l.subject = gone.subject AND l.period = gone.period AND l.batch_id = gone.batch_id;
 	GET DIAGNOSTICS leases = ROW_COUNT;
-	WITH idle AS (
-		SELECT rule, subject, period FROM sluice_counters
-		WHERE touched <= now_ns - p_grace AND (tat < now_ns OR tat = now_ns AND frac = 0) AND reserved = 0 AND (used = 0 OR period_end <= now_ns)
-			AND NOT EXISTS (SELECT 1 FROM sluice_leases l WHERE l.rule = sluice_counters.rule
-				AND l.subject = sluice_counters.subject AND l.period = sluice_counters.period AND l.expiry > now_ns)
-		LIMIT p_max FOR UPDATE SKIP LOCKED
+	WITH slice AS (
+		(SELECT rule, subject, period FROM sluice_counters WHERE (rule, subject, period) >= (p_from, '', 0)
+			ORDER BY rule, subject, period LIMIT p_max)
+		UNION ALL -- wrapping around: a small table is read whole
+		(SELECT rule, subject, period FROM sluice_counters WHERE (rule, subject, period) < (p_from, '', 0)
+			ORDER BY rule, subject, period LIMIT p_max)
+		LIMIT p_max
+	), idle AS (
+		SELECT c.rule, c.subject, c.period
+		FROM sluice_counters c JOIN slice USING (rule, subject, period)
+		WHERE c.touched <= now_ns - p_grace AND (c.tat < now_ns OR c.tat = now_ns AND c.frac = 0)
+			AND c.reserved = 0 AND (c.used = 0 OR c.period_end <= now_ns)
+			AND NOT EXISTS (SELECT 1 FROM sluice_leases l WHERE l.rule = c.rule
+				AND l.subject = c.subject AND l.period = c.period AND l.expiry > now_ns)
+		FOR UPDATE OF c SKIP LOCKED
 	)
 	DELETE FROM sluice_counters c USING idle
 	WHERE c.rule = idle.rule AND c.subject = idle.subject AND c.period = idle.period;
