@@ -120,13 +120,12 @@ func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool
 		s.denyHits.Add(1)
 		return false, nil
 	}
-	ctx, cancel := s.call(ctx)
-	defer cancel()
+	deadline := time.Now().Add(s.timeout)
 	if len(p.groups) > 1 {
 		s.split.Add(1)
 	}
 	for gi := range p.groups {
-		ok, serverNow, err := s.runAdmit(ctx, opAdmit, now, b, p, &p.groups[gi])
+		ok, serverNow, err := s.runAdmit(ctx, deadline, opAdmit, now, b, p, &p.groups[gi])
 		if err != nil {
 			s.compensate(ctx, now, b, p, p.groups[:gi])
 			return false, fmt.Errorf("redisstore: admit: %w", err)
@@ -138,7 +137,7 @@ func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool
 		// Fill the results of the slots not reached, so that the refusal
 		// names the deciding rule (a budget wins over a rate).
 		for gj := gi + 1; gj < len(p.groups); gj++ {
-			if _, _, err := s.runAdmit(ctx, opCheck, now, b, p, &p.groups[gj]); err != nil {
+			if _, _, err := s.runAdmit(ctx, deadline, opCheck, now, b, p, &p.groups[gj]); err != nil {
 				for _, i := range p.groups[gj].idx {
 					b.Charges[i].Allowed = true
 				}
@@ -159,13 +158,13 @@ func (s *Store) compensate(ctx context.Context, now time.Time, b *sluice.Batch, 
 	}
 	// The admission's context may be spent; the release gets its own
 	// timeout so that it still runs.
-	ctx, cancel := s.call(context.WithoutCancel(ctx))
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
+	deadline := time.Now().Add(s.timeout)
 	for gi := range groups {
 		s.compensations.Add(1)
 		// A failed release leaves leases to expire and budget
 		// reservations to the sweep.
-		_ = s.settleGroup(ctx, now, b, p, &groups[gi], true)
+		_ = s.settleGroup(ctx, deadline, now, b, p, &groups[gi], true)
 	}
 }
 
@@ -175,10 +174,9 @@ func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error 
 	if err != nil {
 		return fmt.Errorf("redisstore: peek: %w", err)
 	}
-	ctx, cancel := s.call(ctx)
-	defer cancel()
+	deadline := time.Now().Add(s.timeout)
 	for gi := range p.groups {
-		if _, _, err := s.runAdmit(ctx, opPeek, now, b, p, &p.groups[gi]); err != nil {
+		if _, _, err := s.runAdmit(ctx, deadline, opPeek, now, b, p, &p.groups[gi]); err != nil {
 			return fmt.Errorf("redisstore: peek: %w", err)
 		}
 	}
@@ -188,7 +186,7 @@ func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error 
 // runAdmit runs an admission, check or peek of one group and fills its
 // charges' results. It returns whether the group was admitted and the
 // script's now (µs).
-func (s *Store) runAdmit(ctx context.Context, typ byte, now time.Time, b *sluice.Batch, p *plan, g *group) (bool, int64, error) {
+func (s *Store) runAdmit(ctx context.Context, deadline time.Time, typ byte, now time.Time, b *sluice.Batch, p *plan, g *group) (bool, int64, error) {
 	if len(g.idx) >= maxCharges {
 		return false, 0, fmt.Errorf("a batch of %d charges in one slot is more than %d", len(g.idx), maxCharges)
 	}
@@ -218,7 +216,7 @@ func (s *Store) runAdmit(ctx context.Context, typ byte, now time.Time, b *sluice
 	if rec != "" {
 		o.keys = append(o.keys, s.dueKey(g.slot))
 	}
-	if err := s.do(ctx, g.slot, o); err != nil {
+	if err := s.do(ctx, deadline, g.slot, o); err != nil {
 		return false, 0, err
 	}
 	admitted, err := decodeAdmit(o.result, b, g)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -55,10 +56,18 @@ type lane struct {
 // lanes are the Store's lanes, one per slot (one on a standalone server).
 type lanes []lane
 
-// do sends o through the lane of slot and waits for its result, or for ctx.
-// An operation still waiting when ctx ends is withdrawn; one already sent
-// may have been applied.
-func (s *Store) do(ctx context.Context, slot int, o *op) error {
+// timers are reusable timers for do (a stopped timer's channel holds no
+// stale tick since Go 1.23).
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// do sends o through the lane of slot and waits for its result, for ctx or
+// for deadline. An operation still waiting then is withdrawn; one already
+// sent may have been applied.
+func (s *Store) do(ctx context.Context, deadline time.Time, slot int, o *op) error {
 	o.done = make(chan struct{})
 	l := &s.lanes[slot]
 	l.mu.Lock()
@@ -68,10 +77,20 @@ func (s *Store) do(ctx context.Context, slot int, o *op) error {
 		go s.run(l)
 	}
 	l.mu.Unlock()
+	t := timers.Get().(*time.Timer)
+	t.Reset(time.Until(deadline))
+	defer func() {
+		t.Stop()
+		timers.Put(t)
+	}()
+	var err error
 	select {
 	case <-o.done:
 		return o.err
 	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = context.DeadlineExceeded
 	}
 	l.mu.Lock()
 	if !o.sent {
@@ -83,7 +102,7 @@ func (s *Store) do(ctx context.Context, slot int, o *op) error {
 		}
 	}
 	l.mu.Unlock()
-	return ctx.Err()
+	return err
 }
 
 // run sends the lane's pending operations until there are none.

@@ -16,10 +16,9 @@ func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) erro
 	if err != nil {
 		return fmt.Errorf("redisstore: settle: %w", err)
 	}
-	ctx, cancel := s.call(ctx)
-	defer cancel()
+	deadline := time.Now().Add(s.timeout)
 	for gi := range p.groups {
-		if err := s.settleGroup(ctx, now, b, p, &p.groups[gi], false); err != nil {
+		if err := s.settleGroup(ctx, deadline, now, b, p, &p.groups[gi], false); err != nil {
 			return fmt.Errorf("redisstore: settle: %w", err)
 		}
 	}
@@ -28,7 +27,7 @@ func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) erro
 
 // settleGroup settles one group with each charge's Actual or, when release
 // is set, with nothing used.
-func (s *Store) settleGroup(ctx context.Context, now time.Time, b *sluice.Batch, p *plan, g *group, release bool) error {
+func (s *Store) settleGroup(ctx context.Context, deadline time.Time, now time.Time, b *sluice.Batch, p *plan, g *group, release bool) error {
 	if len(g.idx) >= maxCharges {
 		return fmt.Errorf("a batch of %d charges in one slot is more than %d", len(g.idx), maxCharges)
 	}
@@ -70,7 +69,7 @@ func (s *Store) settleGroup(ctx context.Context, now time.Time, b *sluice.Batch,
 	if rec != "" {
 		o.keys = append(o.keys, s.dueKey(g.slot))
 	}
-	return s.do(ctx, g.slot, o)
+	return s.do(ctx, deadline, g.slot, o)
 }
 
 // sweepBatch is the most records one sweep script settles.
