@@ -97,7 +97,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	u, ok := c.rt.usage(out)
 	_ = resp.CloseBodyStream()
 	fasthttp.ReleaseResponse(resp)
-	c.finish(cand, res, u, ok)
+	c.settle = func() { c.finish(cand, res, u, ok) }
 	return true, nil
 }
 

@@ -150,6 +150,13 @@ func (fg *fuzzGateway) post(t *testing.T, path string, body []byte) {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("no answer after 20s to %q\n%s", body, buf[:runtime.Stack(buf, true)])
 	}
+	// Settlement runs once the answer is out: wait for it before counting.
+	drain, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	err := fg.g.Drain(drain)
+	cancel()
+	if err != nil {
+		t.Fatalf("settlement of %q did not finish: %v", body, err)
+	}
 	status := ctx.Response.StatusCode()
 	if !fuzzStatuses[status] {
 		t.Fatalf("status %d for %q: %s", status, body, out)

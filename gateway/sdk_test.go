@@ -45,10 +45,10 @@ func TestSDK_OpenAIChatSettlesReportedUsage(t *testing.T) {
 	if resp.Usage.CompletionTokens != 7 || want == 0 {
 		t.Fatalf("usage %+v, want 7 completion tokens", resp.Usage)
 	}
+	rec := h.rec.waitUsage(t, 1)[0] // settled once the answer is sent
 	if got := h.used("daily_tokens"); got != want {
 		t.Fatalf("budget used %d, want exactly the reported %d", got, want)
 	}
-	rec := h.rec.waitUsage(t, 1)[0]
 	if rec.Workspace != "w1" || rec.Route != "chat" || rec.Model != "mock-small" || rec.OutputTokens != 7 {
 		t.Fatalf("ledger record %+v", rec)
 	}

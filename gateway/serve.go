@@ -42,6 +42,10 @@ type call struct {
 	capPer int64
 	event  Event
 	start  time.Time
+	// ip is the client's address, read while the request is live.
+	ip string
+	// settle, when set, settles the call after the response is sent.
+	settle func()
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
@@ -52,6 +56,20 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
 		writeError(ctx, rt, err)
 	}
 	c.event.Status = ctx.Response.StatusCode()
+	if c.settle != nil {
+		// Settle once the answer is on its way: the client does not wait
+		// for the store (a durable store commits the settlement), and
+		// Drain still waits for it.
+		g.inFlight.add()
+		go func() {
+			defer g.inFlight.done()
+			c.settle()
+			if g.opts.Observer != nil {
+				g.opts.Observer(c.event)
+			}
+		}()
+		return
+	}
 	if g.opts.Observer != nil && !c.streaming() {
 		g.opts.Observer(c.event)
 	}
@@ -63,6 +81,7 @@ func (c *call) streaming() bool { return c.ctx.Response.IsBodyStream() }
 // returned has not been answered yet.
 func (c *call) run() error {
 	g, ctx := c.g, c.ctx
+	c.ip = ctx.RemoteIP().String()
 	secret := bearer(&ctx.Request.Header)
 	if secret == "" {
 		return errBadKey()
@@ -170,7 +189,7 @@ func (c *call) request(cand *model, capPer int64) sluice.Request {
 	max.Cost = price.Cost(max)
 	return sluice.Request{
 		Identity: sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User,
-			Key: who.KeyID, IP: c.ctx.RemoteIP().String(), Model: cand.Name, Route: c.rt.name, Tier: who.Tier, Tags: c.tags},
+			Key: who.KeyID, IP: c.ip, Model: cand.Name, Route: c.rt.name, Tier: who.Tier, Tags: c.tags},
 		Max:         max,
 		OutputPrice: price.Output,
 		Timeout:     c.g.opts.RequestTimeout,
