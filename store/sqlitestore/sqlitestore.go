@@ -51,6 +51,12 @@ type Options struct {
 	Clock sluice.Clock
 	// Memory configures the in-memory counters.
 	Memory memstore.Options
+	// GroupDelay is how long the journal may hold admissions, waiting for
+	// their settlements, so that a short call is written once (as its
+	// usage) rather than twice (its reservation, then its settlement). A
+	// settlement is never held. Default 2 ms; negative disables. It bounds
+	// what a crash can lose of the admissions, with the commit's own time.
+	GroupDelay time.Duration
 }
 
 // Store is a sluice.Store backed by memory and journaled to SQLite. It is
@@ -66,8 +72,11 @@ type Store struct {
 	done      uint64 // ops committed so far
 	err       error  // sticky journal failure
 	closing   bool
-	wake      chan struct{}
-	stopped   chan struct{}
+	// settling is set while a settlement waits in pending.
+	settling   bool
+	groupDelay time.Duration
+	wake       chan struct{}
+	stopped    chan struct{}
 }
 
 const schema = `
@@ -115,7 +124,11 @@ func Open(opts Options) (*Store, error) {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	s := &Store{mem: memstore.New(opts.Memory), db: db, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	s := &Store{mem: memstore.New(opts.Memory), db: db, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+		groupDelay: opts.GroupDelay}
+	if s.groupDelay == 0 {
+		s.groupDelay = 2 * time.Millisecond
+	}
 	s.committed = sync.NewCond(&s.mu)
 	clock := opts.Clock
 	now := time.Now()
@@ -283,6 +296,9 @@ func (s *Store) failed() error {
 func (s *Store) enqueue(o op) uint64 {
 	s.mu.Lock()
 	s.pending = append(s.pending, o)
+	if o.kind == opSettle {
+		s.settling = true
+	}
 	s.queued++
 	seq := s.queued
 	s.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 )
 
 // writer is the journal's one goroutine: it takes everything queued, writes
@@ -19,6 +20,8 @@ func (s *Store) writer() {
 	defer w.close()
 	g := newGroup()
 	var ops []op
+	hold := time.NewTimer(time.Hour)
+	hold.Stop()
 	for {
 		s.mu.Lock()
 		for len(s.pending) == 0 && !s.closing {
@@ -30,7 +33,23 @@ func (s *Store) writer() {
 			s.mu.Unlock()
 			return
 		}
+		// Admissions alone may wait a moment for their settlements, so that
+		// a short call is written once; a settlement is written at once.
+		if s.groupDelay > 0 && !s.settling && !s.closing {
+			hold.Reset(s.groupDelay)
+			for waiting := true; waiting && !s.settling && !s.closing; {
+				s.mu.Unlock()
+				select {
+				case <-s.wake:
+				case <-hold.C:
+					waiting = false
+				}
+				s.mu.Lock()
+			}
+			hold.Stop()
+		}
 		ops, s.pending = s.pending, ops[:0]
+		s.settling = false
 		upto := s.queued
 		s.mu.Unlock()
 
@@ -62,6 +81,7 @@ func (s *Store) fail(err error) {
 type journalWriter struct {
 	conn                     *sql.Conn
 	insert, remove, addUsage *sql.Stmt
+	begin, commitTx          *sql.Stmt
 }
 
 func newJournalWriter(ctx context.Context, db *sql.DB) (*journalWriter, error) {
@@ -77,6 +97,8 @@ func newJournalWriter(ctx context.Context, db *sql.DB) (*journalWriter, error) {
 		{&w.insert, `INSERT INTO reservations (id, deadline, charges) VALUES (?, ?, ?)`},
 		{&w.remove, `DELETE FROM reservations WHERE id = ?`},
 		{&w.addUsage, upsertUsage},
+		{&w.begin, "BEGIN IMMEDIATE"},
+		{&w.commitTx, "COMMIT"},
 	} {
 		if *p.dst, err = conn.PrepareContext(ctx, p.query); err != nil {
 			w.close()
@@ -87,7 +109,7 @@ func newJournalWriter(ctx context.Context, db *sql.DB) (*journalWriter, error) {
 }
 
 func (w *journalWriter) close() {
-	for _, st := range []*sql.Stmt{w.insert, w.remove, w.addUsage} {
+	for _, st := range []*sql.Stmt{w.insert, w.remove, w.addUsage, w.begin, w.commitTx} {
 		if st != nil {
 			st.Close()
 		}
@@ -96,7 +118,7 @@ func (w *journalWriter) close() {
 }
 
 func (w *journalWriter) commit(ctx context.Context, g *group) (err error) {
-	if _, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := w.begin.ExecContext(ctx); err != nil {
 		return err
 	}
 	defer func() {
@@ -120,6 +142,6 @@ func (w *journalWriter) commit(ctx context.Context, g *group) (err error) {
 			return fmt.Errorf("add usage: %w", err)
 		}
 	}
-	_, err = w.conn.ExecContext(ctx, "COMMIT")
+	_, err = w.commitTx.ExecContext(ctx)
 	return err
 }
