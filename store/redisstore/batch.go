@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -108,6 +109,9 @@ func (s *Store) do(ctx context.Context, deadline time.Time, slot int, o *op) err
 // run sends the lane's pending operations until there are none.
 func (s *Store) run(l *lane) {
 	for {
+		// Let the callers that are about to send join this batch: larger
+		// batches cost Redis less per operation.
+		runtime.Gosched()
 		l.mu.Lock()
 		n := min(len(l.pending), maxBatch)
 		if n == 0 {

@@ -70,7 +70,9 @@ local function budget_state(key)
 end
 
 -- lease_state counts the live leases of a key, dropping expired ones, and
--- knows the earliest expiry.
+-- knows the earliest expiry (0 for none; nil once the earliest lease was
+-- freed, until asked again). Leases admitted in this batch are in adds until
+-- the batch ends; max is the latest expiry added.
 local function lease_state(key)
   local s = leases[key]
   if not s then
@@ -79,11 +81,16 @@ local function lease_state(key)
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now_s)
       first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     end
-    s = {held = redis.call('ZCARD', key), earliest = tonumber(first[2] or '0'), max = 0}
+    s = {held = redis.call('ZCARD', key), earliest = tonumber(first[2] or '0'), max = 0, adds = {}}
     leases[key] = s
   elseif not s.earliest then
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    s.earliest = tonumber(first[2] or '0')
+    local earliest = tonumber(first[2] or '0')
+    for j = 1, #s.adds, 2 do
+      local d = tonumber(s.adds[j])
+      if earliest == 0 or d < earliest then earliest = d end
+    end
+    s.earliest = earliest
   end
   return s
 end
@@ -196,8 +203,10 @@ for o = 1, tonumber(ARGV[2]) do
           local s = budgets[key]
           s.r, s.pe, s.dirty = s.r + amount, math.max(s.pe, p1), true
         else
-          redis.call('ZADD', key, deadline_s, member)
+          -- New leases are added once per batch (a lease is never settled
+          -- in the batch that admits it: its caller waits for the admission).
           local s = leases[key]
+          s.adds[#s.adds + 1], s.adds[#s.adds + 2] = deadline_s, member
           s.held, s.max = s.held + 1, math.max(s.max, deadline)
           if s.earliest == 0 or deadline < s.earliest then s.earliest = deadline end
         end
@@ -224,6 +233,7 @@ for key, s in pairs(budgets) do
   end
 end
 for key, s in pairs(leases) do
+  if #s.adds > 0 then redis.call('ZADD', key, unpack(s.adds)) end
   if s.max > 0 then extend(key, ms(s.max - now)) end
 end
 for key, ttl in pairs(dues) do extend(key, ttl) end
