@@ -76,7 +76,9 @@ func openStore(cfg *config.Config) (sluice.Store, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, err
 		}
-		return sqlitestore.Open(sqlitestore.Options{Path: path})
+		// The gateway settles after the answer is sent, so settlements may
+		// wait a couple of milliseconds to share a journal commit.
+		return sqlitestore.Open(sqlitestore.Options{Path: path, HoldSettlements: true})
 	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"),
 		strings.HasPrefix(url, "redis-cluster://"), strings.HasPrefix(url, "rediss-cluster://"):
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -57,6 +57,11 @@ type Options struct {
 	// settlement is never held. Default 2 ms; negative disables. It bounds
 	// what a crash can lose of the admissions, with the commit's own time.
 	GroupDelay time.Duration
+	// HoldSettlements lets settlements wait GroupDelay too, so that one
+	// transaction carries many calls at low concurrency. Settle still
+	// returns only after its commit, GroupDelay later at most: set it when
+	// the caller settles off the request's path (the gateway does).
+	HoldSettlements bool
 }
 
 // Store is a sluice.Store backed by memory and journaled to SQLite. It is
@@ -73,10 +78,11 @@ type Store struct {
 	err       error  // sticky journal failure
 	closing   bool
 	// settling is set while a settlement waits in pending.
-	settling   bool
-	groupDelay time.Duration
-	wake       chan struct{}
-	stopped    chan struct{}
+	settling        bool
+	groupDelay      time.Duration
+	holdSettlements bool
+	wake            chan struct{}
+	stopped         chan struct{}
 }
 
 const schema = `
@@ -125,7 +131,7 @@ func Open(opts Options) (*Store, error) {
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
 	s := &Store{mem: memstore.New(opts.Memory), db: db, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
-		groupDelay: opts.GroupDelay}
+		groupDelay: opts.GroupDelay, holdSettlements: opts.HoldSettlements}
 	if s.groupDelay == 0 {
 		s.groupDelay = 2 * time.Millisecond
 	}
@@ -267,6 +273,9 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 		last = s.enqueue(op{kind: opSettle, batch: e.Batch, actual: e.Actual})
 	}
 	if len(expired) > 0 {
+		s.flushNow()
+	}
+	if len(expired) > 0 {
 		if err := s.wait(ctx, last); err != nil {
 			return res, err
 		}
@@ -296,7 +305,7 @@ func (s *Store) failed() error {
 func (s *Store) enqueue(o op) uint64 {
 	s.mu.Lock()
 	s.pending = append(s.pending, o)
-	if o.kind == opSettle {
+	if o.kind == opSettle && !s.holdSettlements {
 		s.settling = true
 	}
 	s.queued++
@@ -307,6 +316,17 @@ func (s *Store) enqueue(o op) uint64 {
 	default:
 	}
 	return seq
+}
+
+// flushNow ends any hold: what is pending is written at once.
+func (s *Store) flushNow() {
+	s.mu.Lock()
+	s.settling = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 // wait blocks until op seq is committed or the journal fails. It does not

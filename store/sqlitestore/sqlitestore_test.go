@@ -18,3 +18,13 @@ func TestConformance(t *testing.T) {
 		return s
 	})
 }
+
+func TestConformance_HoldSettlements(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) sluice.Store {
+		s, err := sqlitestore.Open(sqlitestore.Options{Path: filepath.Join(t.TempDir(), "store.db"), HoldSettlements: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
