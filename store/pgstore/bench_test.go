@@ -169,6 +169,23 @@ func parallel(b *testing.B, admin *pgxpool.Pool, app string, op func(caller int)
 // on distinct rows, in autocommit (one round trip, like each of our calls)
 // and as an explicit BEGIN/UPDATE/COMMIT transaction (three). Store and peer
 // use pools of the same size on the same server in the same run.
+//
+//	SLUICE_TEST_POSTGRES_URL=postgres://... go test -run '^$' -bench AdmitSettle -benchtime 3s ./store/pgstore
+//
+// Three runs on a 2-core machine shared with other work (PostgreSQL 15 on
+// the same machine, fsync on), ops/s:
+//
+//	pgstore, 3 rules, distinct subjects  1055  2121  1199
+//	pgstore, 3 rules, one hot subject     432   941   578
+//	pgstore, 1 rule, distinct subjects   4078  4795  4173
+//	peer, UPDATE                         6479 11604  7590
+//	peer, BEGIN/UPDATE/COMMIT            6402  6190  4726
+//
+// Three rules cost two calls and seven row writes (three counters and a
+// reservation at admission; the reservation and two counters at settlement,
+// the request counter being unchanged), against one row write for the peer:
+// 0.16 to 0.18 of its throughput. One rule is one call and one write: 0.41 to
+// 0.63.
 func BenchmarkAdmitSettle(b *testing.B) {
 	schema := testSchema(b)
 	admin := adminPool(b)
