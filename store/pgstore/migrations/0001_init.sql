@@ -4,9 +4,10 @@
 -- Keys: rule is the sluice.CounterKey.Rule fingerprint reinterpreted as a
 -- signed bigint; subject is compared byte by byte (COLLATE "C").
 --
--- Lock order: every transaction acquires the counter rows it writes in one
--- global order, (rule, subject, period), and waits for nothing else while it
--- holds them, so none can deadlock another:
+-- Lock order: every transaction acquires the rows it writes in one global
+-- order, by counter key (rule, subject, period), a counter's lease rows at
+-- their counter's place, and waits for nothing out of that order, so none can
+-- deadlock another:
 --
 --   - Admit and Settle get each row with a statement of its own, in key
 --     order: an UPDATE (or, for a missing row, an INSERT ... ON CONFLICT DO
