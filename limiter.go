@@ -71,10 +71,11 @@ type Limiter struct {
 	onOverrun      func(Overrun)
 
 	policy  atomic.Pointer[compiledPolicy]
-	nextID  atomic.Uint64
+	ids     idSource
 	waiters waitQueues
 
-	admitted, refused, overruns, failedOpen atomic.Int64
+	admitted                      stripedCounter
+	refused, overruns, failedOpen atomic.Int64
 }
 
 // New returns a Limiter over opts.Store with the policy in opts.
@@ -109,7 +110,7 @@ func New(opts Options) (*Limiter, error) {
 	}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
-	l.nextID.Store(binary.LittleEndian.Uint64(seed[:]) &^ (1 << 63))
+	l.ids.next.Store(binary.LittleEndian.Uint64(seed[:]) &^ (1 << 63))
 	rules := append(opts.Simple.Rules(), opts.Rules...)
 	if err := l.SetPolicy(Policy{Rules: rules, Overrides: opts.Overrides, Tiers: opts.Tiers}); err != nil {
 		return nil, err
@@ -133,7 +134,7 @@ func (l *Limiter) Policy() Policy { return l.policy.Load().source }
 
 // Stats returns the Limiter's counts.
 func (l *Limiter) Stats() Stats {
-	return Stats{Admitted: l.admitted.Load(), Refused: l.refused.Load(), Overruns: l.overruns.Load(), FailedOpen: l.failedOpen.Load()}
+	return Stats{Admitted: l.admitted.sum(), Refused: l.refused.Load(), Overruns: l.overruns.Load(), FailedOpen: l.failedOpen.Load()}
 }
 
 // Admit checks every applicable rule of req and charges all of them in one
@@ -153,7 +154,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	}
 	r := &Reservation{limiter: l}
 	r.batch.Charges = r.inline[:0]
-	r.batch.ID = l.nextID.Add(1)
+	r.batch.ID = l.ids.take()
 	now := l.clock.Now()
 	p := l.policy.Load()
 	if err := l.build(p, &req, now, r); err != nil {
@@ -181,7 +182,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	r.batch.Deadline = now.Add(l.timeout(req) + l.expirySlack)
 	if len(r.batch.Charges) == 0 {
 		r.state.Store(stateOpen)
-		l.admitted.Add(1)
+		l.admitted.add(r.batch.ID)
 		return nil
 	}
 	ok, err := l.store.Admit(ctx, now, &r.batch)
@@ -194,7 +195,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		r.batch.Charges = r.batch.Charges[:0]
 		r.result = Result{FailedOpen: true}
 		r.state.Store(stateOpen)
-		l.admitted.Add(1)
+		l.admitted.add(r.batch.ID)
 		l.failedOpen.Add(1)
 		return nil
 	}
@@ -204,7 +205,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	l.finish(r, now)
 	r.admittedAt = now
 	r.state.Store(stateOpen)
-	l.admitted.Add(1)
+	l.admitted.add(r.batch.ID)
 	return nil
 }
 

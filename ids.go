@@ -1,0 +1,54 @@
+package sluice
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// idSource hands out reservation ids without making every admission write
+// one shared counter: each P takes blocks of ids from the counter and
+// serves them from a sync.Pool, which is per P. Ids stay unique; they are
+// not in admission order.
+type idSource struct {
+	next atomic.Uint64
+	pool sync.Pool
+}
+
+type idBlock struct{ next, end uint64 }
+
+const idBlockSize = 1024
+
+func (s *idSource) take() uint64 {
+	b, _ := s.pool.Get().(*idBlock)
+	if b == nil || b.next == b.end {
+		if b == nil {
+			b = new(idBlock)
+		}
+		b.end = s.next.Add(idBlockSize)
+		b.next = b.end - idBlockSize
+	}
+	id := b.next
+	b.next++
+	s.pool.Put(b)
+	return id
+}
+
+// stripedCounter is a counter written by every admission, spread over
+// cache lines so that two cores counting at once do not contend.
+type stripedCounter struct {
+	stripes [8]struct {
+		n atomic.Int64
+		_ [56]byte
+	}
+}
+
+// add counts one, in the stripe picked by hint.
+func (c *stripedCounter) add(hint uint64) { c.stripes[hint/idBlockSize%8].n.Add(1) }
+
+func (c *stripedCounter) sum() int64 {
+	var n int64
+	for i := range c.stripes {
+		n += c.stripes[i].n.Load()
+	}
+	return n
+}
