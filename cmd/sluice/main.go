@@ -15,6 +15,9 @@ commands:
   keys list        list API keys [--workspace W]
   keys revoke ID   revoke an API key
   check            validate a config and print the effective limits and warnings
+  migrate          apply the catalog's and the store's schema migrations
+  usage            usage from the ledger of a running server (--admin-url)
+  limits           show|set|unset limits of a running server (--admin-url)
   mock             run the mock provider alone: --listen ADDR
   version          print the version
 
@@ -40,6 +43,8 @@ func run(args []string) int {
 		err = adminCommand(args[0], args[1:])
 	case "check":
 		err = check(args[1:])
+	case "migrate":
+		err = migrate(args[1:])
 	case "mock":
 		err = mock(args[1:])
 	case "version":

@@ -135,3 +135,30 @@ func TestServe_FirstCallOnAFreshDataDirectory(t *testing.T) {
 		t.Fatalf("keys list: %v\n%s", err, out)
 	}
 }
+
+func TestMigrate_PostgresStoreAndSQLiteCatalog(t *testing.T) {
+	url := os.Getenv("SLUICE_TEST_POSTGRES_URL")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("SLUICE_TEST_POSTGRES_URL is not set (CI=true)")
+		}
+		t.Skip("SLUICE_TEST_POSTGRES_URL is not set")
+	}
+	bin := buildSluice(t)
+	data := t.TempDir()
+	cmd := exec.Command(bin, "migrate", "--store", url)
+	cmd.Env = append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_CONFIG=", "SLUICE_DATABASE=")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "migrated") {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(data, "catalog.db")); err != nil {
+		t.Fatalf("the catalog was not created: %v", err)
+	}
+	// A second run finds nothing to do and succeeds.
+	cmd = exec.Command(bin, "migrate", "--store", url)
+	cmd.Env = append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_CONFIG=", "SLUICE_DATABASE=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("second migrate: %v\n%s", err, out)
+	}
+}
