@@ -1,7 +1,7 @@
 // Package catalog holds the gateway's records: API keys, per-subject limit
 // overrides, the usage ledger and the audit log. It is one implementation
-// over database/sql; a small dialect seam (placeholders and migrations)
-// separates SQLite, implemented here, from PostgreSQL.
+// over database/sql; a small dialect seam (placeholders, migrations and their
+// lock) separates SQLite (OpenSQLite) from PostgreSQL (OpenPostgres).
 //
 // Every change made through the catalog (a key created, revoked or rotated,
 // an override set or deleted) writes its audit entry in the same transaction
@@ -24,7 +24,9 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // the pure-Go SQLite driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib" // PostgreSQL through database/sql
+	_ "modernc.org/sqlite"           // the pure-Go SQLite driver
 )
 
 // Defaults for the zero values of Options.
@@ -140,11 +142,50 @@ func OpenSQLite(path string, opts Options) (*Catalog, error) {
 	return c, nil
 }
 
+// OpenPostgres opens the catalog in the PostgreSQL database at url (a
+// postgres:// or postgresql:// URL, or a key=value connection string) and
+// applies any migration it has not yet seen. The tables live in the
+// connection's current schema (the first of its search_path; a search_path
+// parameter of the URL sets it). Migrations run under a transaction-scoped
+// advisory lock, so replicas starting together migrate once; a schema newer
+// than this binary is refused. ctx bounds connecting and migrating only.
+func OpenPostgres(ctx context.Context, url string, opts Options) (*Catalog, error) {
+	if url == "" {
+		return nil, fmt.Errorf("catalog: open postgres: %w: url is required", ErrInvalid)
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		// The error may quote the URL, password and all; say only that it
+		// failed to parse.
+		return nil, fmt.Errorf("catalog: open postgres: %w: cannot parse the connection URL", ErrInvalid)
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(4)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	db.SetConnMaxLifetime(time.Hour)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("catalog: open postgres %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database, err)
+	}
+	c, err := openContext(ctx, db, postgresDialect, opts)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("catalog: open postgres %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database, err)
+	}
+	return c, nil
+}
+
 // open migrates db and starts the ledger's flusher. It is shared by every
 // dialect.
 func open(db *sql.DB, d *dialect, opts Options) (*Catalog, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	return openContext(ctx, db, d, opts)
+}
+
+// openContext is open with ctx bounding the migrations.
+func openContext(ctx context.Context, db *sql.DB, d *dialect, opts Options) (*Catalog, error) {
 	if err := migrate(ctx, db, d); err != nil {
 		return nil, err
 	}

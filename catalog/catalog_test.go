@@ -3,7 +3,7 @@ package catalog
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -32,98 +32,83 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// openTest opens a catalog in a temporary directory with a fake clock and
-// no background flusher; it is closed when the test ends.
-func openTest(t testing.TB) (*Catalog, *fakeClock, string) {
-	t.Helper()
-	clock := newFakeClock()
-	path := filepath.Join(t.TempDir(), "catalog.db")
-	c, err := OpenSQLite(path, Options{Now: clock.Now, FlushInterval: -1})
-	if err != nil {
-		t.Fatalf("OpenSQLite: %v", err)
-	}
-	t.Cleanup(func() {
+func TestOpen_MigrationsIdempotentOnReopen(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		ctx := context.Background()
+		c, err := be.open(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
+			t.Fatal(err)
+		}
+		for range 2 {
+			c, err = be.open(Options{})
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			keys, err := c.ListKeys(ctx, "")
+			if err != nil || len(keys) != 1 || keys[0].ID != k.ID {
+				t.Fatalf("keys after reopen = %v, %v; want the one key %s", keys, err, k.ID)
+			}
+			var versions int
+			if err := c.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations`).Scan(&versions); err != nil {
+				t.Fatal(err)
+			}
+			ms, _ := be.d.migrations()
+			if versions != len(ms) {
+				t.Fatalf("schema_migrations has %d rows, want %d", versions, len(ms))
+			}
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
-	return c, clock, path
 }
 
-func TestOpenSQLite_MigrationsIdempotentOnReopen(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "catalog.db")
-	c, err := OpenSQLite(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		c, err = OpenSQLite(path, Options{})
+func TestOpen_RefusesNewerSchema(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, err := be.open(Options{})
 		if err != nil {
-			t.Fatalf("reopen: %v", err)
-		}
-		keys, err := c.ListKeys(ctx, "")
-		if err != nil || len(keys) != 1 || keys[0].ID != k.ID {
-			t.Fatalf("keys after reopen = %v, %v; want the one key %s", keys, err, k.ID)
-		}
-		var versions int
-		if err := c.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations`).Scan(&versions); err != nil {
 			t.Fatal(err)
 		}
-		ms, _ := sqliteDialect.migrations()
-		if versions != len(ms) {
-			t.Fatalf("schema_migrations has %d rows, want %d", versions, len(ms))
-		}
-		if err := c.Close(); err != nil {
+		if _, err := c.db.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, 'future.sql', 0)`); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-func TestOpenSQLite_RefusesNewerSchema(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "catalog.db")
-	c, err := OpenSQLite(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.db.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, 'future.sql', 0)`); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	if c, err := OpenSQLite(path, Options{}); err == nil || !strings.Contains(err.Error(), "newer") {
-		if c != nil {
-			c.Close()
-		}
-		t.Fatalf("OpenSQLite on a newer schema: err = %v, want a refusal", err)
-	}
-}
-
-func TestOpenSQLite_ConcurrentOpensMigrateOnce(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "catalog.db")
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for i := range errs {
-		wg.Go(func() {
-			c, err := OpenSQLite(path, Options{})
-			if err == nil {
-				err = c.Close()
+		c.Close()
+		if c, err := be.open(Options{}); err == nil || !strings.Contains(err.Error(), "newer") {
+			if c != nil {
+				c.Close()
 			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("open %d: %v", i, err)
+			t.Fatalf("open on a newer schema: err = %v, want a refusal", err)
 		}
-	}
+	})
+}
+
+func TestOpen_ConcurrentOpensMigrateOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			wg.Go(func() {
+				c, err := be.open(Options{})
+				if err == nil {
+					err = c.Close()
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("open %d: %v", i, err)
+			}
+		}
+	})
 }
 
 func TestOpenSQLite_EmptyPath(t *testing.T) {
@@ -161,3 +146,24 @@ func TestMigrations_WellFormed(t *testing.T) {
 
 var _ queryer = (*sql.DB)(nil)
 var _ queryer = (*sql.Tx)(nil)
+
+func TestOpenPostgres_Errors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := OpenPostgres(ctx, "", Options{}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("OpenPostgres(\"\") = %v, want ErrInvalid", err)
+	}
+	for _, u := range []string{
+		"postgres://u:s3cret@[::1/x",                                          // unparsable
+		"postgres://u:s3cret@127.0.0.1:1/x?connect_timeout=5&sslmode=disable", // nothing listens
+	} {
+		c, err := OpenPostgres(ctx, u, Options{})
+		if err == nil {
+			c.Close()
+			t.Fatalf("OpenPostgres(%q) succeeded", u)
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("OpenPostgres(%q): error shows the password: %v", u, err)
+		}
+	}
+}

@@ -24,14 +24,23 @@ type dialect struct {
 	name string
 	// rebind turns ? placeholders into the dialect's; nil keeps them.
 	rebind func(query string) string
+	// migrationLock, when set, is run first in every migration transaction:
+	// it serialises processes migrating the same database at once. SQLite
+	// needs none (its transactions take the write lock at BEGIN).
+	migrationLock string
 }
 
 var sqliteDialect = &dialect{name: "sqlite"}
 
-// postgresDialect is ready for an OpenPostgres over pgx's database/sql
-// driver; it needs migrations/postgres and, for replicas that start
-// together, an advisory lock around migrate.
-var postgresDialect = &dialect{name: "postgres", rebind: dollarPlaceholders}
+// postgresDialect serves OpenPostgres over pgx's database/sql driver. Its
+// migration transactions take a transaction-scoped advisory lock, keyed by
+// the schema the catalog lives in, so replicas starting together migrate
+// once.
+var postgresDialect = &dialect{
+	name:          "postgres",
+	rebind:        dollarPlaceholders,
+	migrationLock: `SELECT pg_advisory_xact_lock(1397506889, hashtext(current_schema()))`,
+}
 
 // q returns query in the dialect's placeholder syntax.
 func (d *dialect) q(query string) string {
@@ -117,11 +126,7 @@ func migrate(ctx context.Context, db *sql.DB, d *dialect) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-	version    INTEGER NOT NULL PRIMARY KEY,
-	name       TEXT    NOT NULL,
-	applied_at BIGINT  NOT NULL
-)`); err != nil {
+	if err := createMigrationsTable(ctx, db, d); err != nil {
 		return fmt.Errorf("migrate: create schema_migrations: %w", err)
 	}
 	latest := 0
@@ -136,8 +141,52 @@ func migrate(ctx context.Context, db *sql.DB, d *dialect) error {
 	return nil
 }
 
-func applyMigration(ctx context.Context, db *sql.DB, d *dialect, m migration, latest int) (err error) {
+// createMigrationsTable creates schema_migrations unless it exists, under
+// the dialect's migration lock (PostgreSQL's CREATE TABLE IF NOT EXISTS is
+// not safe against a concurrent create). SQLite needs no lock and runs the
+// statement on its own, as it always has.
+func createMigrationsTable(ctx context.Context, db *sql.DB, d *dialect) (err error) {
+	const create = `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER NOT NULL PRIMARY KEY,
+	name       TEXT    NOT NULL,
+	applied_at BIGINT  NOT NULL
+)`
+	if d.migrationLock == "" {
+		_, err := db.ExecContext(ctx, create)
+		return err
+	}
+	tx, err := beginMigration(ctx, db, d)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, create); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// beginMigration starts a transaction holding the dialect's migration lock.
+func beginMigration(ctx context.Context, db *sql.DB, d *dialect) (*sql.Tx, error) {
 	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if d.migrationLock != "" {
+		if _, err := tx.ExecContext(ctx, d.migrationLock); err != nil {
+			tx.Rollback()
+			return nil, fmt.Errorf("take migration lock: %w", err)
+		}
+	}
+	return tx, nil
+}
+
+func applyMigration(ctx context.Context, db *sql.DB, d *dialect, m migration, latest int) (err error) {
+	tx, err := beginMigration(ctx, db, d)
 	if err != nil {
 		return err
 	}
@@ -151,7 +200,7 @@ func applyMigration(ctx context.Context, db *sql.DB, d *dialect, m migration, la
 		return fmt.Errorf("read schema version: %w", err)
 	}
 	if int(applied.Int64) > latest {
-		return fmt.Errorf("database schema version %d is newer than this binary knows (%d)", applied.Int64, latest)
+		return fmt.Errorf("database schema version %d is newer than this binary knows (%d): run a newer sluice against this database", applied.Int64, latest)
 	}
 	var done int
 	if err := tx.QueryRowContext(ctx, d.q(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), m.version).Scan(&done); err != nil {

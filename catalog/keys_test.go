@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,259 +13,275 @@ import (
 )
 
 func TestCatalog_CreateAndAuthenticate(t *testing.T) {
-	c, clock, _ := openTest(t)
-	ctx := context.Background()
-	secret, k, err := c.CreateKey(ctx, Key{Workspace: "acme", User: "ada", Team: "ml", Tier: "new", Name: "laptop",
-		AllowedModels: []string{"gpt-x"}}, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(secret, "sk-sluice-"+k.ID+"-") || len(secret) != secretLen {
-		t.Fatalf("secret %q is not sk-sluice-<id>-<random> for id %q", secret, k.ID)
-	}
-	if k.Org != "default" || !k.CreatedAt.Equal(clock.Now()) || !k.RevokedAt.IsZero() {
-		t.Fatalf("created key = %+v", k)
-	}
-	got, err := c.Authenticate(ctx, secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.ID != k.ID || got.Workspace != "acme" || got.User != "ada" || got.Team != "ml" || got.Tier != "new" ||
-		got.Name != "laptop" || !slices.Equal(got.AllowedModels, []string{"gpt-x"}) || !got.CreatedAt.Equal(k.CreatedAt) {
-		t.Fatalf("Authenticate = %+v, want %+v", got, k)
-	}
-	if !got.AllowsModel("gpt-x") || got.AllowsModel("gpt-y") || !(Key{}).AllowsModel("any") {
-		t.Fatal("AllowsModel disagrees with AllowedModels")
-	}
-	// The returned slice is the caller's own: changing it leaves the cache alone.
-	got.AllowedModels[0] = "changed"
-	again, err := c.Authenticate(ctx, secret)
-	if err != nil || again.AllowedModels[0] != "gpt-x" {
-		t.Fatalf("second Authenticate = %+v, %v", again, err)
-	}
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		secret, k, err := c.CreateKey(ctx, Key{Workspace: "acme", User: "ada", Team: "ml", Tier: "new", Name: "laptop",
+			AllowedModels: []string{"gpt-x"}}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(secret, "sk-sluice-"+k.ID+"-") || len(secret) != secretLen {
+			t.Fatalf("secret %q is not sk-sluice-<id>-<random> for id %q", secret, k.ID)
+		}
+		if k.Org != "default" || !k.CreatedAt.Equal(clock.Now()) || !k.RevokedAt.IsZero() {
+			t.Fatalf("created key = %+v", k)
+		}
+		got, err := c.Authenticate(ctx, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != k.ID || got.Workspace != "acme" || got.User != "ada" || got.Team != "ml" || got.Tier != "new" ||
+			got.Name != "laptop" || !slices.Equal(got.AllowedModels, []string{"gpt-x"}) || !got.CreatedAt.Equal(k.CreatedAt) {
+			t.Fatalf("Authenticate = %+v, want %+v", got, k)
+		}
+		if !got.AllowsModel("gpt-x") || got.AllowsModel("gpt-y") || !(Key{}).AllowsModel("any") {
+			t.Fatal("AllowsModel disagrees with AllowedModels")
+		}
+		// The returned slice is the caller's own: changing it leaves the cache alone.
+		got.AllowedModels[0] = "changed"
+		again, err := c.Authenticate(ctx, secret)
+		if err != nil || again.AllowedModels[0] != "gpt-x" {
+			t.Fatalf("second Authenticate = %+v, %v", again, err)
+		}
+	})
 }
 
 func TestCatalog_CreateKeyValidates(t *testing.T) {
-	c, clock, _ := openTest(t)
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name  string
-		key   Key
-		actor string
-	}{
-		{"no workspace", Key{User: "u"}, "admin"},
-		{"no user", Key{Workspace: "w"}, "admin"},
-		{"no actor", Key{Workspace: "w", User: "u"}, ""},
-		{"expired at birth", Key{Workspace: "w", User: "u", ExpiresAt: clock.Now()}, "admin"},
-	} {
-		if _, _, err := c.CreateKey(ctx, tc.key, tc.actor); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: err = %v, want ErrInvalid", tc.name, err)
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		for _, tc := range []struct {
+			name  string
+			key   Key
+			actor string
+		}{
+			{"no workspace", Key{User: "u"}, "admin"},
+			{"no user", Key{Workspace: "w"}, "admin"},
+			{"no actor", Key{Workspace: "w", User: "u"}, ""},
+			{"expired at birth", Key{Workspace: "w", User: "u", ExpiresAt: clock.Now()}, "admin"},
+		} {
+			if _, _, err := c.CreateKey(ctx, tc.key, tc.actor); !errors.Is(err, ErrInvalid) {
+				t.Errorf("%s: err = %v, want ErrInvalid", tc.name, err)
+			}
 		}
-	}
+	})
 }
 
 func TestCatalog_AuthenticateRefuses(t *testing.T) {
-	c, _, _ := openTest(t)
-	ctx := context.Background()
-	secret, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Warm the cache, so forgeries are checked against it as well.
-	if _, err := c.Authenticate(ctx, secret); err != nil {
-		t.Fatal(err)
-	}
-	randomPart := secret[len(secret)-secretRandLen:]
-	forged := secret[:len(secret)-secretRandLen] + strings.Repeat("A", secretRandLen)
-	flipped := []byte(secret)
-	flipped[len(flipped)-1] ^= 1
-	for _, s := range []string{
-		"",
-		"sk-sluice-",
-		forged,
-		string(flipped),
-		"sk-sluice-" + strings.Repeat("a", keyIDLen) + "-" + randomPart, // well-formed, no such ID
-		secret + "x",
-		secret[:len(secret)-1],
-		strings.ToUpper(secret[:10]) + secret[10:],
-		"sk-sluice-" + strings.ToUpper(k.ID) + "-" + randomPart,
-		strings.Replace(secret, "-"+randomPart, "_"+randomPart, 1),
-		secret[:len(secret)-1] + "-",
-	} {
-		if _, err := c.Authenticate(ctx, s); !errors.Is(err, ErrUnknownKey) {
-			t.Errorf("Authenticate(%q): err = %v, want ErrUnknownKey", s, err)
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		ctx := context.Background()
+		secret, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		// Warm the cache, so forgeries are checked against it as well.
+		if _, err := c.Authenticate(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		randomPart := secret[len(secret)-secretRandLen:]
+		forged := secret[:len(secret)-secretRandLen] + strings.Repeat("A", secretRandLen)
+		flipped := []byte(secret)
+		flipped[len(flipped)-1] ^= 1
+		for _, s := range []string{
+			"",
+			"sk-sluice-",
+			forged,
+			string(flipped),
+			"sk-sluice-" + strings.Repeat("a", keyIDLen) + "-" + randomPart, // well-formed, no such ID
+			secret + "x",
+			secret[:len(secret)-1],
+			strings.ToUpper(secret[:10]) + secret[10:],
+			"sk-sluice-" + strings.ToUpper(k.ID) + "-" + randomPart,
+			strings.Replace(secret, "-"+randomPart, "_"+randomPart, 1),
+			secret[:len(secret)-1] + "-",
+		} {
+			if _, err := c.Authenticate(ctx, s); !errors.Is(err, ErrUnknownKey) {
+				t.Errorf("Authenticate(%q): err = %v, want ErrUnknownKey", s, err)
+			}
+		}
+	})
 }
 
 func TestCatalog_RevokeKey(t *testing.T) {
-	c, clock, _ := openTest(t)
-	ctx := context.Background()
-	secret, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Authenticate(ctx, secret); err != nil { // cached now
-		t.Fatal(err)
-	}
-	clock.Advance(time.Second)
-	if err := c.RevokeKey(ctx, k.ID, "admin"); err != nil {
-		t.Fatal(err)
-	}
-	// The cache is dropped at once, within the TTL.
-	if _, err := c.Authenticate(ctx, secret); !errors.Is(err, ErrRevokedKey) {
-		t.Fatalf("Authenticate after revoke: err = %v, want ErrRevokedKey", err)
-	}
-	keys, err := c.ListKeys(ctx, "w")
-	if err != nil || len(keys) != 1 || !keys[0].RevokedAt.Equal(clock.Now()) {
-		t.Fatalf("ListKeys = %+v, %v; want the key revoked at %v", keys, err, clock.Now())
-	}
-	// Revoking again changes nothing and writes no audit entry.
-	clock.Advance(time.Second)
-	if err := c.RevokeKey(ctx, k.ID, "admin"); err != nil {
-		t.Fatal(err)
-	}
-	if keys, _ := c.ListKeys(ctx, "w"); !keys[0].RevokedAt.Equal(clock.Now().Add(-time.Second)) {
-		t.Fatalf("second revoke moved RevokedAt to %v", keys[0].RevokedAt)
-	}
-	if entries, _ := c.ListAudit(ctx, AuditQuery{Action: ActionKeyRevoke}); len(entries) != 1 {
-		t.Fatalf("revoke audit entries = %d, want 1", len(entries))
-	}
-	if err := c.RevokeKey(ctx, "nosuchkey234", "admin"); !errors.Is(err, ErrUnknownKey) {
-		t.Fatalf("RevokeKey(unknown): err = %v, want ErrUnknownKey", err)
-	}
-	if _, err := c.RotateKey(ctx, k.ID, "admin"); !errors.Is(err, ErrRevokedKey) {
-		t.Fatalf("RotateKey(revoked): err = %v, want ErrRevokedKey", err)
-	}
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		secret, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Authenticate(ctx, secret); err != nil { // cached now
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+		if err := c.RevokeKey(ctx, k.ID, "admin"); err != nil {
+			t.Fatal(err)
+		}
+		// The cache is dropped at once, within the TTL.
+		if _, err := c.Authenticate(ctx, secret); !errors.Is(err, ErrRevokedKey) {
+			t.Fatalf("Authenticate after revoke: err = %v, want ErrRevokedKey", err)
+		}
+		keys, err := c.ListKeys(ctx, "w")
+		if err != nil || len(keys) != 1 || !keys[0].RevokedAt.Equal(clock.Now()) {
+			t.Fatalf("ListKeys = %+v, %v; want the key revoked at %v", keys, err, clock.Now())
+		}
+		// Revoking again changes nothing and writes no audit entry.
+		clock.Advance(time.Second)
+		if err := c.RevokeKey(ctx, k.ID, "admin"); err != nil {
+			t.Fatal(err)
+		}
+		if keys, _ := c.ListKeys(ctx, "w"); !keys[0].RevokedAt.Equal(clock.Now().Add(-time.Second)) {
+			t.Fatalf("second revoke moved RevokedAt to %v", keys[0].RevokedAt)
+		}
+		if entries, _ := c.ListAudit(ctx, AuditQuery{Action: ActionKeyRevoke}); len(entries) != 1 {
+			t.Fatalf("revoke audit entries = %d, want 1", len(entries))
+		}
+		if err := c.RevokeKey(ctx, "nosuchkey234", "admin"); !errors.Is(err, ErrUnknownKey) {
+			t.Fatalf("RevokeKey(unknown): err = %v, want ErrUnknownKey", err)
+		}
+		if _, err := c.RotateKey(ctx, k.ID, "admin"); !errors.Is(err, ErrRevokedKey) {
+			t.Fatalf("RotateKey(revoked): err = %v, want ErrRevokedKey", err)
+		}
+	})
 }
 
 func TestCatalog_RotateKey(t *testing.T) {
-	c, _, _ := openTest(t)
-	ctx := context.Background()
-	old, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u", Tier: "gold"}, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Authenticate(ctx, old); err != nil { // cached now
-		t.Fatal(err)
-	}
-	secret, err := c.RotateKey(ctx, k.ID, "ops")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if secret == old {
-		t.Fatal("RotateKey returned the old secret")
-	}
-	if _, err := c.Authenticate(ctx, old); !errors.Is(err, ErrUnknownKey) {
-		t.Fatalf("old secret after rotation: err = %v, want ErrUnknownKey", err)
-	}
-	got, err := c.Authenticate(ctx, secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.ID != k.ID || got.Tier != "gold" || got.User != "u" {
-		t.Fatalf("rotated key = %+v, want the identity of %+v", got, k)
-	}
-	if _, err := c.RotateKey(ctx, "nosuchkey234", "ops"); !errors.Is(err, ErrUnknownKey) {
-		t.Fatalf("RotateKey(unknown): err = %v, want ErrUnknownKey", err)
-	}
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		ctx := context.Background()
+		old, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u", Tier: "gold"}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Authenticate(ctx, old); err != nil { // cached now
+			t.Fatal(err)
+		}
+		secret, err := c.RotateKey(ctx, k.ID, "ops")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if secret == old {
+			t.Fatal("RotateKey returned the old secret")
+		}
+		if _, err := c.Authenticate(ctx, old); !errors.Is(err, ErrUnknownKey) {
+			t.Fatalf("old secret after rotation: err = %v, want ErrUnknownKey", err)
+		}
+		got, err := c.Authenticate(ctx, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != k.ID || got.Tier != "gold" || got.User != "u" {
+			t.Fatalf("rotated key = %+v, want the identity of %+v", got, k)
+		}
+		if _, err := c.RotateKey(ctx, "nosuchkey234", "ops"); !errors.Is(err, ErrUnknownKey) {
+			t.Fatalf("RotateKey(unknown): err = %v, want ErrUnknownKey", err)
+		}
+	})
 }
 
 func TestCatalog_ExpiredKey(t *testing.T) {
-	c, clock, _ := openTest(t)
-	ctx := context.Background()
-	secret, _, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u", ExpiresAt: clock.Now().Add(time.Minute)}, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Authenticate(ctx, secret); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(time.Minute) // expiry is exclusive; the cached entry has expired too
-	if _, err := c.Authenticate(ctx, secret); !errors.Is(err, ErrExpiredKey) {
-		t.Fatalf("Authenticate at expiry: err = %v, want ErrExpiredKey", err)
-	}
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		secret, _, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u", ExpiresAt: clock.Now().Add(time.Minute)}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Authenticate(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Minute) // expiry is exclusive; the cached entry has expired too
+		if _, err := c.Authenticate(ctx, secret); !errors.Is(err, ErrExpiredKey) {
+			t.Fatalf("Authenticate at expiry: err = %v, want ErrExpiredKey", err)
+		}
+	})
 }
 
 func TestCatalog_ExpiredKeyRefusedFromCache(t *testing.T) {
-	clock := newFakeClock()
-	c, err := OpenSQLite(filepath.Join(t.TempDir(), "c.db"), Options{Now: clock.Now, CacheTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx := context.Background()
-	secret, _, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u", ExpiresAt: clock.Now().Add(time.Second)}, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Authenticate(ctx, secret); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(time.Second)
-	if _, err := c.Authenticate(ctx, secret); !errors.Is(err, ErrExpiredKey) {
-		t.Fatalf("cached key past expiry: err = %v, want ErrExpiredKey", err)
-	}
+	eachBackend(t, func(t *testing.T, be *backend) {
+		clock := newFakeClock()
+		c, err := be.open(Options{Now: clock.Now, CacheTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		secret, _, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u", ExpiresAt: clock.Now().Add(time.Second)}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Authenticate(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+		if _, err := c.Authenticate(ctx, secret); !errors.Is(err, ErrExpiredKey) {
+			t.Fatalf("cached key past expiry: err = %v, want ErrExpiredKey", err)
+		}
+	})
 }
 
 // A second Catalog on the same file stands for another process: what it
 // changes, this one sees only when its cache entry expires.
 func TestCatalog_CacheTTL(t *testing.T) {
-	clock := newFakeClock()
-	path := filepath.Join(t.TempDir(), "c.db")
-	gateway, err := OpenSQLite(path, Options{Now: clock.Now, CacheTTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gateway.Close()
-	cli, err := OpenSQLite(path, Options{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx := context.Background()
-	secret, k, err := cli.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gateway.Authenticate(ctx, secret); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.RevokeKey(ctx, k.ID, "admin"); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(4999 * time.Millisecond)
-	if _, err := gateway.Authenticate(ctx, secret); err != nil {
-		t.Fatalf("within the TTL the cached answer stands: err = %v", err)
-	}
-	clock.Advance(time.Millisecond)
-	if _, err := gateway.Authenticate(ctx, secret); !errors.Is(err, ErrRevokedKey) {
-		t.Fatalf("after the TTL: err = %v, want ErrRevokedKey", err)
-	}
+	eachBackend(t, func(t *testing.T, be *backend) {
+		clock := newFakeClock()
+		gateway, err := be.open(Options{Now: clock.Now, CacheTTL: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gateway.Close()
+		cli, err := be.open(Options{Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		ctx := context.Background()
+		secret, k, err := cli.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gateway.Authenticate(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.RevokeKey(ctx, k.ID, "admin"); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(4999 * time.Millisecond)
+		if _, err := gateway.Authenticate(ctx, secret); err != nil {
+			t.Fatalf("within the TTL the cached answer stands: err = %v", err)
+		}
+		clock.Advance(time.Millisecond)
+		if _, err := gateway.Authenticate(ctx, secret); !errors.Is(err, ErrRevokedKey) {
+			t.Fatalf("after the TTL: err = %v, want ErrRevokedKey", err)
+		}
+	})
 }
 
 func TestCatalog_CacheDisabled(t *testing.T) {
-	clock := newFakeClock()
-	path := filepath.Join(t.TempDir(), "c.db")
-	gateway, err := OpenSQLite(path, Options{Now: clock.Now, CacheTTL: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gateway.Close()
-	cli, err := OpenSQLite(path, Options{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx := context.Background()
-	secret, k, _ := cli.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
-	if _, err := gateway.Authenticate(ctx, secret); err != nil {
-		t.Fatal(err)
-	}
-	cli.RevokeKey(ctx, k.ID, "admin")
-	if _, err := gateway.Authenticate(ctx, secret); !errors.Is(err, ErrRevokedKey) {
-		t.Fatalf("uncached: err = %v, want ErrRevokedKey at once", err)
-	}
+	eachBackend(t, func(t *testing.T, be *backend) {
+		clock := newFakeClock()
+		gateway, err := be.open(Options{Now: clock.Now, CacheTTL: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gateway.Close()
+		cli, err := be.open(Options{Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		ctx := context.Background()
+		secret, k, _ := cli.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
+		if _, err := gateway.Authenticate(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		cli.RevokeKey(ctx, k.ID, "admin")
+		if _, err := gateway.Authenticate(ctx, secret); !errors.Is(err, ErrRevokedKey) {
+			t.Fatalf("uncached: err = %v, want ErrRevokedKey at once", err)
+		}
+	})
 }
 
 func TestKeyCache_BoundedAndGenerations(t *testing.T) {
@@ -288,56 +303,56 @@ func TestKeyCache_BoundedAndGenerations(t *testing.T) {
 }
 
 func TestCatalog_SecretNeverStored(t *testing.T) {
-	c, _, path := openTest(t)
-	ctx := context.Background()
-	secret, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rotated, err := c.RotateKey(ctx, k.ID, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.RevokeKey(ctx, k.ID, "admin"); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := c.ListAudit(ctx, AuditQuery{})
-	if err != nil || len(entries) != 3 {
-		t.Fatalf("audit = %d entries, %v; want create, rotate, revoke", len(entries), err)
-	}
-	dump, err := json.Marshal(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{secret, rotated} {
-		if bytes.Contains(dump, []byte(s[len(s)-secretRandLen:])) {
-			t.Errorf("audit entries hold a secret: %s", dump)
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		ctx := context.Background()
+		secret, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// Read every file of the database (main, WAL, shared memory) before and
-	// after a checkpoint.
-	check := func() {
-		files, _ := filepath.Glob(path + "*")
-		if len(files) == 0 {
-			t.Fatal("no database files found")
+		rotated, err := c.RotateKey(ctx, k.ID, "admin")
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
+		if err := c.RevokeKey(ctx, k.ID, "admin"); err != nil {
+			t.Fatal(err)
+		}
+		entries, err := c.ListAudit(ctx, AuditQuery{})
+		if err != nil || len(entries) != 3 {
+			t.Fatalf("audit = %d entries, %v; want create, rotate, revoke", len(entries), err)
+		}
+		dump, err := json.Marshal(entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{secret, rotated} {
+			if bytes.Contains(dump, []byte(s[len(s)-secretRandLen:])) {
+				t.Errorf("audit entries hold a secret: %s", dump)
 			}
-			for _, s := range []string{secret, rotated} {
-				if bytes.Contains(b, []byte(s[len(s)-secretRandLen:])) {
-					t.Errorf("%s contains a secret", filepath.Base(f))
+		}
+		// Read all the database holds (on SQLite every file: main, WAL,
+		// shared memory, before and after a checkpoint).
+		check := func() {
+			stored := be.stored(t, c)
+			if len(stored) == 0 {
+				t.Fatal("no database contents found")
+			}
+			for name, b := range stored {
+				for _, s := range []string{secret, rotated} {
+					if bytes.Contains(b, []byte(s[len(s)-secretRandLen:])) {
+						t.Errorf("%s contains a secret", name)
+					}
 				}
 			}
 		}
-	}
-	check()
-	if _, err := c.db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
-		t.Fatal(err)
-	}
-	check()
+		check()
+		if be.path != "" {
+			if _, err := c.db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check()
+	})
 }
 
 func TestParseSecret(t *testing.T) {

@@ -17,119 +17,125 @@ func rpmRule(name string) Rule {
 }
 
 func TestCatalog_RulesCreateUpdateDeleteAudited(t *testing.T) {
-	c, clock, _ := openTest(t)
-	ctx := context.Background()
-	created, err := c.CreateRule(ctx, rpmRule("chat_rpm"), "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if created.Org != "default" || !created.CreatedAt.Equal(clock.Now()) {
-		t.Fatalf("created = %+v", created)
-	}
-	if _, err := c.CreateRule(ctx, rpmRule("chat_rpm"), "alice"); !errors.Is(err, ErrRuleExists) {
-		t.Fatalf("second create: %v, want ErrRuleExists", err)
-	}
-	clock.Advance(time.Minute)
-	upd := rpmRule("")
-	upd.Window = Duration(time.Hour)
-	got, err := c.UpdateRule(ctx, "chat_rpm", upd, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Name != "chat_rpm" || time.Duration(got.Window) != time.Hour || !got.CreatedAt.Equal(created.CreatedAt) || !got.UpdatedAt.Equal(clock.Now()) {
-		t.Fatalf("updated = %+v", got)
-	}
-	if _, err := c.UpdateRule(ctx, "chat_rpm", rpmRule("other"), "bob"); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("rename: %v, want ErrInvalid", err)
-	}
-	if _, err := c.SetRuleEnabled(ctx, "chat_rpm", false, "carol"); err != nil {
-		t.Fatal(err)
-	}
-	stored, err := c.GetRule(ctx, "chat_rpm")
-	if err != nil || stored.Enabled || !stored.Sluice().Disabled {
-		t.Fatalf("after disable: %+v, %v", stored, err)
-	}
-	if err := c.DeleteRule(ctx, "chat_rpm", "dave"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.GetRule(ctx, "chat_rpm"); !errors.Is(err, ErrUnknownRule) {
-		t.Fatalf("get after delete: %v", err)
-	}
-	if err := c.DeleteRule(ctx, "chat_rpm", "dave"); !errors.Is(err, ErrUnknownRule) {
-		t.Fatalf("second delete: %v", err)
-	}
-	entries, err := c.ListAudit(ctx, AuditQuery{Target: "rule/chat_rpm"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var actions []string
-	for _, e := range entries {
-		actions = append(actions, e.Actor+":"+e.Action)
-	}
-	want := "dave:rule.delete carol:rule.update bob:rule.update alice:rule.create"
-	if strings.Join(actions, " ") != want {
-		t.Fatalf("audit = %s, want %s", strings.Join(actions, " "), want)
-	}
-	var before struct{ Window string }
-	if err := json.Unmarshal(entries[2].Before.(json.RawMessage), &before); err != nil || before.Window != "1m0s" {
-		t.Fatalf("update's before = %s, %v", entries[2].Before, err)
-	}
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		created, err := c.CreateRule(ctx, rpmRule("chat_rpm"), "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if created.Org != "default" || !created.CreatedAt.Equal(clock.Now()) {
+			t.Fatalf("created = %+v", created)
+		}
+		if _, err := c.CreateRule(ctx, rpmRule("chat_rpm"), "alice"); !errors.Is(err, ErrRuleExists) {
+			t.Fatalf("second create: %v, want ErrRuleExists", err)
+		}
+		clock.Advance(time.Minute)
+		upd := rpmRule("")
+		upd.Window = Duration(time.Hour)
+		got, err := c.UpdateRule(ctx, "chat_rpm", upd, "bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Name != "chat_rpm" || time.Duration(got.Window) != time.Hour || !got.CreatedAt.Equal(created.CreatedAt) || !got.UpdatedAt.Equal(clock.Now()) {
+			t.Fatalf("updated = %+v", got)
+		}
+		if _, err := c.UpdateRule(ctx, "chat_rpm", rpmRule("other"), "bob"); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("rename: %v, want ErrInvalid", err)
+		}
+		if _, err := c.SetRuleEnabled(ctx, "chat_rpm", false, "carol"); err != nil {
+			t.Fatal(err)
+		}
+		stored, err := c.GetRule(ctx, "chat_rpm")
+		if err != nil || stored.Enabled || !stored.Sluice().Disabled {
+			t.Fatalf("after disable: %+v, %v", stored, err)
+		}
+		if err := c.DeleteRule(ctx, "chat_rpm", "dave"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.GetRule(ctx, "chat_rpm"); !errors.Is(err, ErrUnknownRule) {
+			t.Fatalf("get after delete: %v", err)
+		}
+		if err := c.DeleteRule(ctx, "chat_rpm", "dave"); !errors.Is(err, ErrUnknownRule) {
+			t.Fatalf("second delete: %v", err)
+		}
+		entries, err := c.ListAudit(ctx, AuditQuery{Target: "rule/chat_rpm"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var actions []string
+		for _, e := range entries {
+			actions = append(actions, e.Actor+":"+e.Action)
+		}
+		want := "dave:rule.delete carol:rule.update bob:rule.update alice:rule.create"
+		if strings.Join(actions, " ") != want {
+			t.Fatalf("audit = %s, want %s", strings.Join(actions, " "), want)
+		}
+		var before struct{ Window string }
+		if err := json.Unmarshal(entries[2].Before.(json.RawMessage), &before); err != nil || before.Window != "1m0s" {
+			t.Fatalf("update's before = %s, %v", entries[2].Before, err)
+		}
+	})
 }
 
 func TestCatalog_RuleValidation(t *testing.T) {
-	c, _, _ := openTest(t)
-	ctx := context.Background()
-	for name, r := range map[string]Rule{
-		"negative limit":  {Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: -1, Window: Duration(time.Minute)},
-		"no window":       {Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: 1},
-		"bad kind":        {Name: "a", Kind: "bucket", Subject: "user", Limit: 1},
-		"bad subject":     {Name: "a", Kind: sluice.KindBudget, Subject: "planet", Limit: 1, Period: sluice.PeriodDay},
-		"no name":         {Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay},
-		"slash in name":   {Name: "a/b", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay},
-		"bad time zone":   {Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay, TimeZone: "Mars/Olympus"},
-		"soft over limit": {Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, SoftLimit: 2, Period: sluice.PeriodDay},
-	} {
-		if _, err := c.CreateRule(ctx, r, "alice"); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v, want ErrInvalid", name, err)
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		ctx := context.Background()
+		for name, r := range map[string]Rule{
+			"negative limit":  {Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: -1, Window: Duration(time.Minute)},
+			"no window":       {Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: 1},
+			"bad kind":        {Name: "a", Kind: "bucket", Subject: "user", Limit: 1},
+			"bad subject":     {Name: "a", Kind: sluice.KindBudget, Subject: "planet", Limit: 1, Period: sluice.PeriodDay},
+			"no name":         {Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay},
+			"slash in name":   {Name: "a/b", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay},
+			"bad time zone":   {Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay, TimeZone: "Mars/Olympus"},
+			"soft over limit": {Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, SoftLimit: 2, Period: sluice.PeriodDay},
+		} {
+			if _, err := c.CreateRule(ctx, r, "alice"); !errors.Is(err, ErrInvalid) {
+				t.Errorf("%s: %v, want ErrInvalid", name, err)
+			}
 		}
-	}
-	rules, _ := c.ListRules(ctx, "")
-	entries, _ := c.ListAudit(ctx, AuditQuery{})
-	if len(rules) != 0 || len(entries) != 0 {
-		t.Fatalf("invalid rules left %d rules and %d audit entries", len(rules), len(entries))
-	}
+		rules, _ := c.ListRules(ctx, "")
+		entries, _ := c.ListAudit(ctx, AuditQuery{})
+		if len(rules) != 0 || len(entries) != 0 {
+			t.Fatalf("invalid rules left %d rules and %d audit entries", len(rules), len(entries))
+		}
+	})
 }
 
 func TestCatalog_RulesAtMost200PerOrg(t *testing.T) {
-	c, _, _ := openTest(t)
-	ctx := context.Background()
-	for i := range MaxRulesPerOrg {
-		r := rpmRule(fmt.Sprintf("r%03d", i))
-		r.Org = "acme"
-		if _, err := c.CreateRule(ctx, r, "alice"); err != nil {
-			t.Fatal(err)
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		ctx := context.Background()
+		for i := range MaxRulesPerOrg {
+			r := rpmRule(fmt.Sprintf("r%03d", i))
+			r.Org = "acme"
+			if _, err := c.CreateRule(ctx, r, "alice"); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	r := rpmRule("r200")
-	r.Org = "acme"
-	_, err := c.CreateRule(ctx, r, "alice")
-	if !errors.Is(err, ErrTooManyRules) || !strings.Contains(err.Error(), "200") {
-		t.Fatalf("201st rule: %v, want ErrTooManyRules naming 200", err)
-	}
-	r.Org = "beta"
-	if _, err := c.CreateRule(ctx, r, "alice"); err != nil {
-		t.Fatalf("another org's first rule: %v", err)
-	}
-	// Moving a rule into the full org is refused too.
-	r.Org = "acme"
-	if _, err := c.UpdateRule(ctx, "r200", r, "alice"); !errors.Is(err, ErrTooManyRules) {
-		t.Fatalf("move into full org: %v", err)
-	}
-	acme, _ := c.ListRules(ctx, "acme")
-	beta, _ := c.ListRules(ctx, "beta")
-	if len(acme) != MaxRulesPerOrg || len(beta) != 1 {
-		t.Fatalf("acme %d, beta %d rules", len(acme), len(beta))
-	}
+		r := rpmRule("r200")
+		r.Org = "acme"
+		_, err := c.CreateRule(ctx, r, "alice")
+		if !errors.Is(err, ErrTooManyRules) || !strings.Contains(err.Error(), "200") {
+			t.Fatalf("201st rule: %v, want ErrTooManyRules naming 200", err)
+		}
+		r.Org = "beta"
+		if _, err := c.CreateRule(ctx, r, "alice"); err != nil {
+			t.Fatalf("another org's first rule: %v", err)
+		}
+		// Moving a rule into the full org is refused too.
+		r.Org = "acme"
+		if _, err := c.UpdateRule(ctx, "r200", r, "alice"); !errors.Is(err, ErrTooManyRules) {
+			t.Fatalf("move into full org: %v", err)
+		}
+		acme, _ := c.ListRules(ctx, "acme")
+		beta, _ := c.ListRules(ctx, "beta")
+		if len(acme) != MaxRulesPerOrg || len(beta) != 1 {
+			t.Fatalf("acme %d, beta %d rules", len(acme), len(beta))
+		}
+	})
 }
 
 func TestDuration_JSON(t *testing.T) {

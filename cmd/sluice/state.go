@@ -95,14 +95,19 @@ func openStore(cfg *config.Config) (sluice.Store, error) {
 // openCatalog opens the keys, ledger and audit database named by cfg.
 func openCatalog(cfg *config.Config) (*catalog.Catalog, error) {
 	url := cfg.DatabaseURL()
-	if !strings.HasPrefix(url, "sqlite://") {
-		return nil, fmt.Errorf("database %s: this build supports sqlite:// (PostgreSQL is not built yet)", redact(url))
+	switch {
+	case strings.HasPrefix(url, "sqlite://"):
+		path := sqlitePath(url, filepath.Join(cfg.DataDir, "catalog.db"))
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		return catalog.OpenSQLite(path, catalog.Options{})
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return catalog.OpenPostgres(ctx, url, catalog.Options{})
 	}
-	path := sqlitePath(url, filepath.Join(cfg.DataDir, "catalog.db"))
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
-	}
-	return catalog.OpenSQLite(path, catalog.Options{})
+	return nil, fmt.Errorf("database %s: want sqlite://, postgres:// or postgresql://", redact(url))
 }
 
 // redact hides a URL's password.
