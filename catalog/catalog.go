@@ -20,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,22 +126,36 @@ func OpenSQLite(path string, opts Options) (*Catalog, error) {
 	// BEGIN IMMEDIATE: a transaction that reads then writes cannot fail to
 	// upgrade its lock half way; it waits (busy_timeout) at BEGIN instead.
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
-	if err != nil {
-		return nil, fmt.Errorf("catalog: open sqlite %s: %w", path, err)
-	}
-	// Readers run beside the one writer in WAL mode; a few connections are
-	// plenty for the catalog's traffic.
-	db.SetMaxOpenConns(4)
-	db.SetMaxIdleConns(4)
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
-	c, err := open(db, sqliteDialect, opts)
-	if err != nil {
+	// Several processes opening a fresh file at once (the gateway and the
+	// CLI) can meet SQLITE_BUSY while one of them switches it to WAL, a
+	// step busy_timeout does not cover: try again for a few seconds.
+	for attempt := 1; ; attempt++ {
+		db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+		if err != nil {
+			return nil, fmt.Errorf("catalog: open sqlite %s: %w", path, err)
+		}
+		// Readers run beside the one writer in WAL mode; a few connections
+		// are plenty for the catalog's traffic.
+		db.SetMaxOpenConns(4)
+		db.SetMaxIdleConns(4)
+		db.SetConnMaxLifetime(0)
+		db.SetConnMaxIdleTime(0)
+		c, err := open(db, sqliteDialect, opts)
+		if err == nil {
+			return c, nil
+		}
 		db.Close()
-		return nil, fmt.Errorf("catalog: open sqlite %s: %w", path, err)
+		if attempt >= 100 || !isBusy(err) {
+			return nil, fmt.Errorf("catalog: open sqlite %s: %w", path, err)
+		}
+		time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond)
 	}
-	return c, nil
+}
+
+// isBusy reports whether err is SQLite's "database is locked".
+func isBusy(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
 }
 
 // OpenPostgres opens the catalog in the PostgreSQL database at url (a
