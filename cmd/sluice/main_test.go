@@ -155,10 +155,11 @@ func TestMigrate_PostgresStoreAndSQLiteCatalog(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(data, "catalog.db")); err != nil {
 		t.Fatalf("the catalog was not created: %v", err)
 	}
-	// A second run finds nothing to do and succeeds.
-	cmd = exec.Command(bin, "migrate", "--store", url)
+	// A second run finds nothing to do and succeeds; the catalog in
+	// PostgreSQL too.
+	cmd = exec.Command(bin, "migrate", "--store", url, "--database", url)
 	cmd.Env = append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_CONFIG=", "SLUICE_DATABASE=")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "catalog postgres://") {
 		t.Fatalf("second migrate: %v\n%s", err, out)
 	}
 }
