@@ -76,27 +76,6 @@ func errUpstream(status int, err error) error {
 		message: fmt.Sprintf("The provider could not be reached: %v.", err)}
 }
 
-// limitBody is the limit object of a refusal body.
-type limitBody struct {
-	Rule         string `json:"rule"`
-	Subject      string `json:"subject"`
-	Metric       string `json:"metric"`
-	Limit        int64  `json:"limit"`
-	Used         int64  `json:"used"`
-	Remaining    int64  `json:"remaining"`
-	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
-	ResetAt      string `json:"reset_at,omitempty"`
-}
-
-func limitOf(r *sluice.Refusal) *limitBody {
-	l := &limitBody{Rule: r.Rule, Subject: r.Subject, Metric: string(r.Metric), Limit: r.Limit, Used: r.Used,
-		Remaining: r.Remaining, RetryAfterMS: r.RetryAfter.Milliseconds()}
-	if !r.ResetAt.IsZero() {
-		l.ResetAt = r.ResetAt.UTC().Format(time.RFC3339)
-	}
-	return l
-}
-
 // writeError is the one place that turns an error into a status, headers
 // and a body in the error shape of the route the client called.
 func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
@@ -105,49 +84,34 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		typ, anthType   string
 		code, param     string
 		message         string
-		limit           *limitBody
+		limit           *sluice.RefusalLimit
 		terminal        bool
 		retryAfter      time.Duration
 		rateLimitRefuse *sluice.Refusal
 	)
 	var (
-		rl  *sluice.RateLimitError
-		bz  *sluice.BusyError
-		bu  *sluice.BudgetError
-		tl  *sluice.TooLargeError
-		se  *sluice.StoreError
 		req *llm.RequestError
 		ae  *apiError
 	)
-	switch {
-	case errors.As(err, &rl):
-		status, typ, anthType, code = 429, "rate_limit_error", "rate_limit_error", "rate_limit_exceeded"
-		message = "Rate limit reached: " + rl.Error() + "."
-		limit, retryAfter, rateLimitRefuse = limitOf(&rl.Refusal), rl.RetryAfter, &rl.Refusal
-	case errors.As(err, &bz):
-		status, typ, anthType, code = 429, "rate_limit_error", "rate_limit_error", "concurrency_limit_exceeded"
-		message = "Too many calls in flight: " + bz.Error() + "."
-		limit, retryAfter, rateLimitRefuse = limitOf(&bz.Refusal), bz.RetryAfter, &bz.Refusal
-	case errors.As(err, &bu):
-		status, typ, anthType, code = 429, "budget_exceeded", "rate_limit_error", "budget_exceeded"
-		message = "Budget exhausted: " + bu.Error() + ". Do not retry before the reset."
-		limit, terminal, rateLimitRefuse = limitOf(&bu.Refusal), true, &bu.Refusal
-	case errors.As(err, &tl):
-		status, typ, anthType, code = 413, "invalid_request_error", "request_too_large", "request_too_large"
-		message = "This request can never fit: " + tl.Error() + ". Lower max_tokens or shorten the prompt."
-		limit, terminal = &limitBody{Rule: tl.Rule, Metric: string(tl.Metric), Limit: tl.Limit, Used: tl.Estimate}, true
-	case errors.As(err, &se):
-		status, typ, anthType, code = 503, "server_error", "api_error", "store_unavailable"
-		message, retryAfter = "The limit store is unavailable; the request was not admitted. Retry shortly.", time.Second
-	case errors.As(err, &req):
-		status, typ, anthType, code, param = 400, "invalid_request_error", "invalid_request_error", "invalid_request", req.Param
-		message = req.Message
-	case errors.As(err, &ae):
-		status, typ, anthType, code, param, message = ae.status, ae.typ, ae.anthType, ae.code, ae.param, ae.message
-		terminal, retryAfter = ae.terminal, ae.retryHint
-	default:
-		status, typ, anthType, code = 500, "server_error", "api_error", "internal_error"
-		message = "Internal error."
+	// The library's refusals: status, code, wording and limit object are
+	// the library's (sluice.HTTPRefusalOf), the error types the API's.
+	if hr, ok := sluice.HTTPRefusalOf(err); ok {
+		status, code, message, limit = hr.Status, hr.Code, hr.Message, hr.Limit
+		terminal, retryAfter = hr.Terminal, hr.RetryAfter
+		typ, anthType = errorTypes(code)
+		rateLimitRefuse = refusalIn(err)
+	} else {
+		switch {
+		case errors.As(err, &req):
+			status, typ, anthType, code, param = 400, "invalid_request_error", "invalid_request_error", "invalid_request", req.Param
+			message = req.Message
+		case errors.As(err, &ae):
+			status, typ, anthType, code, param, message = ae.status, ae.typ, ae.anthType, ae.code, ae.param, ae.message
+			terminal, retryAfter = ae.terminal, ae.retryHint
+		default:
+			status, typ, anthType, code = 500, "server_error", "api_error", "internal_error"
+			message = "Internal error."
+		}
 	}
 	h := &ctx.Response.Header
 	if rateLimitRefuse != nil {
@@ -174,6 +138,36 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(body)
+}
+
+// errorTypes returns the OpenAI and Anthropic error types of a refusal
+// code.
+func errorTypes(code string) (openaiType, anthropicType string) {
+	switch code {
+	case "rate_limit_exceeded", "concurrency_limit_exceeded":
+		return "rate_limit_error", "rate_limit_error"
+	case "budget_exceeded":
+		return "budget_exceeded", "rate_limit_error"
+	case "request_too_large":
+		return "invalid_request_error", "request_too_large"
+	}
+	return "server_error", "api_error"
+}
+
+// refusalIn returns the deciding rule of a rate, busy or budget refusal.
+func refusalIn(err error) *sluice.Refusal {
+	var rl *sluice.RateLimitError
+	var bz *sluice.BusyError
+	var bu *sluice.BudgetError
+	switch {
+	case errors.As(err, &rl):
+		return &rl.Refusal
+	case errors.As(err, &bz):
+		return &bz.Refusal
+	case errors.As(err, &bu):
+		return &bu.Refusal
+	}
+	return nil
 }
 
 // outcomeOf names a refusal for metrics: its outcome and its class.
