@@ -47,10 +47,10 @@ type Warning struct {
 // once. It is safe for concurrent use.
 type Reservation struct {
 	limiter *Limiter
-	batch  Batch
-	inline [3]Charge
-	result Result
-	state  atomic.Uint32
+	batch   Batch
+	inline  [3]Charge
+	result  Result
+	state   atomic.Uint32
 	// admittedAt is the admission's clock reading, which a settlement
 	// without an overrun can use instead of reading the clock again.
 	admittedAt time.Time
