@@ -244,17 +244,17 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 			reported = true
 		}
 		fasthttp.ReleaseResponse(resp)
-		c.finish(cand, res, u, reported)
-		if c.g.opts.Observer != nil {
-			c.event.Status = 200
-			c.g.opts.Observer(c.event)
-		}
-		// Last, so that a client that saw its stream end finds it settled
-		// and reported.
+		// End the client's stream first: settling may wait for a journal
+		// commit, and the client need not. Drain still waits for it.
 		if upstreamErr != nil {
 			_ = pw.CloseWithError(upstreamErr)
 		} else {
 			_ = pw.Close()
+		}
+		c.finish(cand, res, u, reported)
+		if c.g.opts.Observer != nil {
+			c.event.Status = 200
+			c.g.opts.Observer(c.event)
 		}
 	}()
 }
