@@ -193,7 +193,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		// Every rule in play says on_store_error: open: admit, charge
 		// nothing, and say so.
 		r.batch.Charges = r.batch.Charges[:0]
-		r.result = Result{FailedOpen: true}
+		r.failedOpen = true
 		r.state.Store(stateOpen)
 		l.admitted.add(r.batch.ID)
 		l.failedOpen.Add(1)
@@ -202,7 +202,6 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	if !ok {
 		return l.refusal(r)
 	}
-	l.finish(r, now)
 	r.admittedAt = now
 	r.state.Store(stateOpen)
 	l.admitted.add(r.batch.ID)

@@ -49,8 +49,10 @@ type Reservation struct {
 	limiter *Limiter
 	batch   Batch
 	inline  [3]Charge
-	result  Result
 	state   atomic.Uint32
+	// failedOpen marks an admission let through uncharged (see
+	// Result.FailedOpen).
+	failedOpen bool
 	// admittedAt is the admission's clock reading, which a settlement
 	// without an overrun can use instead of reading the clock again.
 	admittedAt time.Time
@@ -62,21 +64,18 @@ func (r *Reservation) ID() uint64 { return r.batch.ID }
 // Deadline returns when the sweep may settle the reservation.
 func (r *Reservation) Deadline() time.Time { return r.batch.Deadline }
 
-// Result returns what the admission found.
-func (r *Reservation) Result() Result { return r.result }
-
-// Charges returns the reservation's charges (read-only).
-func (r *Reservation) Charges() []Charge { return r.batch.Charges }
-
-// finish fills the result of an admitted batch.
-func (l *Limiter) finish(r *Reservation, now time.Time) {
+// Result returns what the admission found. It is worked out from the
+// charges when asked, so that an admission whose result nobody reads does
+// not pay for it.
+func (r *Reservation) Result() Result {
+	res := Result{FailedOpen: r.failedOpen}
 	var least *Charge
 	var leastRoom float64
 	for i := range r.batch.Charges {
 		c := &r.batch.Charges[i]
 		if c.Shadow {
 			if !c.Allowed {
-				r.result.Shadowed = append(r.result.Shadowed, c.rule.Name)
+				res.Shadowed = append(res.Shadowed, c.rule.Name)
 			}
 			continue
 		}
@@ -90,17 +89,21 @@ func (l *Limiter) finish(r *Reservation, now time.Time) {
 		}
 		if c.Kind == KindBudget {
 			if w, ok := warningOf(c); ok {
-				r.result.Warnings = append(r.result.Warnings, w)
+				res.Warnings = append(res.Warnings, w)
 			}
 		}
 	}
 	if least != nil {
-		r.result.Rule = least.rule.Name
-		r.result.Limit = least.Limit
-		r.result.Remaining = least.Remaining
-		r.result.ResetAt = least.ResetAt
+		res.Rule = least.rule.Name
+		res.Limit = least.Limit
+		res.Remaining = least.Remaining
+		res.ResetAt = least.ResetAt
 	}
+	return res
 }
+
+// Charges returns the reservation's charges (read-only).
+func (r *Reservation) Charges() []Charge { return r.batch.Charges }
 
 // warningOf reports the highest warning a budget charge has reached.
 func warningOf(c *Charge) (Warning, bool) {

@@ -149,7 +149,6 @@ func (l *Limiter) wait(ctx context.Context, req *Request, r *Reservation, key Co
 	for {
 		wake := l.waiters.wakeChan()
 		now := l.clock.Now()
-		r.result = Result{}
 		if err := l.build(l.policy.Load(), req, now, r); err != nil {
 			return fail(err)
 		}
