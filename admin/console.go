@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"embed"
@@ -304,9 +303,4 @@ func percent(used, limit int64) int64 {
 		p = 1
 	}
 	return max(0, min(p, 100))
-}
-
-// ctxTimeout bounds the work of one page.
-func ctxTimeout(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), 10*time.Second)
 }

@@ -58,11 +58,6 @@ func (x u128) add(y uint64) u128 {
 	return u128{x.hi + carry, lo}
 }
 
-func (x u128) plus(y u128) u128 {
-	lo, carry := bits.Add64(x.lo, y.lo, 0)
-	return u128{x.hi + y.hi + carry, lo}
-}
-
 func (x u128) less(y u128) bool { return x.hi < y.hi || x.hi == y.hi && x.lo < y.lo }
 
 func (x u128) minus(y u128) u128 {

@@ -80,12 +80,6 @@ func (s *Store) counterKey(c *sluice.Charge) (key, tag string) {
 	return b.String(), tag
 }
 
-// recordKey names the reservation record of a batch's group of keys tagged
-// tag.
-func (s *Store) recordKey(tag, member string) string {
-	return s.prefix + ":{" + tag + "}:res:" + member
-}
-
 // dueKey names the deadline index of the records in slot (on a standalone
 // server there is one index). On a Cluster each slot has its own index, so
 // that a script can list a record in the same slot as the counters it
