@@ -14,6 +14,7 @@ package config
 import (
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -263,6 +264,24 @@ func (c *Config) SluiceTiers() []sluice.Tier {
 		tiers = append(tiers, sluice.Tier{Name: t.Name, Percent: t.Percent})
 	}
 	return tiers
+}
+
+// PromotedTier returns the tier an account of the given tier and age is
+// in once the tiers' promotions are applied: a tier whose promote.after
+// the age has reached moves the account to promote.to, and so on down the
+// chain (each after is the account's age, not time spent in the tier). A
+// tier without a promotion, or an age below its after, stays.
+func (c *Config) PromotedTier(tier string, age time.Duration) string {
+	// Validate refuses cycles; the bound keeps an unvalidated config from
+	// looping.
+	for range len(c.Tiers) {
+		i := slices.IndexFunc(c.Tiers, func(t Tier) bool { return t.Name == tier })
+		if i < 0 || c.Tiers[i].Promote == nil || age < c.Tiers[i].Promote.After {
+			return tier
+		}
+		tier = c.Tiers[i].Promote.To
+	}
+	return tier
 }
 
 // Model returns the model that name or one of its aliases names.

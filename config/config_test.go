@@ -372,3 +372,34 @@ func withSource(rules []sluice.Rule, source string) []sluice.Rule {
 	}
 	return out
 }
+
+func TestPromotedTier(t *testing.T) {
+	c, err := Parse([]byte(`
+tiers:
+  - {name: trial, percent: 10, promote: {after: 24h, to: new}}
+  - {name: new, percent: 50, promote: {after: 168h, to: standard}}
+  - {name: standard, percent: 100}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tier string
+		age  time.Duration
+		want string
+	}{
+		{"trial", 0, "trial"},
+		{"trial", 24*time.Hour - time.Nanosecond, "trial"},
+		{"trial", 24 * time.Hour, "new"},
+		{"trial", 200 * time.Hour, "standard"},
+		{"new", 167 * time.Hour, "new"},
+		{"new", 168 * time.Hour, "standard"},
+		{"standard", 10000 * time.Hour, "standard"},
+		{"", 10000 * time.Hour, ""},
+		{"unknown", 10000 * time.Hour, "unknown"},
+	} {
+		if got := c.PromotedTier(tc.tier, tc.age); got != tc.want {
+			t.Errorf("PromotedTier(%q, %v) = %q, want %q", tc.tier, tc.age, got, tc.want)
+		}
+	}
+}

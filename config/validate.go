@@ -381,4 +381,21 @@ func (v *checker) tiers() {
 			v.add(at+".promote.to", "unknown tier %q", t.Promote.To)
 		}
 	}
+	// A chain of promotions that comes back to a tier it left would move an
+	// account round it forever.
+	for i := range c.Tiers {
+		seen := map[string]bool{c.Tiers[i].Name: true}
+		for t := &c.Tiers[i]; t.Promote != nil; {
+			j, ok := names[t.Promote.To]
+			if !ok {
+				break
+			}
+			if seen[t.Promote.To] {
+				v.add(fmt.Sprintf("tiers[%d].promote", i), "promotions from %q come back to %q: a cycle", c.Tiers[i].Name, t.Promote.To)
+				break
+			}
+			seen[t.Promote.To] = true
+			t = &c.Tiers[j]
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,7 +124,10 @@ type Options struct {
 	// BatchMaxWait is how long a request marked X-Sluice-Priority: batch may
 	// wait for rate and concurrency rules (30 seconds).
 	BatchMaxWait time.Duration
-	Logger       *slog.Logger
+	// TrustedProxies are the peers whose X-Forwarded-For is believed for
+	// the ip subject; empty believes none.
+	TrustedProxies []netip.Prefix
+	Logger         *slog.Logger
 	// Observer, if set, is told about every request; it must not block.
 	Observer func(Event)
 }

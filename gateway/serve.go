@@ -81,7 +81,7 @@ func (c *call) streaming() bool { return c.ctx.Response.IsBodyStream() }
 // returned has not been answered yet.
 func (c *call) run() error {
 	g, ctx := c.g, c.ctx
-	c.ip = ctx.RemoteIP().String()
+	c.ip = clientIP(ctx, g.opts.TrustedProxies)
 	secret := bearer(&ctx.Request.Header)
 	if secret == "" {
 		return errBadKey()

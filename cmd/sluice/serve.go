@@ -80,13 +80,14 @@ func serve(args []string) error {
 	}
 	g, err := gateway.New(gateway.Options{
 		Limiter:         limiter,
-		Keys:            keyStore{cat},
+		Keys:            newKeyStore(cat, cfg),
 		Usage:           ledger{cat},
 		Models:          modelsOf(cfg),
 		Providers:       providers,
 		MaxBodyBytes:    int(cfg.MaxBodyBytes),
 		RequestTimeout:  cfg.RequestTimeout,
 		UpstreamRetries: *cfg.UpstreamRetries,
+		TrustedProxies:  cfg.TrustedPrefixes(),
 		Logger:          log,
 		Observer:        obs.Observe,
 	})
@@ -179,8 +180,23 @@ func modelsOf(cfg *config.Config) []gateway.Model {
 	return out
 }
 
-// keyStore adapts the catalog to the gateway's Authenticator.
-type keyStore struct{ cat *catalog.Catalog }
+// keyStore adapts the catalog to the gateway's Authenticator. It applies
+// the configuration's tier promotions: the account's age is its key's.
+type keyStore struct {
+	cat *catalog.Catalog
+	// config returns the configuration in force (it follows reloads).
+	config func() *config.Config
+	now    func() time.Time
+}
+
+func newKeyStore(cat *catalog.Catalog, started *config.Config) keyStore {
+	return keyStore{cat: cat, now: time.Now, config: func() *config.Config {
+		if c := liveConfig.Load(); c != nil {
+			return c
+		}
+		return started
+	}}
+}
 
 func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Principal, error) {
 	key, err := k.cat.Authenticate(ctx, secret)
@@ -190,8 +206,12 @@ func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Prin
 	case err != nil:
 		return gateway.Principal{}, err
 	}
+	tier := key.Tier
+	if tier != "" && !key.CreatedAt.IsZero() {
+		tier = k.config().PromotedTier(tier, k.now().Sub(key.CreatedAt))
+	}
 	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
-		Tier: key.Tier, AllowedModels: key.AllowedModels}, nil
+		Tier: tier, AllowedModels: key.AllowedModels}, nil
 }
 
 // ledger adapts the catalog to the gateway's UsageRecorder.
