@@ -77,6 +77,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,6 +123,11 @@ type Store struct {
 	pool    *pgxpool.Pool
 	timeout time.Duration
 	pinTime bool
+	queue   queue
+	stats   struct{ calls, ops atomic.Int64 }
+	// testHookExec, if set, is called before each group call with its
+	// number of operations.
+	testHookExec func(ops int)
 }
 
 // openTimeout bounds Open when its context has no deadline: migrating may
