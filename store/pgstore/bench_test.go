@@ -126,6 +126,12 @@ func (m *cpuMeter) report(b *testing.B) {
 // number, and reports operations per second and CPU per op. A short warm-up
 // first opens every connection of the pool named app.
 func parallel(b *testing.B, admin *pgxpool.Pool, app string, op func(caller int) error) {
+	parallelStore(b, admin, app, nil, op)
+}
+
+// parallelStore is parallel, reporting also the operations per group call
+// of s (ops/call), when s is not nil.
+func parallelStore(b *testing.B, admin *pgxpool.Pool, app string, s *pgstore.Store, op func(caller int) error) {
 	var callers atomic.Int64
 	b.SetParallelism(max(1, benchCallers/runtime.GOMAXPROCS(0)))
 	warm := make(chan error, benchCallers)
@@ -148,6 +154,10 @@ func parallel(b *testing.B, admin *pgxpool.Pool, app string, op func(caller int)
 	}
 	callers.Store(0)
 	cpu := startCPU(b, admin, app)
+	var calls0, ops0 int64
+	if s != nil {
+		calls0, ops0 = pgstore.GroupCalls(s)
+	}
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
@@ -161,6 +171,12 @@ func parallel(b *testing.B, admin *pgxpool.Pool, app string, op func(caller int)
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 	cpu.report(b)
+	if s != nil {
+		calls, ops := pgstore.GroupCalls(s)
+		if calls > calls0 {
+			b.ReportMetric(float64(ops-ops0)/float64(calls-calls0), "ops/call")
+		}
+	}
 }
 
 // BenchmarkAdmitSettle measures Limiter.Admit then Settle of the three-rule
@@ -210,15 +226,15 @@ func BenchmarkAdmitSettle(b *testing.B) {
 		return r.Settle(ctx, sluice.Usage{InputTokens: 100, OutputTokens: 37})
 	}
 	b.Run("store=pgstore/rules=3/subjects=distinct", func(b *testing.B) {
-		parallel(b, admin, storeApp, func(caller int) error { return admitSettle(l, fmt.Sprintf("subject-%d", caller)) })
+		parallelStore(b, admin, storeApp, s, func(caller int) error { return admitSettle(l, fmt.Sprintf("subject-%d", caller)) })
 	})
 	b.Run("store=pgstore/rules=3/subjects=hot", func(b *testing.B) {
-		parallel(b, admin, storeApp, func(int) error { return admitSettle(l, "hot") })
+		parallelStore(b, admin, storeApp, s, func(int) error { return admitSettle(l, "hot") })
 	})
 	// One requests-per-minute rule: settling it changes nothing, so
 	// Admit+Settle is one call that writes one row, like the peer.
 	b.Run("store=pgstore/rules=1/subjects=distinct", func(b *testing.B) {
-		parallel(b, admin, storeApp, func(caller int) error { return admitSettle(rpm, fmt.Sprintf("subject-%d", caller)) })
+		parallelStore(b, admin, storeApp, s, func(caller int) error { return admitSettle(rpm, fmt.Sprintf("subject-%d", caller)) })
 	})
 	b.Run("peer=update/rows=distinct", func(b *testing.B) {
 		parallel(b, admin, peerApp, func(caller int) error {

@@ -47,7 +47,14 @@ CREATE FUNCTION sluice_apply(
 	p_amount bigint[], p_actual bigint[], p_shadow boolean[], p_release boolean[],
 	OUT done boolean[], OUT allowed boolean[], OUT remaining bigint[], OUT used bigint[],
 	OUT retry_after bigint[], OUT reset_at bigint[])
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Its joins are between a group's keys (tens) and the counters by primary
+-- key: a nested loop over the index, whatever the table's statistics say (a
+-- hash join would read the whole table for each group), and planned once
+-- per connection: a custom plan per call, which PL/pgSQL would keep making
+-- as the arrays' sizes vary, would cost more CPU than the rest of the call.
+SET enable_hashjoin = off SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
 	nops      int := coalesce(array_length(p_batch, 1), 0);
 	nch       int := coalesce(array_length(p_kind, 1), 0);
