@@ -51,7 +51,7 @@ type args struct {
 	rule, period                     []int64
 	subject                          []string
 	limit, burst, window, periodEnd  []int64
-	amount, actual                   []int64
+	amount                           []int64
 	shadow, release                  []bool
 	allowed                          []bool
 	remaining, used, retry, resetAts []int64
@@ -78,7 +78,7 @@ func (a *args) load(b *sluice.Batch) {
 	a.kind = resize(a.kind, n)
 	a.rule, a.period, a.subject = resize(a.rule, n), resize(a.period, n), resize(a.subject, n)
 	a.limit, a.burst, a.window, a.periodEnd = resize(a.limit, n), resize(a.burst, n), resize(a.window, n), resize(a.periodEnd, n)
-	a.amount, a.actual = resize(a.amount, n), resize(a.actual, n)
+	a.amount = resize(a.amount, n)
 	a.shadow, a.release = resize(a.shadow, n), resize(a.release, n)
 	for j, i := range a.order {
 		c := &b.Charges[i]
@@ -94,7 +94,6 @@ func (a *args) load(b *sluice.Batch) {
 			a.periodEnd[j] = c.PeriodEnd.UnixNano()
 		}
 		a.amount[j] = c.Amount
-		a.actual[j] = c.Actual
 		a.shadow[j] = c.Shadow
 		a.release[j] = c.OnExpiry == sluice.ExpiryRelease
 	}
