@@ -189,19 +189,21 @@ func parallelStore(b *testing.B, admin *pgxpool.Pool, app string, s *pgstore.Sto
 //	SLUICE_TEST_POSTGRES_URL=postgres://... go test -run '^$' -bench AdmitSettle -benchtime 3s ./store/pgstore
 //
 // Three runs on a 2-core machine shared with other work (PostgreSQL 15 on
-// the same machine, fsync on), ops/s:
+// the same machine, fsync on, load average 3.4 to 5.8), with group commit
+// (16 operations per call), ops/s:
 //
-//	pgstore, 3 rules, distinct subjects  1055  2121  1199
-//	pgstore, 3 rules, one hot subject     432   941   578
-//	pgstore, 1 rule, distinct subjects   4078  4795  4173
-//	peer, UPDATE                         6479 11604  7590
-//	peer, BEGIN/UPDATE/COMMIT            6402  6190  4726
+//	pgstore, 3 rules, distinct subjects  3559  2989  2324
+//	pgstore, 3 rules, one hot subject    3014  3156  1707
+//	pgstore, 1 rule, distinct subjects  11783 13395  5466
+//	peer, UPDATE                         4339  6198  6787
+//	peer, BEGIN/UPDATE/COMMIT            2473  4260  4497
 //
-// Three rules cost two calls and seven row writes (three counters and a
-// reservation at admission; the reservation and two counters at settlement,
-// the request counter being unchanged), against one row write for the peer:
-// 0.16 to 0.18 of its throughput. One rule is one call and one write: 0.41 to
-// 0.63.
+// Three rules: 0.34x to 0.82x the UPDATE (median 0.48x), one hot subject
+// 0.25x to 0.69x (median 0.51x); the store spent 170 to 240 µs of server CPU
+// and 62 to 81 µs of client CPU per request, the UPDATE 137 to 161 and 69 to
+// 94. Without group commit, in the same session, three rules took two calls
+// and seven row writes per request (600 to 1200 µs of server CPU), 0.14x to
+// 0.32x, a hot subject 0.09x to 0.11x.
 func BenchmarkAdmitSettle(b *testing.B) {
 	schema := testSchema(b)
 	admin := adminPool(b)
