@@ -39,20 +39,19 @@ const idleGrace = 10 * time.Minute
 const (
 	admitSQL = `SELECT admitted, allowed, remaining, used, retry_after, reset_at
 FROM sluice_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
-	settleSQL  = `SELECT sluice_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 	sweepSQL   = `SELECT reservations, charged, released FROM sluice_sweep($1, $2)`
 	cleanupSQL = `SELECT leases, counters FROM sluice_cleanup($1, $2, $3, $4)`
 )
 
-// args holds one call's charges as the arrays the SQL functions take, in
-// key order, and the results sluice_admit returns.
+// args holds one Peek's charges as the arrays sluice_admit takes, in key
+// order, and the results it returns.
 type args struct {
 	order                            []int // order[j] is the index in the batch of the j-th charge sent
 	kind                             []int16
 	rule, period                     []int64
 	subject                          []string
 	limit, burst, window, periodEnd  []int64
-	amount, actual                   []int64
+	amount                           []int64
 	shadow, release                  []bool
 	allowed                          []bool
 	remaining, used, retry, resetAts []int64
@@ -60,16 +59,14 @@ type args struct {
 
 var argsPool = sync.Pool{New: func() any { return new(args) }}
 
-// load fills a with the charges of b for which keep is true, sorted by
+// load fills a with the charges of b, sorted by
 // (rule, subject, period): the one order in which every transaction locks
 // counter rows, so that none can deadlock another. The SQL side sorts the
 // same way (signed rule, bytewise subject).
-func (a *args) load(b *sluice.Batch, keep func(c *sluice.Charge) bool) {
+func (a *args) load(b *sluice.Batch) {
 	a.order = a.order[:0]
 	for i := range b.Charges {
-		if keep == nil || keep(&b.Charges[i]) {
-			a.order = append(a.order, i)
-		}
+		a.order = append(a.order, i)
 	}
 	// Insertion sort: batches hold a handful of charges.
 	for j := 1; j < len(a.order); j++ {
@@ -81,7 +78,7 @@ func (a *args) load(b *sluice.Batch, keep func(c *sluice.Charge) bool) {
 	a.kind = resize(a.kind, n)
 	a.rule, a.period, a.subject = resize(a.rule, n), resize(a.period, n), resize(a.subject, n)
 	a.limit, a.burst, a.window, a.periodEnd = resize(a.limit, n), resize(a.burst, n), resize(a.window, n), resize(a.periodEnd, n)
-	a.amount, a.actual = resize(a.amount, n), resize(a.actual, n)
+	a.amount = resize(a.amount, n)
 	a.shadow, a.release = resize(a.shadow, n), resize(a.release, n)
 	for j, i := range a.order {
 		c := &b.Charges[i]
@@ -97,7 +94,6 @@ func (a *args) load(b *sluice.Batch, keep func(c *sluice.Charge) bool) {
 			a.periodEnd[j] = c.PeriodEnd.UnixNano()
 		}
 		a.amount[j] = c.Amount
-		a.actual[j] = c.Actual
 		a.shadow[j] = c.Shadow
 		a.release[j] = c.OnExpiry == sluice.ExpiryRelease
 	}
@@ -132,16 +128,17 @@ func keyLess(x, y *sluice.CounterKey) bool {
 }
 
 // Admit checks every charge of b and applies all of them or none, in one
-// transaction and one round trip.
+// transaction and one round trip, shared with the Admit and Settle calls
+// that arrive while another call of this Store is running (group commit).
 func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
 	if len(b.Charges) == 0 {
 		return true, nil
 	}
-	admitted, err := s.evaluate(ctx, now, b, false)
-	if err != nil {
+	o := &op{now: now, b: b, order: sortedCharges(b, nil)}
+	if err := s.run(ctx, o); err != nil {
 		return false, fmt.Errorf("pgstore: admit: %w", err)
 	}
-	return admitted, nil
+	return o.admitted, nil
 }
 
 // Peek fills the result fields of b's charges without charging or locking.
@@ -149,32 +146,34 @@ func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error 
 	if len(b.Charges) == 0 {
 		return nil
 	}
-	if _, err := s.evaluate(ctx, now, b, true); err != nil {
+	if err := s.peek(ctx, now, b); err != nil {
 		return fmt.Errorf("pgstore: peek: %w", err)
 	}
 	return nil
 }
 
-func (s *Store) evaluate(ctx context.Context, now time.Time, b *sluice.Batch, peek bool) (bool, error) {
+// peek calls 0001's sluice_admit, which only reads when p_peek is set: no
+// lock, no write, no commit to share.
+func (s *Store) peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
 	a := argsPool.Get().(*args)
 	defer argsPool.Put(a)
-	a.load(b, nil)
+	a.load(b)
 	var ttl int64
 	if !b.Deadline.IsZero() {
 		ttl = int64(b.Deadline.Sub(now))
 	}
 	var admitted bool
 	err := s.call(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, admitSQL, s.now(now), peek, batchKey(b.ID), ttl,
+		return s.pool.QueryRow(ctx, admitSQL, s.now(now), true, batchKey(b.ID), ttl,
 			a.kind, a.rule, a.subject, a.period, a.limit, a.burst, a.window, a.periodEnd,
 			a.amount, a.shadow, a.release,
 		).Scan(&admitted, &a.allowed, &a.remaining, &a.used, &a.retry, &a.resetAts)
 	})
 	if err != nil {
-		return false, err
+		return err
 	}
 	if len(a.allowed) != len(a.order) {
-		return false, fmt.Errorf("sluice_admit returned %d results for %d charges", len(a.allowed), len(a.order))
+		return fmt.Errorf("sluice_admit returned %d results for %d charges", len(a.allowed), len(a.order))
 	}
 	for j, i := range a.order {
 		c := &b.Charges[i]
@@ -191,7 +190,7 @@ func (s *Store) evaluate(ctx context.Context, now time.Time, b *sluice.Batch, pe
 			c.ResetAt = time.Time{}
 		}
 	}
-	return admitted, nil
+	return nil
 }
 
 // needsSettling reports whether settling c changes anything: a rate charge
@@ -201,24 +200,16 @@ func needsSettling(c *sluice.Charge) bool {
 }
 
 // Settle applies each charge's Actual in place of its Amount and frees the
-// batch's leases, in one transaction. A batch with a budget charge is settled
-// only while its reservation row exists, so settling twice, or after the
-// sweep, does nothing.
+// batch's leases, in one transaction, shared as Admit's is; it returns after
+// that transaction's commit. A batch with a budget charge is settled only
+// while its reservation row exists, so settling twice, or after the sweep,
+// does nothing.
 func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
-	a := argsPool.Get().(*args)
-	defer argsPool.Put(a)
-	a.load(b, needsSettling)
-	if len(a.order) == 0 {
+	order := sortedCharges(b, needsSettling)
+	if len(order) == 0 {
 		return nil
 	}
-	err := s.call(ctx, func(ctx context.Context) error {
-		var applied bool
-		return s.pool.QueryRow(ctx, settleSQL, s.now(now), batchKey(b.ID),
-			a.kind, a.rule, a.subject, a.period, a.limit, a.burst, a.window, a.periodEnd,
-			a.amount, a.actual,
-		).Scan(&applied)
-	})
-	if err != nil {
+	if err := s.run(ctx, &op{settle: true, now: now, b: b, order: order}); err != nil {
 		return fmt.Errorf("pgstore: settle: %w", err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -167,5 +168,57 @@ func TestOpen_BadURLs(t *testing.T) {
 				t.Fatalf("took %v", d)
 			}
 		})
+	}
+}
+
+// TestMigrate_Version1IsRefusedThenUpgradedWithItsCounters builds a schema
+// at version 1 (0001 alone, as released before group commit) holding a
+// reservation made by 0001's sluice_admit. Opening it without migrating is
+// refused as too old; opening it migrates to the latest version, and the
+// group commit's admissions count the reservation made by the old code.
+func TestMigrate_Version1IsRefusedThenUpgradedWithItsCounters(t *testing.T) {
+	schema := testSchema(t)
+	ctx := context.Background()
+	if _, err := adminPool(t).Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	pool := schemaPool(t, schema)
+	v1, err := os.ReadFile("migrations/0001_init.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(24 * time.Hour).UnixNano()
+	for _, sql := range []string{
+		string(v1),
+		`CREATE TABLE sluice_store_schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+		`INSERT INTO sluice_store_schema_migrations (version, name) VALUES (1, '0001_init.sql')`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var admitted bool
+	if err := pool.QueryRow(ctx, `SELECT admitted FROM sluice_admit(NULL, false, 7, 60000000000, '{2}', '{51}', '{w}', '{1}',
+		'{100}', '{100}', '{0}', ARRAY[$1::bigint], '{40}', '{f}', '{f}')`, end).Scan(&admitted); err != nil || !admitted {
+		t.Fatalf("0001's sluice_admit: %v %v", admitted, err)
+	}
+
+	_, err = pgstore.Open(ctx, pgstore.Options{URL: postgresURL(t), Schema: schema, NoMigrate: true})
+	if !errors.Is(err, pgstore.ErrSchemaTooOld) {
+		t.Fatalf("open a version 1 schema without migrating: %v, want ErrSchemaTooOld", err)
+	}
+	s := openStore(t, schema, pgstore.Options{})
+	if got := versions(t, pool); len(got) != pgstore.LatestVersion() || got[len(got)-1] != pgstore.LatestVersion() {
+		t.Fatalf("versions after opening %v", got)
+	}
+	for _, c := range []struct {
+		amount int64
+		want   bool
+	}{{61, false}, {60, true}} {
+		b := batch(budgetCharge(51, "w", 100, c.amount))
+		ok, err := s.Admit(ctx, time.Now(), b)
+		if err != nil || ok != c.want {
+			t.Fatalf("admit %d beside the old 40 of 100: %v %v, want %v", c.amount, ok, err, c.want)
+		}
 	}
 }

@@ -1,22 +1,44 @@
 // Package pgstore is the sluice.Store over PostgreSQL, for several gateway
 // replicas sharing counters and reservations durably.
 //
-// # One call per admission
+// # One call per group of admissions and settlements
 //
-// Every admission is one transaction and one round trip: a PL/pgSQL function
-// (sluice_admit, in migrations/0001_init.sql) takes the batch's charges as
-// arrays sorted by key, and for each in turn locks its counter row and applies
-// the charge with one UPDATE (creating the row first if missing); when a
-// charge that is not shadow does not fit, it puts back what it applied before
-// it commits, so the batch is all or nothing. Settlement and the sweep are one
-// call each too. Counter rows are taken in one global key order by every
-// transaction, which is why concurrent admissions never deadlock (the lock
-// rules are written at the top of the migration).
+// Admit and Settle are group-committed. A call that finds no other call of
+// the Store running is sent at once, alone, so a caller without company
+// waits for nothing; calls that arrive while one is running queue, and when
+// it ends all of them (up to 64) go as the next call: one PL/pgSQL function
+// call (sluice_apply, in migrations/0002_group.sql), one transaction, one
+// commit. Settlements go first in a group (no operation of a group waits
+// for another, so any order is a serial order). The function takes the
+// settlements' reservation rows in batch order, then creates or locks every
+// counter of the group in one statement in key order, evaluates each
+// operation in turn on the rows in memory (an admission checks all its
+// charges and applies all or none; a refused one changes nothing), and
+// writes each counter once. Counter rows are taken in one global key order
+// by every transaction, which is why concurrent groups, sweeps and replicas
+// never deadlock (the lock rules are written at the top of the migrations).
+//
+// A call that fails reaches every operation in it as an error (the engine's
+// sluice.StoreError); one that the server refused for one operation's data
+// (an overflow: SQLSTATE class 22 or 23) committed nothing, and its
+// operations are run again one by one, so that one fails alone. A caller
+// whose context ends while its operation is queued leaves the queue,
+// uncharged; once sent, its outcome is unknown to it, as for any call cut
+// short.
+//
+// BenchmarkAdmitSettle, three rules (two calls and seven row writes per
+// request when alone), 32 callers on distinct subjects: 16 operations per
+// call, about 200 µs of server CPU per request instead of 670, 0.7x the
+// throughput of a plain one-row UPDATE in the same run (0.16x to 0.18x one
+// call per operation); on one hot subject 1.0x, as a group writes each of
+// the subject's rows once. Two calls in flight at once instead of one made
+// groups of 10 and cost more CPU per operation.
 //
 // Why a function rather than statements sent from Go: BenchmarkAdmitStrategy
 // runs the same Admit+Settle of three rules as a pipelined two-round-trip
 // transaction of plain statements, the arithmetic in Go (stmtStore, in
-// strategy_test.go). Medians of three runs, 32 callers, 2-core machine shared
+// strategy_test.go). Medians of three runs before group commit, with
+// 0001's one-call-per-operation functions, 32 callers, 2-core machine shared
 // with other work, ops/s function vs statements:
 //
 //	loopback, distinct subjects:     2188 vs 1989 (server CPU/op 455 vs 438 µs)
@@ -32,6 +54,8 @@
 //
 //	SLUICE_TEST_POSTGRES_URL=postgres://... go test -run '^$' -bench AdmitStrategy -benchtime 3s ./store/pgstore
 //
+// (the function side now group-commits; the statements side does not).
+//
 // # Semantics
 //
 // Results are store/memstore's, exactly (TestDifferential_SameResultsAsMemstore
@@ -41,20 +65,20 @@
 // budgets count settled plus reserved usage; concurrency leases are rows with
 // an expiry, pruned when their key is next admitted and by the sweep.
 //
-// Time is the database's (clock_timestamp() when a call starts), so replicas
-// with skewed clocks share one timeline; a lease or a reservation expires at
-// the database's now plus the batch's timeout. Budget periods are chosen by
-// the engine's clock. Options.PinTime makes the store use the caller's now
-// instead, for tests that drive a manual clock.
+// Time is the database's (clock_timestamp() when a call starts, one for a
+// whole group), so replicas with skewed clocks share one timeline; a lease
+// or a reservation expires at the database's now plus the batch's timeout.
+// Budget periods are chosen by the engine's clock. Options.PinTime makes the
+// store use each caller's now instead, for tests that drive a manual clock.
 //
 // Settle of a batch with a budget charge deletes the batch's reservation row
-// first and does nothing when it is gone, so settling twice, or after the
-// sweep, charges once. A batch without budget charges keeps no row; the
+// first and does nothing when it is gone, so settling twice (in one group
+// too), or after the sweep, charges once. A batch without budget charges keeps no row; the
 // engine settles a Reservation once.
 //
 // # Durability and failures
 //
-// A settlement returns after its commit, so a kill -9 of a replica loses no
+// A settlement returns after its group's commit, so a kill -9 of a replica loses no
 // settled usage; its open reservations are settled by the sweep of any
 // replica (any number may sweep at once: each reservation is taken by one,
 // with SKIP LOCKED) and its leases free themselves at expiry. Every call is
@@ -77,6 +101,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,6 +147,11 @@ type Store struct {
 	pool    *pgxpool.Pool
 	timeout time.Duration
 	pinTime bool
+	queue   queue
+	stats   struct{ calls, ops atomic.Int64 }
+	// testHookExec, if set, is called before each group call with its
+	// number of operations.
+	testHookExec func(ops int)
 }
 
 // openTimeout bounds Open when its context has no deadline: migrating may
