@@ -6,7 +6,8 @@
 --
 -- KEYS: every key of the batch, once. ARGV: now (µs, '' for TIME), each
 -- operation's number of charges (two bytes little-endian per operation),
--- then each operation packed so that one struct.unpack call reads it, every
+-- then the operations, one after the other in one string (an argument
+-- each would cost Redis more), each packed so that one struct.unpack call reads it, every
 -- number a little-endian double (all are integers below 2^53): type (1
 -- admit, 2 check, 3 peek, 4 settle), deadline (µs), the index in KEYS of
 -- the deadline index (0 for none), the lease member (16 bytes), the
@@ -119,20 +120,21 @@ local byte, rep = string.byte, string.rep
 local formats, results = {}, {}
 local HEAD, CHARGES = '<dddc16dc0', 'ddddddd'
 
--- parse returns an operation's fields in a table: type, deadline, deadline
--- index, member, deadline in decimal, then seven per charge, then the
--- record. One struct.unpack call for the usual operation; past 24 charges,
--- 24 at a time (a call returns at most a few thousand values).
-local function parse(blob, n)
+-- parse returns the fields of the operation at pos in a table: type,
+-- deadline, deadline index, member, deadline in decimal, then seven per
+-- charge, then the record and the position of the next operation. One
+-- struct.unpack call for the usual operation; past 24 charges, 24 at a time
+-- (a call returns at most a few thousand values).
+local function parse(blob, n, pos)
   if n <= 24 then
     local f = formats[n]
     if not f then
       f = HEAD .. rep(CHARGES, n) .. 'dc0'
       formats[n] = f
     end
-    return {unpack_op(f, blob)}
+    return {unpack_op(f, blob, pos)}
   end
-  local v = {unpack_op(HEAD, blob)}
+  local v = {unpack_op(HEAD, blob, pos)}
   local pos = v[6]
   v[6] = nil
   local left, at = n, 5
@@ -142,17 +144,18 @@ local function parse(blob, n)
     for j = 1, 7 * m do v[at + j] = c[j] end
     at, pos, left = at + 7 * m, c[7 * m + 1], left - m
   end
-  v[at + 1] = unpack_op('<dc0', blob, pos)
+  v[at + 1], v[at + 2] = unpack_op('<dc0', blob, pos)
   return v
 end
 
-local ns = {byte(ARGV[2], 1, -1)}
+local ns, ops, pos = {byte(ARGV[2], 1, -1)}, ARGV[3], 1
 -- Per-charge scratch, reused by every operation: the new bucket positions
 -- and the values of the result.
 local nts, nfs, vals = {}, {}, {}
 for o = 1, #ns / 2 do
   local n = ns[2 * o - 1] + 256 * ns[2 * o]
-  local v = parse(ARGV[o + 2], n)
+  local v = parse(ops, n, pos)
+  pos = v[7 + 7 * n]
   local typ, deadline, deadline_s, member, rec = v[1], v[2], v[5], v[4], v[6 + 7 * n]
   local due = v[3] > 0 and KEYS[v[3]] or nil
   if typ == 4 then
