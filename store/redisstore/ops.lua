@@ -87,9 +87,7 @@ end
 -- lease_state counts the live leases of a key, dropping expired ones, and
 -- knows the earliest expiry (0 for none; nil once the earliest lease was
 -- freed, until asked again). Leases admitted in this batch are in adds until
--- the batch ends; max is the latest expiry added; stored counts the members
--- the key holds in Redis (so that the batch knows whether the key, and its
--- lifetime, survive until the adds).
+-- the batch ends; max is the latest expiry added.
 local function lease_state(key)
   local s = leases[key]
   if not s then
@@ -100,7 +98,7 @@ local function lease_state(key)
       first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
     end
     local held = first[2] and call('ZCARD', key) or 0
-    s = {held = held, stored = held, earliest = tonumber(first[2] or '0'), max = 0, adds = {}}
+    s = {held = held, earliest = tonumber(first[2] or '0'), max = 0, adds = {}}
     leases[key] = s
   elseif not s.earliest then
     local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -180,7 +178,7 @@ for o = 1, #ns / 2 do
             local f = frees[key]
             if f then f[#f + 1] = member else frees[key] = {member} end
           elseif call('ZREM', key, member) == 1 then
-            s.held, s.stored = s.held - 1, s.stored - 1
+            s.held = s.held - 1
             if s.earliest == deadline then s.earliest = nil end
           end
         end
@@ -326,16 +324,7 @@ end
 for key in pairs(frees) do free_leases(key) end
 for key, s in pairs(leases) do
   if #s.adds > 0 then call('ZADD', key, unpack(s.adds)) end
-  if s.max > 0 then
-    local ttl = fmt(ms(s.max - now))
-    if s.stored > 0 then
-      -- The key kept its members, and so the lifetime every write gives it:
-      -- lengthen it only.
-      call('PEXPIRE', key, ttl, 'GT')
-    else
-      call('PEXPIRE', key, ttl)
-    end
-  end
+  if s.max > 0 then extend(key, ms(s.max - now)) end
 end
 for key, ttl in pairs(dues) do extend(key, ttl) end
 return out
