@@ -190,12 +190,23 @@ func (s *Store) runAdmit(ctx context.Context, deadline time.Time, typ byte, now 
 	if len(g.idx) >= maxCharges {
 		return false, 0, fmt.Errorf("a batch of %d charges in one slot is more than %d", len(g.idx), maxCharges)
 	}
+	o := s.buildAdmit(typ, now, b, p, g)
+	if err := s.do(ctx, deadline, g.slot, o); err != nil {
+		return false, 0, err
+	}
+	admitted, err := decodeAdmit(o.result, b, p, g)
+	return admitted, o.now, err
+}
+
+// buildAdmit encodes an admission, check or peek of one group.
+func (s *Store) buildAdmit(typ byte, now time.Time, b *sluice.Batch, p *plan, g *group) *op {
 	o := &op{keys: make([]string, 0, len(g.idx)+1), pinned: now.UnixMicro()}
 	rec, due := "", 0
 	if typ == opAdmit && g.indexed {
 		rec, due = s.record(b, p, g), len(g.idx)+1
 	}
-	o.blob = opBlob(typ, b.Deadline, due, p.member, rec, len(g.idx))
+	o.blob = opBlob(typ, b.Deadline, due, p.member, len(g.idx))
+	o.n = len(g.idx)
 	for k, i := range g.idx {
 		c := &b.Charges[i]
 		o.keys = append(o.keys, p.keys[i])
@@ -206,21 +217,19 @@ func (s *Store) runAdmit(ctx context.Context, deadline time.Time, typ byte, now 
 		switch c.Kind {
 		case sluice.KindRate:
 			bk := p.buckets[i]
-			o.blob = appendCharge(o.blob, k+1, kindRate, c.Shadow, amount, c.Limit, bk.burst, bk.w, bk.l)
+			// A rate's limit is in its bucket (burst, W, L).
+			o.blob = appendCharge(o.blob, k+1, kindRate, c.Shadow, amount, 0, bk.burst, bk.w, bk.l)
 		case sluice.KindBudget:
 			o.blob = appendCharge(o.blob, k+1, kindBudget, c.Shadow, amount, c.Limit, ceilMicro(c.PeriodEnd), 0, 0)
 		default:
 			o.blob = appendCharge(o.blob, k+1, kindConcurrency, c.Shadow, amount, c.Limit, 0, 0, 0)
 		}
 	}
+	o.blob = endBlob(o.blob, rec)
 	if rec != "" {
 		o.keys = append(o.keys, s.dueKey(g.slot))
 	}
-	if err := s.do(ctx, deadline, g.slot, o); err != nil {
-		return false, 0, err
-	}
-	admitted, err := decodeAdmit(o.result, b, g)
-	return admitted, o.now, err
+	return o
 }
 
 // fill copies a script's result into a charge: allowed, remaining, used,

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -33,8 +34,9 @@ const (
 type op struct {
 	keys []string
 	// blob is the operation, packed (see ops.lua), key references being
-	// 1-based indexes into keys.
+	// 1-based indexes into keys; n is its number of charges.
 	blob []byte
+	n    int
 	// pinned is the caller's now (µs) with PinTime.
 	pinned int64
 	done   chan struct{}
@@ -139,12 +141,23 @@ func (s *Store) run(l *lane) {
 func (s *Store) exec(batch []*op) {
 	keys := make([]string, 0, 8)
 	index := make(map[string]int, 8)
-	args := make([]string, 0, 2+len(batch))
-	args = append(args, s.batchNow(batch), strconv.Itoa(len(batch)))
+	args := make([]string, 0, 3)
+	// The second argument gives each operation's number of charges, two
+	// bytes each, so that the script reads them with one call.
+	counts := make([]byte, 0, 2*len(batch))
 	for _, o := range batch {
-		rebase(o.blob, o.keys, &keys, index)
-		args = append(args, unsafeString(o.blob))
+		counts = binary.LittleEndian.AppendUint16(counts, uint16(o.n))
 	}
+	size := 0
+	for _, o := range batch {
+		rebase(o.blob, o.n, o.keys, &keys, index)
+		size += len(o.blob)
+	}
+	ops := make([]byte, 0, size)
+	for _, o := range batch {
+		ops = append(ops, o.blob...)
+	}
+	args = append(args, s.batchNow(batch), unsafeString(counts), unsafeString(ops))
 	ctx, cancel := s.call(context.Background())
 	defer cancel()
 	reply, err := opsScript.Exec(ctx, s.client, keys, args).ToArray()

@@ -23,21 +23,28 @@ const keyCacheSize = 1 << 16
 
 // keyOf returns a charge's key, tag and slot, from the cache when it can
 // (a counter's key is built once, not at every admission and settlement).
+// The cache is a plain map under a read-write lock: a sync.Map hashes a
+// struct key through the generic, field-by-field path, several times
+// slower.
 func (s *Store) keyOf(c *sluice.Charge) *cachedKey {
 	ck := cacheKey{c.Key, c.Kind}
-	if v, ok := s.keys.Load(ck); ok {
-		return v.(*cachedKey)
+	s.keysMu.RLock()
+	k, ok := s.keys[ck]
+	s.keysMu.RUnlock()
+	if ok {
+		return k
 	}
 	key, tag := s.counterKey(c)
-	k := &cachedKey{key: key, tag: tag}
+	k = &cachedKey{key: key, tag: tag}
 	if s.cluster {
 		k.slot = keySlot(key)
 	}
-	if s.keyCount.Add(1) > keyCacheSize {
-		s.keys.Clear()
-		s.keyCount.Store(0)
+	s.keysMu.Lock()
+	if len(s.keys) >= keyCacheSize {
+		clear(s.keys)
 	}
-	s.keys.Store(ck, k)
+	s.keys[ck] = k
+	s.keysMu.Unlock()
 	return k
 }
 

@@ -4,23 +4,38 @@
 -- operations that concurrent callers send meanwhile share one script call,
 -- and the state of a counter is read once and written once per batch.
 --
--- KEYS: every key of the batch, once. ARGV: now (µs, '' for TIME), the
--- number of operations, then each operation packed little-endian (so that no decimal number needs parsing): type i1 (1 admit,
--- 2 check, 3 peek, 4 settle), deadline i8 (µs) and the same in decimal
--- (i1 length, chars), the index in KEYS of the deadline index i2 (0 for
--- none), the number of charges i2, the lease member (i2 length, chars), the
--- reservation record (i4 length, bytes), then per charge: its key's index
--- in KEYS i2, kind i1 (1 rate, 2 budget, 3 concurrency), shadow i1, amount i8,
--- limit i8 (settle: actual, for a rate the delta) and three parameters i8:
--- for a rate burst, W, L; for a budget the period's end (µs).
+-- KEYS: every key of the batch, once. ARGV: now (µs, '' for TIME), each
+-- operation's number of charges (two bytes little-endian per operation),
+-- then the operations, one after the other in one string (an argument
+-- each would cost Redis more), each packed so that one struct.unpack call reads it, every
+-- number a little-endian double (all are integers below 2^53): type (1
+-- admit, 2 check, 3 peek, 4 settle), deadline (µs), the index in KEYS of
+-- the deadline index (0 for none), the lease member (16 bytes), the
+-- deadline in decimal (length, chars), then per charge seven numbers: its
+-- key's index in KEYS, kind (1 rate, 2 budget, 3 concurrency; plus 4 for a
+-- shadow charge), amount, limit (settle: actual, for a rate the delta) and
+-- three parameters: for a rate burst, W, L; for a budget the period's end
+-- (µs); then the reservation record (length, bytes).
 --
--- Returns now, then per operation a packed result: for a settlement i1 (1
--- when applied, 0 when the record was already settled); otherwise admitted
--- i1, then per charge allowed i1, remaining i8, used i8, retry after i8 (µs,
--- -1 for never) and reset i8 (µs, 0 for none).
+-- Returns now, then per operation a packed result: for a settlement a byte
+-- (1 when applied, 0 when the record was already settled); otherwise
+-- admitted (a byte), then per charge allowed (a byte) and three doubles: a
+-- rate's remaining units or a budget's or concurrency cap's usage, the retry
+-- after (µs, -1 for never) and the reset (µs, 0 for none).
+local unpack_op, pack, concat, min = struct.unpack, struct.pack, table.concat, math.min
 local now = clock(ARGV[1])
-local now_s = fmt(now)
 local rates, budgets, leases, dues = {}, {}, {}, {}
+-- Leases freed by settlements whose key's state this batch has not read:
+-- removed together, before the state is read or when the batch ends.
+local frees = {}
+
+local function free_leases(key)
+  local f = frees[key]
+  if f then
+    frees[key] = nil
+    call('ZREM', key, unpack(f))
+  end
+end
 
 local function rate_state(key, L)
   local s = rates[key]
@@ -62,7 +77,7 @@ end
 local function budget_state(key)
   local s = budgets[key]
   if not s then
-    local v = redis.call('HMGET', key, 'u', 'r')
+    local v = call('HMGET', key, 'u', 'r')
     s = {u = tonumber(v[1]) or 0, r = tonumber(v[2]) or 0, pe = 0}
     budgets[key] = s
   end
@@ -76,15 +91,17 @@ end
 local function lease_state(key)
   local s = leases[key]
   if not s then
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    free_leases(key)
+    local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if first[2] and tonumber(first[2]) <= now then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', now_s)
-      first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
+      first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
     end
-    s = {held = redis.call('ZCARD', key), earliest = tonumber(first[2] or '0'), max = 0, adds = {}}
+    local held = first[2] and call('ZCARD', key) or 0
+    s = {held = held, earliest = tonumber(first[2] or '0'), max = 0, adds = {}}
     leases[key] = s
   elseif not s.earliest then
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local first = call('ZRANGE', key, 0, 0, 'WITHSCORES')
     local earliest = tonumber(first[2] or '0')
     for j = 1, #s.adds, 2 do
       local d = tonumber(s.adds[j])
@@ -96,31 +113,71 @@ local function lease_state(key)
 end
 
 local out = {now}
-local CHARGE = '<i2i1i1i8i8i8i8i8'
--- Per-charge scratch, reused by every operation.
-local starts, res, nts, nfs = {}, {}, {}, {}
-for o = 1, tonumber(ARGV[2]) do
-  local blob = ARGV[o + 2]
-  local typ, deadline, deadline_s, due_idx, n, member, rec, pos = struct.unpack('<i1i8i1c0i2i2i2c0i4c0', blob)
-  local due = due_idx > 0 and KEYS[due_idx] or nil
+local byte, rep = string.byte, string.rep
+-- Formats of an operation, by number of charges, and of its result.
+local formats, results = {}, {}
+local HEAD, CHARGES = '<dddc16dc0', 'ddddddd'
+
+-- parse returns the fields of the operation at pos in a table: type,
+-- deadline, deadline index, member, deadline in decimal, then seven per
+-- charge, then the record and the position of the next operation. One
+-- struct.unpack call for the usual operation; past 24 charges, 24 at a time
+-- (a call returns at most a few thousand values).
+local function parse(blob, n, pos)
+  if n <= 24 then
+    local f = formats[n]
+    if not f then
+      f = HEAD .. rep(CHARGES, n) .. 'dc0'
+      formats[n] = f
+    end
+    return {unpack_op(f, blob, pos)}
+  end
+  local v = {unpack_op(HEAD, blob, pos)}
+  local pos = v[6]
+  v[6] = nil
+  local left, at = n, 5
+  while left > 0 do
+    local m = min(left, 24)
+    local c = {unpack_op('<' .. rep(CHARGES, m), blob, pos)}
+    for j = 1, 7 * m do v[at + j] = c[j] end
+    at, pos, left = at + 7 * m, c[7 * m + 1], left - m
+  end
+  v[at + 1], v[at + 2] = unpack_op('<dc0', blob, pos)
+  return v
+end
+
+local ns, ops, pos = {byte(ARGV[2], 1, -1)}, ARGV[3], 1
+-- Per-charge scratch, reused by every operation: the new bucket positions
+-- and the values of the result.
+local nts, nfs, vals = {}, {}, {}
+for o = 1, #ns / 2 do
+  local n = ns[2 * o - 1] + 256 * ns[2 * o]
+  local v = parse(ops, n, pos)
+  pos = v[7 + 7 * n]
+  local typ, deadline, deadline_s, member, rec = v[1], v[2], v[5], v[4], v[6 + 7 * n]
+  local due = v[3] > 0 and KEYS[v[3]] or nil
   if typ == 4 then
     local applied = 1
-    if rec ~= '' and redis.call('ZREM', due, rec) == 0 then applied = 0 end
+    if rec ~= '' and call('ZREM', due, rec) == 0 then applied = 0 end
     if applied == 1 then
-      for _ = 1, n do
-        local ki, kind, _, amount, actual, p1, p2, p3
-        ki, kind, _, amount, actual, p1, p2, p3, pos = struct.unpack(CHARGE, blob, pos)
-        local key = KEYS[ki]
+      for b = 5, 7 * n - 2, 7 do
+        local key, kind = KEYS[v[b + 1]], v[b + 2]
         if kind == 1 then
-          rate_adjust(rate_state(key, p3), actual, p1, p2, p3)
+          local p3 = v[b + 7]
+          local s = rates[key]
+          if not s or s.L ~= p3 then s = rate_state(key, p3) end
+          rate_adjust(s, v[b + 4], v[b + 5], v[b + 6], p3)
         elseif kind == 2 then
           local s = budget_state(key)
-          s.r = math.max(0, s.r - amount)
-          s.u = s.u + actual
-          s.pe, s.dirty = math.max(s.pe, p1), true
-        elseif redis.call('ZREM', key, member) == 1 then
+          s.r = max(0, s.r - v[b + 3])
+          s.u = s.u + v[b + 4]
+          s.pe, s.dirty = max(s.pe, v[b + 5]), true
+        else
           local s = leases[key]
-          if s then
+          if not s then
+            local f = frees[key]
+            if f then f[#f + 1] = member else frees[key] = {member} end
+          elseif call('ZREM', key, member) == 1 then
             s.held = s.held - 1
             if s.earliest == deadline then s.earliest = nil end
           end
@@ -130,94 +187,126 @@ for o = 1, tonumber(ARGV[2]) do
     out[o + 1] = applied == 1 and '\1' or '\0'
   else
     local admit = true
+    local r = 1
     for i = 1, n do
-      starts[i] = pos
-      local ki, kind, shadow, amount, limit, p1, p2, p3
-      ki, kind, shadow, amount, limit, p1, p2, p3, pos = struct.unpack(CHARGE, blob, pos)
-      local key = KEYS[ki]
-      local allowed, remaining, used, retry, reset = false, 0, 0, 0, 0
+      local b = 7 * i - 2
+      local key, kind, amount = KEYS[v[b + 1]], v[b + 2], v[b + 3]
+      local shadow = kind > 4
+      if shadow then kind = kind - 4 end
+      local allowed, figure, retry, reset = false, 0, 0, 0
       nts[i] = nil
       if kind == 1 then
-        local burst, W, L = p1, p2, p3
-        local s = rate_state(key, L)
+        local burst, W, L = v[b + 5], v[b + 6], v[b + 7]
+        local s = rates[key]
+        if not s or s.L ~= L then s = rate_state(key, L) end
         local tat, frac = s.tat, s.frac
         if tat < now then tat, frac = now, 0 end
         local cap = burst * W
-        local before = drawn(tat, frac, L, now)
-        local fits, after, nt, nf = amount <= 2 * burst
-        if fits then
-          local q, r = divmod(amount * W + frac, L)
-          nt, nf = tat + q, r
-          after = drawn(nt, nf, L, now)
-        end
-        local level = before
-        if fits and after <= cap then
-          allowed, level = true, after
-          reset = nt
-          if nf > 0 then reset = reset + 1 end
-          nts[i], nfs[i] = nt, nf
+        -- level is how far the bucket is drawn, in microseconds times L.
+        local level = (tat - now) * L + frac
+        if amount <= 2 * burst then
+          -- The new position: amount*W/L microseconds further, exactly
+          -- (x % L may be off by one L in doubles; the quotient of an exact
+          -- multiple is exact).
+          local x = amount * W + frac
+          local m = x % L
+          if m < 0 then m = m + L elseif m >= L then m = m - L end
+          local nt = tat + (x - m) / L
+          local after = (nt - now) * L + m
+          if after <= cap then
+            allowed, level, reset = true, after, nt
+            if m > 0 then reset = reset + 1 end
+            nts[i], nfs[i] = nt, m
+          else
+            local y = after - cap
+            m = y % L
+            if m < 0 then m = m + L elseif m >= L then m = m - L end
+            retry = (y - m) / L
+            if m > 0 then retry = retry + 1 end
+          end
         else
+          retry = -1
+        end
+        if not allowed then
           reset = tat
           if frac > 0 then reset = reset + 1 end
-          if fits then
-            local q, r = divmod(after - cap, L)
-            if r > 0 then q = q + 1 end
-            retry = q
-          else
-            retry = -1
-          end
         end
-        if level <= cap then remaining = divmod(cap - level, W) end
-        used = burst - remaining
+        if level <= cap then
+          local y = cap - level
+          local m = y % W
+          if m < 0 then m = m + W elseif m >= W then m = m - W end
+          figure = (y - m) / W
+        end
       elseif kind == 2 then
+        local limit = v[b + 4]
         local s = budget_state(key)
         local in_use = s.u + s.r
         allowed = in_use + amount <= limit and (amount > 0 or in_use < limit)
         if allowed then in_use = in_use + amount end
-        used, remaining = in_use, math.max(0, limit - in_use)
+        figure = in_use
       else
-        local s = lease_state(key)
+        local s = leases[key] or lease_state(key)
+        if not s.earliest then s = lease_state(key) end
         local held = s.held
-        allowed = held < limit
+        allowed = held < v[b + 4]
         if allowed and typ ~= 3 then held = held + 1 end
-        used, remaining = held, math.max(0, limit - held)
+        figure = held
         reset = s.earliest
         if not allowed and reset > 0 then retry = reset - now end
       end
-      if not allowed and shadow == 0 then admit = false end
-      res[i] = struct.pack('<i1i8i8i8i8', allowed and 1 or 0, remaining, used, retry, reset)
+      if not allowed and not shadow then admit = false end
+      vals[r + 1], vals[r + 2], vals[r + 3], vals[r + 4] = allowed and 1 or 0, figure, retry, reset
+      r = r + 4
     end
     if admit and typ == 1 then
       for i = 1, n do
-        local ki, kind, _, amount, _, p1, p2, p3 = struct.unpack(CHARGE, blob, starts[i])
-        local key = KEYS[ki]
+        local b = 7 * i - 2
+        local key, kind = KEYS[v[b + 1]], v[b + 2]
+        if kind > 4 then kind = kind - 4 end
         if kind == 1 then
           local s = rates[key]
           if nts[i] then
             s.tat, s.frac, s.dirty = nts[i], nfs[i], true
           else
             -- A shadow charge over its limit is drawn like an overrun.
-            rate_adjust(s, math.min(amount, 2 * p1 + 1), p1, p2, p3)
+            local p1 = v[b + 5]
+            rate_adjust(s, min(v[b + 3], 2 * p1 + 1), p1, v[b + 6], v[b + 7])
           end
         elseif kind == 2 then
           local s = budgets[key]
-          s.r, s.pe, s.dirty = s.r + amount, math.max(s.pe, p1), true
+          s.r, s.pe, s.dirty = s.r + v[b + 3], max(s.pe, v[b + 5]), true
         else
           -- New leases are added once per batch (a lease is never settled
           -- in the batch that admits it: its caller waits for the admission).
           local s = leases[key]
           s.adds[#s.adds + 1], s.adds[#s.adds + 2] = deadline_s, member
-          s.held, s.max = s.held + 1, math.max(s.max, deadline)
+          s.held, s.max = s.held + 1, max(s.max, deadline)
           if s.earliest == 0 or deadline < s.earliest then s.earliest = deadline end
         end
       end
       if rec ~= '' then
-        redis.call('ZADD', due, deadline_s, rec)
-        dues[due] = math.max(dues[due] or 0, ms(deadline - now) + RECORD_GRACE)
+        call('ZADD', due, deadline_s, rec)
+        dues[due] = max(dues[due] or 0, ms(deadline - now) + RECORD_GRACE)
       end
-      out[o + 1] = '\1' .. table.concat(res, '', 1, n)
+      vals[1] = 1
     else
-      out[o + 1] = '\0' .. table.concat(res, '', 1, n)
+      vals[1] = 0
+    end
+    if n <= 32 then
+      local f = results[n]
+      if not f then
+        f = '<B' .. rep('Bddd', n)
+        results[n] = f
+      end
+      out[o + 1] = pack(f, unpack(vals, 1, r))
+    else
+      -- Past what one call takes as arguments, a charge at a time.
+      local parts = {pack('<B', vals[1])}
+      for i = 1, n do
+        local j = 4 * i - 2
+        parts[i + 1] = pack('<Bddd', vals[j], vals[j + 1], vals[j + 2], vals[j + 3])
+      end
+      out[o + 1] = concat(parts)
     end
   end
 end
@@ -228,12 +317,13 @@ for key, s in pairs(rates) do
 end
 for key, s in pairs(budgets) do
   if s.dirty then
-    redis.call('HSET', key, 'u', fmt(s.u), 'r', fmt(s.r))
-    redis.call('PEXPIRE', key, fmt(ms(s.pe - now) + GRACE))
+    call('HSET', key, 'u', fmt(s.u), 'r', fmt(s.r))
+    call('PEXPIRE', key, fmt(ms(s.pe - now) + GRACE))
   end
 end
+for key in pairs(frees) do free_leases(key) end
 for key, s in pairs(leases) do
-  if #s.adds > 0 then redis.call('ZADD', key, unpack(s.adds)) end
+  if #s.adds > 0 then call('ZADD', key, unpack(s.adds)) end
   if s.max > 0 then extend(key, ms(s.max - now)) end
 end
 for key, ttl in pairs(dues) do extend(key, ttl) end

@@ -58,7 +58,10 @@
 // # Exact arithmetic in Lua
 //
 // Lua numbers are doubles, and operations reach the scripts packed as
-// binary integers (no decimal parsing). A rate bucket is kept as its
+// binary doubles, each holding an integer below 2^53 exactly, read by one
+// struct.unpack call per operation (no decimal parsing; in Redis's Lua every
+// call into C and every decoded field costs hundreds of instructions). A
+// rate bucket is kept as its
 // theoretical arrival time in Unix microseconds plus a fraction frac/L,
 // where the refill is W microseconds per L units (the window and the limit
 // divided by their greatest common divisor), so every value stays an
@@ -178,8 +181,8 @@ type Store struct {
 	pinTime   bool
 	deny      *denyCache
 	lanes     lanes
-	keys      sync.Map // cacheKey -> *cachedKey
-	keyCount  atomic.Int64
+	keysMu    sync.RWMutex
+	keys      map[cacheKey]*cachedKey
 	// nonce distinguishes this Store's lease members from another process's
 	// batch of the same ID.
 	nonce string
@@ -202,7 +205,8 @@ func DefaultTenantOf(k sluice.CounterKey) string {
 // reached within the timeout, or the URL's kind does not match the server
 // (redis:// to a Cluster node, redis-cluster:// to a standalone server).
 func Open(ctx context.Context, opts Options) (*Store, error) {
-	s := &Store{client: opts.Client, prefix: opts.Prefix, tenantOf: opts.TenantOf, timeout: opts.Timeout, pinTime: opts.PinTime}
+	s := &Store{client: opts.Client, prefix: opts.Prefix, tenantOf: opts.TenantOf, timeout: opts.Timeout, pinTime: opts.PinTime,
+		keys: map[cacheKey]*cachedKey{}}
 	if s.prefix == "" {
 		s.prefix = "sluice"
 	}

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -31,16 +33,26 @@ func (s *Store) settleGroup(ctx context.Context, deadline time.Time, now time.Ti
 	if len(g.idx) >= maxCharges {
 		return fmt.Errorf("a batch of %d charges in one slot is more than %d", len(g.idx), maxCharges)
 	}
-	o := &op{keys: make([]string, 0, len(g.idx)+1), pinned: now.UnixMicro()}
-	rec, due := "", 0
-	if g.indexed {
-		rec, due = s.record(b, p, g), len(g.idx)+1
+	o := s.buildSettle(now, b, p, g, release)
+	if o == nil {
+		return nil
 	}
-	o.blob = opBlob(opSettle, b.Deadline, due, p.member, rec, len(g.idx))
+	return s.do(ctx, deadline, g.slot, o)
+}
+
+// buildSettle encodes the settlement of one group, or returns nil when it
+// would change nothing.
+func (s *Store) buildSettle(now time.Time, b *sluice.Batch, p *plan, g *group, release bool) *op {
+	o := &op{keys: make([]string, 0, len(g.idx)+1), pinned: now.UnixMicro()}
+	rec := ""
+	if g.indexed {
+		rec = s.record(b, p, g)
+	}
+	// The deadline index's reference is set once the keys are known.
+	o.blob = opBlob(opSettle, b.Deadline, 0, p.member, len(g.idx))
 	changed := g.indexed
-	for k, i := range g.idx {
+	for _, i := range g.idx {
 		c := &b.Charges[i]
-		o.keys = append(o.keys, p.keys[i])
 		actual := min(max(c.Actual, 0), maxBudget)
 		if release {
 			actual = 0
@@ -52,24 +64,32 @@ func (s *Store) settleGroup(ctx context.Context, deadline time.Time, now time.Ti
 			// its debt bound, so the delta is clamped there.
 			bound := 2*bk.burst + 1
 			delta := min(max(actual-c.Amount, -bound), bound)
-			if delta != 0 {
-				changed = true
+			if delta == 0 {
+				// Nothing to move: the charge is left out.
+				continue
 			}
-			o.blob = appendCharge(o.blob, k+1, kindRate, false, c.Amount, delta, bk.burst, bk.w, bk.l)
+			changed = true
+			o.keys = append(o.keys, p.keys[i])
+			o.blob = appendCharge(o.blob, len(o.keys), kindRate, false, c.Amount, delta, bk.burst, bk.w, bk.l)
 		case sluice.KindBudget:
-			o.blob = appendCharge(o.blob, k+1, kindBudget, false, c.Amount, actual, ceilMicro(c.PeriodEnd), 0, 0)
+			o.keys = append(o.keys, p.keys[i])
+			o.blob = appendCharge(o.blob, len(o.keys), kindBudget, false, c.Amount, actual, ceilMicro(c.PeriodEnd), 0, 0)
 		default:
 			changed = true
-			o.blob = appendCharge(o.blob, k+1, kindConcurrency, false, 0, 0, 0, 0, 0)
+			o.keys = append(o.keys, p.keys[i])
+			o.blob = appendCharge(o.blob, len(o.keys), kindConcurrency, false, 0, 0, 0, 0, 0)
 		}
+		o.n++
 	}
+	o.blob = endBlob(o.blob, rec)
 	if !changed {
 		return nil
 	}
 	if rec != "" {
 		o.keys = append(o.keys, s.dueKey(g.slot))
+		binary.LittleEndian.PutUint64(o.blob[dueRefAt:], math.Float64bits(float64(len(o.keys))))
 	}
-	return s.do(ctx, deadline, g.slot, o)
+	return o
 }
 
 // sweepBatch is the most records one sweep script settles.
