@@ -3,10 +3,17 @@ package memstore
 import (
 	"math/bits"
 	"slices"
-	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/inproc"
 )
+
+// slot is one counter of a subject: the rest of its sluice.CounterKey and
+// its state.
+type slot struct {
+	rule   uint64
+	period int64
+	counter
+}
 
 // counter is the state of one CounterKey. A key belongs to one rule, so
 // only the fields of its kind are used.
@@ -33,6 +40,11 @@ type lease struct {
 // empty or finished budget, no live lease.
 func (c *counter) idle(now int64) bool {
 	return (c.tat < now || c.tat == now && c.frac == 0) && c.reserved == 0 && (c.used == 0 || c.end <= now) && c.liveLeases(now) == 0
+}
+
+// dropLease frees the lease of admission id.
+func (c *counter) dropLease(id uint64) {
+	c.leases = slices.DeleteFunc(c.leases, func(l lease) bool { return l.id == id })
 }
 
 func (c *counter) liveLeases(now int64) int {
@@ -82,8 +94,8 @@ func (x u128) div(d int64) (q, r int64, ok bool) {
 // window (ns).
 type bucket struct{ limit, burst, window int64 }
 
-func bucketOf(ch *sluice.Charge) bucket {
-	return bucket{limit: ch.Limit, burst: ch.BurstOrLimit(), window: int64(ch.Window)}
+func bucketOf(ch *inproc.Charge) bucket {
+	return bucket{limit: ch.Limit, burst: ch.Capacity(), window: ch.Window}
 }
 
 // start returns where the bucket's next charge begins: the tat, or now if
@@ -133,15 +145,15 @@ func (b bucket) remaining(drawn u128) int64 {
 	return q
 }
 
-func resetAt(tat, frac int64) time.Time {
+func resetAt(tat, frac int64) int64 {
 	if frac > 0 {
 		tat++
 	}
-	return time.Unix(0, tat)
+	return tat
 }
 
 // checkRate evaluates a rate charge of n units at now without applying it.
-func (b bucket) check(c *counter, ch *sluice.Charge, now int64) (newTat, newFrac int64) {
+func (b bucket) check(c *counter, ch *inproc.Charge, now int64) (newTat, newFrac int64) {
 	tat, frac := b.start(c, now)
 	before := b.drawn(tat, frac, now)
 	newTat, newFrac, ok := b.advance(tat, frac, ch.Amount)
@@ -160,9 +172,9 @@ func (b bucket) check(c *counter, ch *sluice.Charge, now int64) (newTat, newFrac
 			if rem > 0 {
 				wait++
 			}
-			ch.RetryAfter = time.Duration(wait)
+			ch.RetryAfter = wait
 		} else {
-			ch.RetryAfter = time.Duration(1 << 62)
+			ch.RetryAfter = 1 << 62
 		}
 	}
 	ch.Used = b.burst - ch.Remaining
@@ -206,7 +218,7 @@ func (b bucket) adjust(c *counter, delta, now int64) {
 
 // checkBudget evaluates a budget charge without applying it. A spent budget
 // refuses even a charge of zero.
-func checkBudget(c *counter, ch *sluice.Charge) {
+func checkBudget(c *counter, ch *inproc.Charge) {
 	inUse := c.used + c.reserved
 	ch.Allowed = inUse+ch.Amount <= ch.Limit && (ch.Amount > 0 || inUse < ch.Limit)
 	if ch.Allowed {
@@ -218,7 +230,7 @@ func checkBudget(c *counter, ch *sluice.Charge) {
 }
 
 // checkConcurrency evaluates a lease request, dropping expired leases.
-func checkConcurrency(c *counter, ch *sluice.Charge, now int64) {
+func checkConcurrency(c *counter, ch *inproc.Charge, now int64) {
 	c.leases = slices.DeleteFunc(c.leases, func(l lease) bool { return l.expiry <= now })
 	held := int64(len(c.leases))
 	ch.Allowed = held < ch.Limit
@@ -234,9 +246,9 @@ func checkConcurrency(c *counter, ch *sluice.Charge, now int64) {
 		}
 	}
 	if earliest > 0 {
-		ch.ResetAt = time.Unix(0, earliest)
+		ch.ResetAt = earliest
 		if !ch.Allowed {
-			ch.RetryAfter = time.Duration(earliest - now)
+			ch.RetryAfter = earliest - now
 		}
 	}
 }
