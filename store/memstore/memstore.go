@@ -115,6 +115,11 @@ func (s *Store) AdmitLocal(now int64, a *inproc.Admission) bool {
 	return ok
 }
 
+// LocalStore returns s. A Limiter reads its charges in place, through
+// AdmitLocal and SettleLocal, only over the Store itself, not over a type
+// that embeds one and has its own Admit.
+func (s *Store) LocalStore() sluice.Store { return s }
+
 func (s *Store) admit(now int64, a *inproc.Admission) bool {
 	var p plan
 	s.plan(&p, a.Charges)

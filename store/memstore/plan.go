@@ -15,50 +15,58 @@ const inlineCharges = 8
 // more locks every shard.
 const maxLockSet = 8
 
-// plan is where one call's charges live: the shard of each, the first
-// charge on the same subject (whose map entry it shares), the slot of each
-// in its subject's entry, and the shards to lock, in ascending order so
-// that two calls never deadlock. Each subject is hashed and looked up once
-// per call.
+// plan is where one call's charges live, and the shards to lock, in
+// ascending order so that two calls never deadlock. Each subject is hashed
+// and looked up once per call.
 type plan struct {
-	shard []int
-	first []int
-	slot  []int
-	// subjects holds, at the index of the first charge on each subject,
-	// that subject's slots.
-	subjects [][]slot
+	charges [inlineCharges]planned
+	more    []planned // charges past inlineCharges
 
 	idx [maxLockSet]int
 	n   int
 	all bool
+}
 
-	inShard, inFirst, inSlot [inlineCharges]int
-	inSubjects               [inlineCharges][]slot
+// planned is one charge of a plan.
+type planned struct {
+	// shard holds the charge's subject; first is the first charge on the
+	// same subject, whose map entry it shares.
+	shard, first int
+	// slot is the charge's counter in its subject's slots, -1 if none.
+	slot int
+	// slots is, for the first charge on each subject, that subject's
+	// slots.
+	slots []slot
+}
+
+func (p *plan) at(i int) *planned {
+	if i < inlineCharges {
+		return &p.charges[i]
+	}
+	return &p.more[i-inlineCharges]
 }
 
 // plan hashes each distinct subject of charges once and works out the
 // shards to lock.
 func (s *Store) plan(p *plan, charges []inproc.Charge) {
-	n := len(charges)
-	if n <= inlineCharges {
-		p.shard, p.first, p.slot, p.subjects = p.inShard[:n], p.inFirst[:n], p.inSlot[:n], p.inSubjects[:n]
-	} else {
-		p.shard, p.first, p.slot, p.subjects = make([]int, n), make([]int, n), make([]int, n), make([][]slot, n)
+	if n := len(charges); n > inlineCharges {
+		p.more = make([]planned, n-inlineCharges)
 	}
 	for i := range charges {
-		p.first[i] = i
+		pc := p.at(i)
+		pc.first = i
 		for j := range i {
-			if p.first[j] == j && charges[j].Subject == charges[i].Subject {
-				p.first[i] = j
+			if p.at(j).first == j && charges[j].Subject == charges[i].Subject {
+				pc.first = j
 				break
 			}
 		}
-		if p.first[i] != i {
-			p.shard[i] = p.shard[p.first[i]]
+		if pc.first != i {
+			pc.shard = p.at(pc.first).shard
 			continue
 		}
 		j := s.shardOf(charges[i].Subject)
-		p.shard[i] = j
+		pc.shard = j
 		if p.all {
 			continue
 		}
@@ -104,34 +112,35 @@ func (s *Store) unlock(p *plan) {
 }
 
 // resolve finds the slot of every charge of a locked plan, adding the
-// missing ones when create is set (a missing slot is -1 otherwise). Slots
-// are added before any is used, so the addresses counter returns stay
-// good until the shards are unlocked.
+// missing ones when create is set. Slots are added before any is used, so
+// the addresses counter returns stay good until the shards are unlocked.
 func (s *Store) resolve(p *plan, charges []inproc.Charge, create bool) {
 	for i := range charges {
-		f := p.first[i]
-		if f == i {
-			p.subjects[i] = s.shards[p.shard[i]].subjects[charges[i].Subject]
+		pc := p.at(i)
+		sh := &s.shards[pc.shard]
+		if pc.first == i {
+			pc.slots = sh.subjects[charges[i].Subject]
 		}
+		owner := p.at(pc.first)
 		ch := &charges[i]
-		k := findSlot(p.subjects[f], ch.Rule, ch.Period)
+		k := findSlot(owner.slots, ch.Rule, ch.Period)
 		if k < 0 && create {
-			p.subjects[f] = append(p.subjects[f], slot{rule: ch.Rule, period: ch.Period})
-			s.shards[p.shard[i]].subjects[ch.Subject] = p.subjects[f]
-			k = len(p.subjects[f]) - 1
+			owner.slots = append(owner.slots, slot{rule: ch.Rule, period: ch.Period})
+			sh.subjects[ch.Subject] = owner.slots
+			k = len(owner.slots) - 1
 		}
-		p.slot[i] = k
+		pc.slot = k
 	}
 }
 
 // counter returns the counter of charge i of a resolved plan, nil if it has
 // none.
 func (p *plan) counter(i int) *counter {
-	k := p.slot[i]
-	if k < 0 {
+	pc := p.at(i)
+	if pc.slot < 0 {
 		return nil
 	}
-	return &p.subjects[p.first[i]][k].counter
+	return &p.at(pc.first).slots[pc.slot].counter
 }
 
 func findSlot(slots []slot, rule uint64, period int64) int {
