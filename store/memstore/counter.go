@@ -29,6 +29,9 @@ type counter struct {
 	used, reserved, end int64
 	// Concurrency: leases held.
 	leases []lease
+	// touched is when the counter was last admitted to or settled (Unix
+	// ns): eviction spares it for a grace period after that.
+	touched int64
 }
 
 type lease struct {
@@ -36,10 +39,11 @@ type lease struct {
 	expiry int64
 }
 
-// idle reports whether c holds nothing worth keeping: a full bucket, an
-// empty or finished budget, no live lease.
-func (c *counter) idle(now int64) bool {
-	return (c.tat < now || c.tat == now && c.frac == 0) && c.reserved == 0 && (c.used == 0 || c.end <= now) && c.liveLeases(now) == 0
+// idle reports whether c holds nothing worth keeping (a full bucket, an
+// empty or finished budget, no live lease) and has not been touched for
+// grace ns.
+func (c *counter) idle(now, grace int64) bool {
+	return now-c.touched >= grace && (c.tat < now || c.tat == now && c.frac == 0) && c.reserved == 0 && (c.used == 0 || c.end <= now) && c.liveLeases(now) == 0
 }
 
 // dropLease frees the lease of admission id.

@@ -30,6 +30,13 @@ type Options struct {
 	// scans of EvictScan subjects (defaults 64 and 16).
 	EvictEvery int
 	EvictScan  int
+	// EvictIdle is how long a counter must go untouched, once it holds
+	// nothing worth keeping, before eviction drops it (default 10s). A
+	// counter is dropped only when keeping it would change nothing, so
+	// this bounds the memory of idle subjects, not correctness; the grace
+	// spares a subject in use the cost of remaking its counters each time
+	// a settlement leaves them whole.
+	EvictIdle time.Duration
 }
 
 // Store is an in-memory sluice.Store. It is safe for concurrent use.
@@ -39,6 +46,7 @@ type Store struct {
 	open       []openShard
 	evictEvery int
 	evictScan  int
+	evictIdle  int64
 }
 
 type shard struct {
@@ -71,12 +79,15 @@ func New(opts Options) *Store {
 		n = 64
 	}
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n), open: make([]openShard, n),
-		evictEvery: opts.EvictEvery, evictScan: opts.EvictScan}
+		evictEvery: opts.EvictEvery, evictScan: opts.EvictScan, evictIdle: int64(opts.EvictIdle)}
 	if s.evictEvery <= 0 {
 		s.evictEvery = 64
 	}
 	if s.evictScan <= 0 {
 		s.evictScan = 16
+	}
+	if s.evictIdle <= 0 {
+		s.evictIdle = int64(10 * time.Second)
 	}
 	for i := range s.shards {
 		s.shards[i].subjects = map[string][]slot{}
@@ -163,6 +174,7 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 	for i := range a.Charges {
 		ch := &a.Charges[i]
 		c := p.counter(i)
+		c.touched = now
 		switch ch.Kind {
 		case inproc.Rate:
 			if ch.Allowed && i < len(tats) {
@@ -248,6 +260,7 @@ func (s *Store) applyLocked(now int64, a *inproc.Admission, p *plan, actual []in
 		} else {
 			amount = ch.Actual
 		}
+		c.touched = max(c.touched, now)
 		switch ch.Kind {
 		case inproc.Rate:
 			bucketOf(ch).adjust(c, amount-ch.Amount, now)

@@ -101,7 +101,7 @@ func (s *Store) maybeEvict(sh *shard, now int64) {
 	sh.ops = 0
 	scanned := 0
 	for subject, slots := range sh.subjects {
-		sh.evict(subject, slots, now)
+		sh.evict(subject, slots, now, s.evictIdle)
 		if scanned++; scanned >= s.evictScan {
 			break
 		}
@@ -110,8 +110,8 @@ func (s *Store) maybeEvict(sh *shard, now int64) {
 
 // evict drops the idle counters of one subject of a locked shard, and the
 // subject once it has none.
-func (sh *shard) evict(subject string, slots []slot, now int64) {
-	kept := slices.DeleteFunc(slots, func(sl slot) bool { return sl.idle(now) })
+func (sh *shard) evict(subject string, slots []slot, now, grace int64) {
+	kept := slices.DeleteFunc(slots, func(sl slot) bool { return sl.idle(now, grace) })
 	switch {
 	case len(kept) == 0:
 		delete(sh.subjects, subject)
@@ -125,7 +125,7 @@ func (s *Store) evictAll(now int64) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for subject, slots := range sh.subjects {
-			sh.evict(subject, slots, now)
+			sh.evict(subject, slots, now, s.evictIdle)
 		}
 		sh.mu.Unlock()
 	}
