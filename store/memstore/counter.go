@@ -7,12 +7,14 @@ import (
 	"github.com/sluicehq/sluice/internal/inproc"
 )
 
-// slot is one counter of a subject: the rest of its sluice.CounterKey and
-// its state.
+// slot is one counter of a subject: the rest of its sluice.CounterKey, its
+// state, and the subject's next slot (noSlot if none). It holds no
+// pointer.
 type slot struct {
 	rule   uint64
 	period int64
 	counter
+	next uint32
 }
 
 // counter is the state of one CounterKey. A key belongs to one rule, so
@@ -27,8 +29,9 @@ type counter struct {
 	drawnAt int64
 	// Budget: settled usage, open reservations, end of the period (Unix ns).
 	used, reserved, end int64
-	// Concurrency: leases held.
-	leases []lease
+	// Concurrency: where the shard keeps the leases held (index + 1 in
+	// shard.leases), 0 if nowhere yet.
+	lease uint32
 	// touched is when the counter was last admitted to or settled (Unix
 	// ns): eviction spares it for a grace period after that.
 	touched int64
@@ -42,37 +45,38 @@ type lease struct {
 // idle reports whether c holds nothing worth keeping (a full bucket, an
 // empty or finished budget, no live lease) and has not been touched for
 // grace ns.
-func (c *counter) idle(now, grace int64) bool {
-	return now-c.touched >= grace && (c.tat < now || c.tat == now && c.frac == 0) && c.reserved == 0 && (c.used == 0 || c.end <= now) && c.liveLeases(now) == 0
+func (c *counter) idle(now, grace int64, leases []lease) bool {
+	return now-c.touched >= grace && (c.tat < now || c.tat == now && c.frac == 0) && c.reserved == 0 && (c.used == 0 || c.end <= now) && liveLeases(leases, now) == 0
 }
 
 // dropLease frees the lease of admission id.
-func (c *counter) dropLease(id uint64) {
-	for i := range c.leases {
-		if c.leases[i].id == id {
+func dropLease(leases *[]lease, id uint64) {
+	ls := *leases
+	for i := range ls {
+		if ls[i].id == id {
 			// By hand, and only when found: slices.DeleteFunc costs a
 			// closure call per lease and a write barrier per call.
-			n := len(c.leases) - 1
-			copy(c.leases[i:], c.leases[i+1:])
-			c.leases = c.leases[:n]
+			n := len(ls) - 1
+			copy(ls[i:], ls[i+1:])
+			*leases = ls[:n]
 			return
 		}
 	}
 }
 
 // dropExpired frees the leases past their expiry.
-func (c *counter) dropExpired(now int64) {
-	for i := range c.leases {
-		if c.leases[i].expiry <= now {
-			c.leases = slices.DeleteFunc(c.leases, func(l lease) bool { return l.expiry <= now })
+func dropExpired(leases *[]lease, now int64) {
+	for _, l := range *leases {
+		if l.expiry <= now {
+			*leases = slices.DeleteFunc(*leases, func(l lease) bool { return l.expiry <= now })
 			return
 		}
 	}
 }
 
-func (c *counter) liveLeases(now int64) int {
+func liveLeases(leases []lease, now int64) int {
 	n := 0
-	for _, l := range c.leases {
+	for _, l := range leases {
 		if l.expiry > now {
 			n++
 		}
@@ -252,10 +256,11 @@ func checkBudget(c *counter, ch *inproc.Charge) {
 	ch.ResetAt = ch.PeriodEnd
 }
 
-// checkConcurrency evaluates a lease request, dropping expired leases.
-func checkConcurrency(c *counter, ch *inproc.Charge, now int64) {
-	c.dropExpired(now)
-	held := int64(len(c.leases))
+// checkConcurrency evaluates a lease request against the leases held,
+// dropping expired ones.
+func checkConcurrency(leases *[]lease, ch *inproc.Charge, now int64) {
+	dropExpired(leases, now)
+	held := int64(len(*leases))
 	ch.Allowed = held < ch.Limit
 	if ch.Allowed {
 		held++
@@ -263,7 +268,7 @@ func checkConcurrency(c *counter, ch *inproc.Charge, now int64) {
 	ch.Used = held
 	ch.Remaining = max(0, ch.Limit-held)
 	var earliest int64
-	for _, l := range c.leases {
+	for _, l := range *leases {
 		if earliest == 0 || l.expiry < earliest {
 			earliest = l.expiry
 		}

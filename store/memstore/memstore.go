@@ -12,7 +12,6 @@ package memstore
 
 import (
 	"context"
-	"hash/maphash"
 	"sync"
 	"time"
 
@@ -41,22 +40,12 @@ type Options struct {
 
 // Store is an in-memory sluice.Store. It is safe for concurrent use.
 type Store struct {
-	seed       maphash.Seed
-	shards     []shard
+	hash       hasher
+	shards     []paddedShard
 	open       []openShard
 	evictEvery int
 	evictScan  int
 	evictIdle  int64
-}
-
-type shard struct {
-	mu sync.Mutex
-	// subjects holds each subject's counters, one slot per rule and
-	// period. A slot's address is good only while the shard is locked and
-	// no slot is added to the subject.
-	subjects map[string][]slot
-	ops      int
-	_        [40]byte // keep neighbouring locks off one cache line
 }
 
 // openShard tracks admissions with budget charges, for the sweep.
@@ -78,7 +67,7 @@ func New(opts Options) *Store {
 	if n <= 0 {
 		n = 64
 	}
-	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n), open: make([]openShard, n),
+	s := &Store{hash: newHasher(), shards: make([]paddedShard, n), open: make([]openShard, n),
 		evictEvery: opts.EvictEvery, evictScan: opts.EvictScan, evictIdle: int64(opts.EvictIdle)}
 	if s.evictEvery <= 0 {
 		s.evictEvery = 64
@@ -90,14 +79,14 @@ func New(opts Options) *Store {
 		s.evictIdle = int64(10 * time.Second)
 	}
 	for i := range s.shards {
-		s.shards[i].subjects = map[string][]slot{}
+		s.shards[i].init()
 		s.open[i].open = map[uint64]openAdmission{}
 	}
 	return s
 }
 
-func (s *Store) shardOf(subject string) int {
-	return int(maphash.String(s.seed, subject) % uint64(len(s.shards)))
+func (s *Store) shardOf(k subjectKey) int {
+	return int(k.a % uint64(len(s.shards)))
 }
 
 // Admit checks every charge of b and applies all of them or none.
@@ -139,7 +128,7 @@ func (s *Store) admit(now int64, a *inproc.Admission) bool {
 	ok := s.admitLocked(now, a, &p)
 	if !p.all {
 		for _, j := range p.idx[:p.n] {
-			s.maybeEvict(&s.shards[j], now)
+			s.maybeEvict(&s.shards[j].shard, now)
 		}
 	}
 	return ok
@@ -152,7 +141,7 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 	for i := range a.Charges {
 		ch := &a.Charges[i]
 		ch.Allowed, ch.RetryAfter = false, 0
-		c := p.counter(i)
+		c, sh := s.counter(p, i)
 		switch ch.Kind {
 		case inproc.Rate:
 			tat, frac := bucketOf(ch).check(c, ch, now)
@@ -162,7 +151,7 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 		case inproc.Budget:
 			checkBudget(c, ch)
 		case inproc.Concurrency:
-			checkConcurrency(c, ch, now)
+			checkConcurrency(sh.leasesOf(c, true), ch, now)
 		}
 		if !ch.Allowed && !ch.Shadow {
 			admit = false
@@ -173,7 +162,7 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 	}
 	for i := range a.Charges {
 		ch := &a.Charges[i]
-		c := p.counter(i)
+		c, sh := s.counter(p, i)
 		c.touched = now
 		switch ch.Kind {
 		case inproc.Rate:
@@ -188,7 +177,8 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 			c.reserved += ch.Amount
 			c.end = ch.PeriodEnd
 		case inproc.Concurrency:
-			c.leases = append(c.leases, lease{id: a.ID, expiry: a.Deadline})
+			leases := sh.leasesOf(c, true)
+			*leases = append(*leases, lease{id: a.ID, expiry: a.Deadline})
 		}
 	}
 	return true
@@ -253,7 +243,7 @@ func (s *Store) applyLocked(now int64, a *inproc.Admission, p *plan, actual []in
 	s.resolve(p, a.Charges, true)
 	for i := range a.Charges {
 		ch := &a.Charges[i]
-		c := p.counter(i)
+		c, sh := s.counter(p, i)
 		var amount int64
 		if actual != nil {
 			amount = actual[i]
@@ -269,7 +259,9 @@ func (s *Store) applyLocked(now int64, a *inproc.Admission, p *plan, actual []in
 			c.used += amount
 			c.end = ch.PeriodEnd
 		case inproc.Concurrency:
-			c.dropLease(a.ID)
+			if c.lease != 0 {
+				dropLease(sh.leasesOf(c, false), a.ID)
+			}
 		}
 	}
 }
@@ -285,7 +277,7 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	s.resolve(&p, charges, false)
 	for i := range charges {
 		ch := &charges[i]
-		c := p.counter(i)
+		c, sh := s.counter(&p, i)
 		if c == nil {
 			c = &counter{}
 		}
@@ -297,8 +289,9 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 		case inproc.Budget:
 			checkBudget(c, ch)
 		case inproc.Concurrency:
-			checkConcurrency(c, ch, n)
-			ch.Used, ch.Remaining = int64(len(c.leases)), max(0, ch.Limit-int64(len(c.leases)))
+			leases := sh.leasesOf(c, false)
+			checkConcurrency(leases, ch, n)
+			ch.Used, ch.Remaining = int64(len(*leases)), max(0, ch.Limit-int64(len(*leases)))
 		}
 		ch.Amount = saved
 	}
@@ -316,9 +309,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, slots := range sh.subjects {
-			n += len(slots)
-		}
+		n += sh.count()
 		sh.mu.Unlock()
 	}
 	return n
@@ -327,16 +318,16 @@ func (s *Store) Len() int {
 // RestoreBudget sets a budget counter's settled usage, for a durable store
 // reloading its journal.
 func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used int64) {
-	sh := &s.shards[s.shardOf(key.Subject)]
+	k := s.hash.key(key.Subject)
+	sh := &s.shards[s.shardOf(k)].shard
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	slots := sh.subjects[key.Subject]
-	i := findSlot(slots, key.Rule, key.Period)
-	if i < 0 {
-		slots = append(slots, slot{rule: key.Rule, period: key.Period})
-		sh.subjects[key.Subject] = slots
-		i = len(slots) - 1
+	head := sh.subjects.get(k)
+	i, last := sh.find(head, key.Rule, key.Period)
+	if i == noSlot {
+		i = sh.add(k, last, key.Rule, key.Period)
 	}
-	slots[i].used = used
-	slots[i].end = periodEnd.UnixNano()
+	sl := sh.at(i)
+	sl.used = used
+	sl.end = periodEnd.UnixNano()
 }

@@ -32,11 +32,15 @@ type planned struct {
 	// shard holds the charge's subject; first is the first charge on the
 	// same subject, whose map entry it shares.
 	shard, first int
-	// slot is the charge's counter in its subject's slots, -1 if none.
-	slot int
-	// slots is, for the first charge on each subject, that subject's
-	// slots.
-	slots []slot
+	// c is the charge's counter, nil if none.
+	c *counter
+	// last is, for the first charge on each subject, the slot last found
+	// for a charge on it: the next charge most likely has the next slot.
+	last uint32
+	// key is, for the first charge on each subject, the subject's key,
+	// and head the first of its slots.
+	key  subjectKey
+	head uint32
 }
 
 func (p *plan) at(i int) *planned {
@@ -65,7 +69,8 @@ func (s *Store) plan(p *plan, charges []inproc.Charge) {
 			pc.shard = p.at(pc.first).shard
 			continue
 		}
-		j := s.shardOf(charges[i].Subject)
+		pc.key = s.hash.key(charges[i].Subject)
+		j := s.shardOf(pc.key)
 		pc.shard = j
 		if p.all {
 			continue
@@ -112,44 +117,49 @@ func (s *Store) unlock(p *plan) {
 }
 
 // resolve finds the slot of every charge of a locked plan, adding the
-// missing ones when create is set. Slots are added before any is used, so
-// the addresses counter returns stay good until the shards are unlocked.
+// missing ones when create is set. A slot does not move, so the addresses
+// counter returns stay good until the shards are unlocked.
 func (s *Store) resolve(p *plan, charges []inproc.Charge, create bool) {
 	for i := range charges {
 		pc := p.at(i)
-		sh := &s.shards[pc.shard]
+		sh := &s.shards[pc.shard].shard
 		if pc.first == i {
-			pc.slots = sh.subjects[charges[i].Subject]
+			pc.head = sh.subjects.get(pc.key)
+			pc.last = noSlot
 		}
 		owner := p.at(pc.first)
 		ch := &charges[i]
-		k := findSlot(owner.slots, ch.Rule, ch.Period)
-		if k < 0 && create {
-			owner.slots = append(owner.slots, slot{rule: ch.Rule, period: ch.Period})
-			sh.subjects[ch.Subject] = owner.slots
-			k = len(owner.slots) - 1
+		k := noSlot
+		if owner.last != noSlot {
+			if next := sh.at(owner.last).next; next != noSlot {
+				if sl := sh.at(next); sl.rule == ch.Rule && sl.period == ch.Period {
+					k = next
+				}
+			}
 		}
-		pc.slot = k
+		if k == noSlot {
+			var last uint32
+			k, last = sh.find(owner.head, ch.Rule, ch.Period)
+			if k == noSlot && create {
+				k = sh.add(owner.key, last, ch.Rule, ch.Period)
+				if last == noSlot {
+					owner.head = k
+				}
+			}
+		}
+		pc.c = nil
+		if k != noSlot {
+			pc.c = &sh.at(k).counter
+			owner.last = k
+		}
 	}
 }
 
 // counter returns the counter of charge i of a resolved plan, nil if it has
-// none.
-func (p *plan) counter(i int) *counter {
+// none, and its shard.
+func (s *Store) counter(p *plan, i int) (*counter, *shard) {
 	pc := p.at(i)
-	if pc.slot < 0 {
-		return nil
-	}
-	return &p.at(pc.first).slots[pc.slot].counter
-}
-
-func findSlot(slots []slot, rule uint64, period int64) int {
-	for k := range slots {
-		if slots[k].rule == rule && slots[k].period == period {
-			return k
-		}
-	}
-	return -1
+	return pc.c, &s.shards[pc.shard].shard
 }
 
 // fromBatch appends b's charges to buf in the engine's in-process form.

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -99,34 +98,14 @@ func (s *Store) maybeEvict(sh *shard, now int64) {
 		return
 	}
 	sh.ops = 0
-	scanned := 0
-	for subject, slots := range sh.subjects {
-		sh.evict(subject, slots, now, s.evictIdle)
-		if scanned++; scanned >= s.evictScan {
-			break
-		}
-	}
-}
-
-// evict drops the idle counters of one subject of a locked shard, and the
-// subject once it has none.
-func (sh *shard) evict(subject string, slots []slot, now, grace int64) {
-	kept := slices.DeleteFunc(slots, func(sl slot) bool { return sl.idle(now, grace) })
-	switch {
-	case len(kept) == 0:
-		delete(sh.subjects, subject)
-	case len(kept) < len(slots):
-		sh.subjects[subject] = kept
-	}
+	sh.evictScan(s.evictScan, now, s.evictIdle)
 }
 
 func (s *Store) evictAll(now int64) {
 	for i := range s.shards {
-		sh := &s.shards[i]
+		sh := &s.shards[i].shard
 		sh.mu.Lock()
-		for subject, slots := range sh.subjects {
-			sh.evict(subject, slots, now, s.evictIdle)
-		}
+		sh.evictAll(now, s.evictIdle)
 		sh.mu.Unlock()
 	}
 }
