@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/bits"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // Fit returns the largest output cap, at most req.Max.OutputTokens, that
@@ -16,7 +18,7 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 		return 0, err
 	}
 	r := &Reservation{limiter: l}
-	r.batch.Charges = r.inline[:0]
+	r.adm.Charges = r.inline[:0]
 	now := l.clock.Now()
 	if err := l.build(l.policy.Load(), &req, now, r); err != nil {
 		if _, tooLarge := err.(*TooLargeError); !tooLarge {
@@ -31,20 +33,21 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 			return 0, nil
 		}
 	}
-	if len(r.batch.Charges) == 0 {
+	if len(r.adm.Charges) == 0 {
 		return req.Max.OutputTokens, nil
 	}
-	if err := l.store.Peek(ctx, now, &r.batch); err != nil {
-		return 0, &StoreError{Op: "peek", Err: err}
+	if err := l.peek(ctx, now, r); err != nil {
+		return 0, err
 	}
 	best := req.Max.OutputTokens
-	for i := range r.batch.Charges {
-		c := &r.batch.Charges[i]
-		if c.Shadow || c.Kind == KindConcurrency || c.rule.Reserve != "" && c.rule.Reserve != ReserveWorstCase {
+	for i := range r.adm.Charges {
+		c := &r.adm.Charges[i]
+		rule := r.rule(c)
+		if c.Shadow || c.Kind == inproc.Concurrency || rule.Reserve != "" && rule.Reserve != ReserveWorstCase {
 			continue
 		}
 		var room int64
-		switch c.rule.metric {
+		switch rule.metric {
 		case MetricOutputTokens:
 			room = c.Remaining
 		case MetricTokens:
@@ -120,28 +123,40 @@ type Effective struct {
 // that match a model or route apply only when id names it.
 func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, error) {
 	r := &Reservation{limiter: l}
-	r.batch.Charges = r.inline[:0]
+	r.adm.Charges = r.inline[:0]
 	now := l.clock.Now()
 	req := Request{Identity: id}
 	if err := l.buildCharges(l.policy.Load(), &req, now, r, false); err != nil {
 		return nil, err
 	}
-	if len(r.batch.Charges) > 0 {
-		if err := l.store.Peek(ctx, now, &r.batch); err != nil {
-			return nil, &StoreError{Op: "peek", Err: err}
+	if len(r.adm.Charges) > 0 {
+		if err := l.peek(ctx, now, r); err != nil {
+			return nil, err
 		}
 	}
-	out := make([]Effective, 0, len(r.batch.Charges))
-	for _, c := range r.batch.Charges {
-		mode := c.rule.Mode
+	out := make([]Effective, 0, len(r.adm.Charges))
+	for i := range r.adm.Charges {
+		c := &r.adm.Charges[i]
+		rule := r.rule(c)
+		mode := rule.Mode
 		if mode == "" {
 			mode = ModeEnforce
 		}
 		out = append(out, Effective{
-			Rule: c.rule.Name, Kind: c.Kind, Subject: c.rule.Subject, Metric: c.rule.metric,
-			Limit: c.Limit, Burst: c.Burst, Source: c.source.name(c.rule), Mode: mode,
-			Used: c.Used, Remaining: c.Remaining, ResetAt: c.ResetAt,
+			Rule: rule.Name, Kind: rule.Kind, Subject: rule.Subject, Metric: rule.metric,
+			Limit: c.Limit, Burst: c.Burst, Source: limitSource(c.Source).name(rule), Mode: mode,
+			Used: c.Used, Remaining: c.Remaining, ResetAt: r.resetAt(c),
 		})
 	}
 	return out, nil
+}
+
+// peek fills the results of r's charges from the store without charging.
+func (l *Limiter) peek(ctx context.Context, now time.Time, r *Reservation) error {
+	b := r.toBatch()
+	if err := l.store.Peek(ctx, now, b); err != nil {
+		return &StoreError{Op: "peek", Err: err}
+	}
+	r.resultsFrom(b)
+	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // Options configures a Limiter. Store is required; every other zero value is
@@ -62,7 +64,10 @@ type Stats struct {
 // Limiter admits requests against a policy of rules held in a Store. It is
 // safe for concurrent use.
 type Limiter struct {
-	store          Store
+	store Store
+	// local is store when it keeps its counters in this process and reads
+	// the engine's charges in place (memstore); nil otherwise.
+	local          localStore
 	clock          Clock
 	serverID       string
 	defaultTimeout time.Duration
@@ -91,6 +96,9 @@ func New(opts Options) (*Limiter, error) {
 		expirySlack:    opts.ExpirySlack,
 		busyRetryAfter: opts.BusyRetryAfter,
 		onOverrun:      opts.OnOverrun,
+	}
+	if ls, ok := opts.Store.(localStore); ok && ls.LocalStore() == opts.Store {
+		l.local = ls
 	}
 	if l.clock == nil {
 		l.clock = realClock{}
@@ -153,8 +161,8 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 		return nil, err
 	}
 	r := &Reservation{limiter: l}
-	r.batch.Charges = r.inline[:0]
-	r.batch.ID = l.ids.take()
+	r.adm.Charges = r.inline[:0]
+	r.adm.ID = l.ids.take()
 	now := l.clock.Now()
 	p := l.policy.Load()
 	if err := l.build(p, &req, now, r); err != nil {
@@ -162,7 +170,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 		return nil, err
 	}
 	if req.MaxWait > 0 && l.waiters.active() {
-		if key, ok := l.waiters.existing(r.batch.Charges); ok {
+		if key, ok := l.waiters.existing(r.adm.Charges); ok {
 			return l.wait(ctx, &req, r, key, now)
 		}
 	}
@@ -179,40 +187,52 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 
 // try runs one admission attempt at now.
 func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now time.Time) error {
-	r.batch.Deadline = now.Add(l.timeout(req) + l.expirySlack)
-	if len(r.batch.Charges) == 0 {
+	deadline := now.Add(l.timeout(req) + l.expirySlack)
+	r.adm.Deadline = deadline.UnixNano()
+	if len(r.adm.Charges) == 0 {
 		r.state.Store(stateOpen)
-		l.admitted.add(r.batch.ID)
+		l.admitted.add(r.adm.ID)
 		return nil
 	}
-	ok, err := l.store.Admit(ctx, now, &r.batch)
-	if err != nil {
-		if !failOpen(r.batch.Charges) {
-			return &StoreError{Op: "admit", Err: err}
+	var ok bool
+	if l.local != nil {
+		ok = l.local.AdmitLocal(now.UnixNano(), &r.adm)
+	} else {
+		b := r.toBatch()
+		b.Deadline = deadline
+		var err error
+		ok, err = l.store.Admit(ctx, now, b)
+		if err != nil {
+			if !r.failOpen() {
+				return &StoreError{Op: "admit", Err: err}
+			}
+			// Every rule in play says on_store_error: open: admit, charge
+			// nothing, and say so.
+			r.adm.Charges = r.adm.Charges[:0]
+			r.batch = nil
+			r.failedOpen = true
+			r.state.Store(stateOpen)
+			l.admitted.add(r.adm.ID)
+			l.failedOpen.Add(1)
+			return nil
 		}
-		// Every rule in play says on_store_error: open: admit, charge
-		// nothing, and say so.
-		r.batch.Charges = r.batch.Charges[:0]
-		r.failedOpen = true
-		r.state.Store(stateOpen)
-		l.admitted.add(r.batch.ID)
-		l.failedOpen.Add(1)
-		return nil
+		r.resultsFrom(b)
 	}
 	if !ok {
 		return l.refusal(r)
 	}
-	r.admittedAt = now
+	r.admittedAt = now.UnixNano()
 	r.state.Store(stateOpen)
-	l.admitted.add(r.batch.ID)
+	l.admitted.add(r.adm.ID)
 	return nil
 }
 
 // failOpen reports whether every enforced charge's rule admits when the
 // store cannot answer.
-func failOpen(charges []Charge) bool {
-	for i := range charges {
-		if !charges[i].Shadow && charges[i].rule.OnStoreError != StoreErrorOpen {
+func (r *Reservation) failOpen() bool {
+	for i := range r.adm.Charges {
+		c := &r.adm.Charges[i]
+		if !c.Shadow && r.rule(c).OnStoreError != StoreErrorOpen {
 			return false
 		}
 	}
@@ -234,9 +254,11 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 // buildCharges is build; without checkFit, a charge too large for its rule
 // is kept rather than refused (to look at a subject's limits).
 func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r *Reservation, checkFit bool) error {
-	r.batch.Charges = r.batch.Charges[:0]
+	r.policy = p
+	r.batch = nil
+	r.adm.Charges = r.adm.Charges[:0]
 	id := &req.Identity
-	for _, rule := range p.rules {
+	for i, rule := range p.rules {
 		if rule.Disabled || rule.Limit == 0 && len(p.overrides) == 0 || !rule.matches(id) {
 			continue
 		}
@@ -244,40 +266,40 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 {
 			continue
 		}
-		// Built in place: a Charge is large, and copying it costs.
-		r.batch.Charges = append(r.batch.Charges, Charge{})
-		c := &r.batch.Charges[len(r.batch.Charges)-1]
-		c.Kind, c.Limit, c.Burst, c.Window = rule.Kind, limit, burst, rule.Window
-		c.Shadow, c.OnExpiry, c.rule, c.source = rule.Mode == ModeShadow, rule.OnExpiry, rule, source
-		c.Key.Rule = rule.id
+		r.adm.Charges = append(r.adm.Charges, inproc.Charge{})
+		c := &r.adm.Charges[len(r.adm.Charges)-1]
+		c.Kind, c.Limit, c.Burst, c.Window = rule.kind, limit, burst, int64(rule.Window)
+		c.Shadow, c.Release = rule.Mode == ModeShadow, rule.OnExpiry == ExpiryRelease
+		c.RuleIndex, c.Source = uint16(i), uint8(source)
+		c.Rule = rule.id
 		c.Amount = rule.reserveAmount(req)
 		switch rule.Kind {
 		case KindRate:
-			if checkFit && !c.Shadow && c.Amount > c.BurstOrLimit() {
-				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: c.BurstOrLimit()}
+			if checkFit && !c.Shadow && c.Amount > c.Capacity() {
+				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: c.Capacity()}
 			}
 		case KindBudget:
 			if checkFit && !c.Shadow && c.Amount > limit {
 				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: limit}
 			}
 			start, end := PeriodBounds(rule.Period, now, rule.location)
-			c.Key.Period = start.Unix()
-			c.PeriodEnd = end
+			c.Period = start.Unix()
+			c.PeriodEnd = end.UnixNano()
 		}
 		if !rule.hasTag {
-			c.Key.Subject = subjectValue(rule, id, "", l.serverID)
+			c.Subject = subjectValue(rule, id, "", l.serverID)
 			continue
 		}
 		// One charge per distinct tag.
-		first := len(r.batch.Charges) - 1
+		first := len(r.adm.Charges) - 1
 		for i, tag := range id.Tags {
 			if slices.Contains(id.Tags[:i], tag) {
 				continue
 			}
 			if i > 0 {
-				r.batch.Charges = append(r.batch.Charges, r.batch.Charges[first])
+				r.adm.Charges = append(r.adm.Charges, r.adm.Charges[first])
 			}
-			r.batch.Charges[len(r.batch.Charges)-1].Key.Subject = subjectValue(rule, id, tag, l.serverID)
+			r.adm.Charges[len(r.adm.Charges)-1].Subject = subjectValue(rule, id, tag, l.serverID)
 		}
 	}
 	return nil
@@ -307,22 +329,22 @@ func (r *compiledRule) reserveAmount(req *Request) int64 {
 	return req.Max.amount(r.metric)
 }
 
-// refusal builds the error for a refused batch: a budget wins over a rate;
-// among rates and concurrency, the longest wait.
+// refusal builds the error for a refused admission: a budget wins over a
+// rate; among rates and concurrency, the longest wait.
 func (l *Limiter) refusal(r *Reservation) error {
-	var budget, wait *Charge
-	for i := range r.batch.Charges {
-		c := &r.batch.Charges[i]
+	var budget, wait *inproc.Charge
+	for i := range r.adm.Charges {
+		c := &r.adm.Charges[i]
 		if c.Allowed || c.Shadow {
 			continue
 		}
-		if c.Kind == KindConcurrency && c.RetryAfter > l.busyRetryAfter {
-			c.RetryAfter = l.busyRetryAfter
+		if c.Kind == inproc.Concurrency && c.RetryAfter > int64(l.busyRetryAfter) {
+			c.RetryAfter = int64(l.busyRetryAfter)
 		}
-		c.RetryAfter = ceilMillisecond(c.RetryAfter)
+		c.RetryAfter = int64(ceilMillisecond(time.Duration(c.RetryAfter)))
 		switch {
-		case c.Kind == KindBudget:
-			if budget == nil || c.ResetAt.After(budget.ResetAt) {
+		case c.Kind == inproc.Budget:
+			if budget == nil || c.ResetAt > budget.ResetAt {
 				budget = c
 			}
 		case wait == nil || c.RetryAfter > wait.RetryAfter:
@@ -330,23 +352,24 @@ func (l *Limiter) refusal(r *Reservation) error {
 		}
 	}
 	if budget != nil {
-		return &BudgetError{refusalOf(budget)}
+		return &BudgetError{r.refusalOf(budget)}
 	}
 	if wait == nil {
 		return &StoreError{Op: "admit", Err: errors.New("store refused a batch without saying which charge")}
 	}
-	if wait.Kind == KindConcurrency {
-		return &BusyError{refusalOf(wait)}
+	if wait.Kind == inproc.Concurrency {
+		return &BusyError{r.refusalOf(wait)}
 	}
-	return &RateLimitError{refusalOf(wait)}
+	return &RateLimitError{r.refusalOf(wait)}
 }
 
-func refusalOf(c *Charge) Refusal {
+func (r *Reservation) refusalOf(c *inproc.Charge) Refusal {
+	rule := r.rule(c)
 	return Refusal{
-		Rule: c.rule.Name, Subject: c.rule.Subject, Kind: c.Kind, Metric: c.rule.metric,
+		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
 		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining,
-		Window: c.rule.Window, Period: c.rule.Period,
-		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt,
+		Window: rule.Window, Period: rule.Period,
+		RetryAfter: time.Duration(c.RetryAfter), ResetAt: r.resetAt(c),
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // Override changes one rule's limit for one subject: every request whose
@@ -72,6 +74,7 @@ func Resolve(layers ...Layer) []Rule {
 type compiledRule struct {
 	Rule
 	id       uint64
+	kind     inproc.Kind
 	attrs    []attribute
 	hasTag   bool
 	metric   Metric
@@ -88,7 +91,12 @@ func compileRule(r Rule) (*compiledRule, error) {
 	}
 	c := &compiledRule{Rule: r, metric: r.metric(), location: time.UTC}
 	switch r.Kind {
-	case KindRate, KindConcurrency, KindBudget:
+	case KindRate:
+		c.kind = inproc.Rate
+	case KindConcurrency:
+		c.kind = inproc.Concurrency
+	case KindBudget:
+		c.kind = inproc.Budget
 	default:
 		return nil, bad("kind", "must be rate, concurrency or budget, not %q", r.Kind)
 	}
@@ -216,7 +224,14 @@ type compiledPolicy struct {
 // overrideOrder ranks attributes from the most specific.
 var overrideOrder = []attribute{attrKey, attrSession, attrUser, attrTeam, attrWorkspace, attrOrg, attrIP}
 
+// maxRules is the most rules a policy holds: a charge names its rule by a
+// 16-bit index.
+const maxRules = 1 << 16
+
 func compilePolicy(p Policy) (*compiledPolicy, error) {
+	if len(p.Rules) > maxRules {
+		return nil, fmt.Errorf("sluice: policy: %d rules, at most %d", len(p.Rules), maxRules)
+	}
 	cp := &compiledPolicy{source: p, byName: map[string]*compiledRule{}}
 	for _, r := range p.Rules {
 		c, err := compileRule(r)

@@ -62,7 +62,7 @@ func TestRateBucket_PropertyNeverAdmitsMoreThanBurstPlusRefill(t *testing.T) {
 		rule := sluice.Rule{Name: "r", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricTokens, Limit: limit, Burst: burst, Window: window}
 		// Eviction after every admission: an evicted bucket must be
 		// exactly one that was full.
-		eager := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 1 << 20})
+		eager := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 1 << 20, EvictIdle: time.Nanosecond})
 		l, clock := newLimiter(t, sluice.Options{Store: eager, Rules: []sluice.Rule{rule}})
 		ctx := context.Background()
 		var log []admission

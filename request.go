@@ -112,6 +112,9 @@ func (u *Usage) validate() error {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.Cost < 0 {
 		return fmt.Errorf("%w: negative amounts %+v", ErrInvalidUsage, *u)
 	}
+	if len(u.Custom) == 0 {
+		return nil
+	}
 	for name, v := range u.Custom {
 		if v < 0 {
 			return fmt.Errorf("%w: custom metric %q is negative (%d)", ErrInvalidUsage, name, v)

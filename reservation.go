@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 const (
@@ -47,74 +49,142 @@ type Warning struct {
 // once. It is safe for concurrent use.
 type Reservation struct {
 	limiter *Limiter
-	batch   Batch
-	inline  [3]Charge
-	state   atomic.Uint32
+	// policy is the policy the charges were built from; a charge's
+	// RuleIndex is its rule's place in policy.rules.
+	policy *compiledPolicy
+	// batch is the charges as a Batch, for a store that does not read
+	// them in place; nil with an in-process store.
+	batch *Batch
+	adm   inproc.Admission
+	// admittedAt is the admission's clock reading (Unix ns), which a
+	// settlement without an overrun can use instead of reading the clock
+	// again.
+	admittedAt int64
+	state      atomic.Uint32
 	// failedOpen marks an admission let through uncharged (see
 	// Result.FailedOpen).
 	failedOpen bool
-	// admittedAt is the admission's clock reading, which a settlement
-	// without an overrun can use instead of reading the clock again.
-	admittedAt time.Time
+	inline     [3]inproc.Charge
 }
 
 // ID returns the reservation's identifier, unique per Limiter.
-func (r *Reservation) ID() uint64 { return r.batch.ID }
+func (r *Reservation) ID() uint64 { return r.adm.ID }
 
 // Deadline returns when the sweep may settle the reservation.
-func (r *Reservation) Deadline() time.Time { return r.batch.Deadline }
+func (r *Reservation) Deadline() time.Time { return time.Unix(0, r.adm.Deadline) }
+
+// rule returns the rule of one of r's charges.
+func (r *Reservation) rule(c *inproc.Charge) *compiledRule { return r.policy.rules[c.RuleIndex] }
+
+// resetAt returns a charge's ResetAt as a time: a budget's in its rule's
+// time zone, as PeriodBounds gives it.
+func (r *Reservation) resetAt(c *inproc.Charge) time.Time {
+	if c.ResetAt == 0 {
+		return time.Time{}
+	}
+	t := time.Unix(0, c.ResetAt)
+	if c.Kind == inproc.Budget {
+		t = t.In(r.rule(c).location)
+	}
+	return t
+}
 
 // Result returns what the admission found. It is worked out from the
 // charges when asked, so that an admission whose result nobody reads does
 // not pay for it.
 func (r *Reservation) Result() Result {
 	res := Result{FailedOpen: r.failedOpen}
-	var least *Charge
+	var least *inproc.Charge
 	var leastRoom float64
-	for i := range r.batch.Charges {
-		c := &r.batch.Charges[i]
+	for i := range r.adm.Charges {
+		c := &r.adm.Charges[i]
 		if c.Shadow {
 			if !c.Allowed {
-				res.Shadowed = append(res.Shadowed, c.rule.Name)
+				res.Shadowed = append(res.Shadowed, r.rule(c).Name)
 			}
 			continue
 		}
 		capacity := c.Limit
-		if c.Kind == KindRate {
-			capacity = c.BurstOrLimit()
+		if c.Kind == inproc.Rate {
+			capacity = c.Capacity()
 		}
 		room := float64(c.Remaining) / float64(capacity)
-		if least == nil || room < leastRoom || room == leastRoom && c.ResetAt.After(least.ResetAt) {
+		if least == nil || room < leastRoom || room == leastRoom && c.ResetAt > least.ResetAt {
 			least, leastRoom = c, room
 		}
-		if c.Kind == KindBudget {
-			if w, ok := warningOf(c); ok {
+		if c.Kind == inproc.Budget {
+			if w, ok := warningOf(r.rule(c), c); ok {
 				res.Warnings = append(res.Warnings, w)
 			}
 		}
 	}
 	if least != nil {
-		res.Rule = least.rule.Name
+		res.Rule = r.rule(least).Name
 		res.Limit = least.Limit
 		res.Remaining = least.Remaining
-		res.ResetAt = least.ResetAt
+		res.ResetAt = r.resetAt(least)
 	}
 	return res
 }
 
 // Charges returns the reservation's charges (read-only).
-func (r *Reservation) Charges() []Charge { return r.batch.Charges }
+func (r *Reservation) Charges() []Charge {
+	if len(r.adm.Charges) == 0 {
+		return nil
+	}
+	if r.batch != nil {
+		return r.batch.Charges
+	}
+	b := r.toBatch()
+	for i := range b.Charges {
+		b.Charges[i].Actual = r.adm.Charges[i].Actual
+	}
+	return b.Charges
+}
+
+// toBatch returns r's charges as a Batch for a Store, with the results
+// they hold, and keeps it as r.batch.
+func (r *Reservation) toBatch() *Batch {
+	b := &Batch{ID: r.adm.ID, Deadline: time.Unix(0, r.adm.Deadline), Charges: make([]Charge, len(r.adm.Charges))}
+	for i := range r.adm.Charges {
+		c, out := &r.adm.Charges[i], &b.Charges[i]
+		rule := r.rule(c)
+		out.Key = CounterKey{Rule: c.Rule, Subject: c.Subject, Period: c.Period}
+		out.Kind, out.Limit, out.Burst, out.Window = rule.Kind, c.Limit, c.Burst, rule.Window
+		out.Amount, out.OnExpiry, out.Shadow = c.Amount, rule.OnExpiry, c.Shadow
+		out.source, out.rule = limitSource(c.Source), rule
+		if c.Kind == inproc.Budget {
+			out.PeriodEnd = time.Unix(0, c.PeriodEnd).In(rule.location)
+		}
+		out.Allowed, out.Remaining, out.Used = c.Allowed, c.Remaining, c.Used
+		out.RetryAfter, out.ResetAt = time.Duration(c.RetryAfter), r.resetAt(c)
+	}
+	r.batch = b
+	return b
+}
+
+// resultsFrom copies the results a Store filled in b to r's charges.
+func (r *Reservation) resultsFrom(b *Batch) {
+	for i := range r.adm.Charges {
+		c, in := &r.adm.Charges[i], &b.Charges[i]
+		c.Allowed, c.Remaining, c.Used, c.RetryAfter = in.Allowed, in.Remaining, in.Used, int64(in.RetryAfter)
+		c.ResetAt = 0
+		if !in.ResetAt.IsZero() {
+			c.ResetAt = in.ResetAt.UnixNano()
+		}
+	}
+}
 
 // warningOf reports the highest warning a budget charge has reached.
-func warningOf(c *Charge) (Warning, bool) {
-	w := Warning{Rule: c.rule.Name, Subject: c.Key.Subject, Used: c.Used, Limit: c.Limit}
+func warningOf(rule *compiledRule, c *inproc.Charge) (Warning, bool) {
+	w := Warning{Rule: rule.Name, Subject: c.Subject, Used: c.Used, Limit: c.Limit}
 	found := false
-	for _, f := range c.rule.WarnAt {
+	for _, f := range rule.WarnAt {
 		if float64(c.Used) >= f*float64(c.Limit) && f > w.Threshold {
 			w.Threshold, found = f, true
 		}
 	}
-	if c.rule.SoftLimit > 0 && c.Used >= c.rule.SoftLimit {
+	if rule.SoftLimit > 0 && c.Used >= rule.SoftLimit {
 		w.Soft, found = true, true
 	}
 	return w, found
@@ -143,40 +213,46 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error 
 		return nil
 	}
 	l := r.limiter
-	if len(r.batch.Charges) == 0 {
+	charges := r.adm.Charges
+	if len(charges) == 0 {
 		r.state.Store(stateDone)
 		return nil
 	}
 	reported := u != nil && !u.IsZero()
-	for i := range r.batch.Charges {
-		c := &r.batch.Charges[i]
+	// Refunds need no fresh time: a bucket refunded below the admission
+	// time is full at any later time too. An overrun draws from now.
+	now, overrun := r.admittedAt, false
+	for i := range charges {
+		c := &charges[i]
 		switch {
 		case release:
 			c.Actual = 0
-		case !reported || c.Kind == KindConcurrency:
+		case !reported || c.Kind == inproc.Concurrency:
 			c.Actual = c.Amount
 		default:
-			c.Actual = u.amount(c.rule.metric)
+			c.Actual = u.amount(r.rule(c).metric)
+		}
+		overrun = overrun || c.Actual > c.Amount
+	}
+	if overrun {
+		now = l.clock.Now().UnixNano()
+	}
+	if l.local != nil {
+		l.local.SettleLocal(now, &r.adm)
+	} else {
+		for i := range charges {
+			r.batch.Charges[i].Actual = charges[i].Actual
+		}
+		if err := l.store.Settle(ctx, time.Unix(0, now), r.batch); err != nil {
+			r.state.Store(stateOpen)
+			return &StoreError{Op: "settle", Err: err}
 		}
 	}
-	// Refunds need no fresh time: a bucket refunded below the admission
-	// time is full at any later time too. An overrun draws from now.
-	now := r.admittedAt
-	for i := range r.batch.Charges {
-		if c := &r.batch.Charges[i]; c.Actual > c.Amount {
-			now = l.clock.Now()
-			break
-		}
-	}
-	if err := l.store.Settle(ctx, now, &r.batch); err != nil {
-		r.state.Store(stateOpen)
-		return &StoreError{Op: "settle", Err: err}
-	}
-	for i := range r.batch.Charges {
-		if c := &r.batch.Charges[i]; c.Actual > c.Amount && c.Kind != KindConcurrency {
+	for i := range charges {
+		if c := &charges[i]; c.Actual > c.Amount && c.Kind != inproc.Concurrency {
 			l.overruns.Add(1)
 			if l.onOverrun != nil {
-				l.onOverrun(Overrun{Rule: c.rule.Name, Subject: c.Key.Subject, Reserved: c.Amount, Actual: c.Actual})
+				l.onOverrun(Overrun{Rule: r.rule(c).Name, Subject: c.Subject, Reserved: c.Amount, Actual: c.Actual})
 			}
 		}
 	}

@@ -3,6 +3,8 @@ package sluice
 import (
 	"context"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // Store holds counters and reservations. Admit checks and charges a Batch
@@ -29,6 +31,24 @@ type Store interface {
 	Sweep(ctx context.Context, now time.Time) (SweepResult, error)
 	// Close releases the store's resources.
 	Close() error
+}
+
+// localStore is a Store that keeps its counters in this process and reads
+// the engine's charges in place (memstore): an admission through it builds
+// no Batch and allocates nothing but its Reservation. Its Admit, Settle and
+// Sweep work on the same counters, with the same semantics, as the Store
+// methods.
+type localStore interface {
+	// AdmitLocal is Store.Admit at now (Unix ns). A budget admission is
+	// kept by pointer for the sweep until settled.
+	AdmitLocal(now int64, a *inproc.Admission) bool
+	// SettleLocal is Store.Settle at now, with each charge's Actual.
+	SettleLocal(now int64, a *inproc.Admission)
+	// LocalStore returns the store whose methods these are. A type that
+	// embeds one has them too, but its own Admit and Settle must run: the
+	// engine reads charges in place only when LocalStore is the Store
+	// itself.
+	LocalStore() Store
 }
 
 // SweepResult counts what a sweep did.

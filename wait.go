@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // waitQueues keeps the admissions waiting for a rate or concurrency rule,
@@ -27,15 +29,15 @@ type waiter struct {
 func (w *waitQueues) active() bool { return w.count.Load() > 0 }
 
 // existing returns the key of a queue that one of charges would join.
-func (w *waitQueues) existing(charges []Charge) (CounterKey, bool) {
+func (w *waitQueues) existing(charges []inproc.Charge) (CounterKey, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := range charges {
-		if charges[i].Kind == KindBudget {
+		if charges[i].Kind == inproc.Budget {
 			continue
 		}
-		if len(w.queues[charges[i].Key]) > 0 {
-			return charges[i].Key, true
+		if key := keyOf(&charges[i]); len(w.queues[key]) > 0 {
+			return key, true
 		}
 	}
 	return CounterKey{}, false
@@ -118,14 +120,18 @@ func waitable(err error, remaining time.Duration) bool {
 // refused with the longest wait.
 func decidingKey(r *Reservation) CounterKey {
 	var key CounterKey
-	var longest time.Duration = -1
-	for i := range r.batch.Charges {
-		c := &r.batch.Charges[i]
-		if !c.Allowed && !c.Shadow && c.Kind != KindBudget && c.RetryAfter > longest {
-			key, longest = c.Key, c.RetryAfter
+	var longest int64 = -1
+	for i := range r.adm.Charges {
+		c := &r.adm.Charges[i]
+		if !c.Allowed && !c.Shadow && c.Kind != inproc.Budget && c.RetryAfter > longest {
+			key, longest = keyOf(c), c.RetryAfter
 		}
 	}
 	return key
+}
+
+func keyOf(c *inproc.Charge) CounterKey {
+	return CounterKey{Rule: c.Rule, Subject: c.Subject, Period: c.Period}
 }
 
 // wait queues the admission behind the earlier waiters on key and retries

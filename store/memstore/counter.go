@@ -3,10 +3,19 @@ package memstore
 import (
 	"math/bits"
 	"slices"
-	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/inproc"
 )
+
+// slot is one counter of a subject: the rest of its sluice.CounterKey, its
+// state, and the subject's next slot (noSlot if none). It holds no
+// pointer.
+type slot struct {
+	rule   uint64
+	period int64
+	counter
+	next uint32
+}
 
 // counter is the state of one CounterKey. A key belongs to one rule, so
 // only the fields of its kind are used.
@@ -20,8 +29,12 @@ type counter struct {
 	drawnAt int64
 	// Budget: settled usage, open reservations, end of the period (Unix ns).
 	used, reserved, end int64
-	// Concurrency: leases held.
-	leases []lease
+	// Concurrency: where the shard keeps the leases held (index + 1 in
+	// shard.leases), 0 if nowhere yet.
+	lease uint32
+	// touched is when the counter was last admitted to or settled (Unix
+	// ns): eviction spares it for a grace period after that.
+	touched int64
 }
 
 type lease struct {
@@ -29,15 +42,41 @@ type lease struct {
 	expiry int64
 }
 
-// idle reports whether c holds nothing worth keeping: a full bucket, an
-// empty or finished budget, no live lease.
-func (c *counter) idle(now int64) bool {
-	return (c.tat < now || c.tat == now && c.frac == 0) && c.reserved == 0 && (c.used == 0 || c.end <= now) && c.liveLeases(now) == 0
+// idle reports whether c holds nothing worth keeping (a full bucket, an
+// empty or finished budget, no live lease) and has not been touched for
+// grace ns.
+func (c *counter) idle(now, grace int64, leases []lease) bool {
+	return now-c.touched >= grace && (c.tat < now || c.tat == now && c.frac == 0) && c.reserved == 0 && (c.used == 0 || c.end <= now) && liveLeases(leases, now) == 0
 }
 
-func (c *counter) liveLeases(now int64) int {
+// dropLease frees the lease of admission id.
+func dropLease(leases *[]lease, id uint64) {
+	ls := *leases
+	for i := range ls {
+		if ls[i].id == id {
+			// By hand, and only when found: slices.DeleteFunc costs a
+			// closure call per lease and a write barrier per call.
+			n := len(ls) - 1
+			copy(ls[i:], ls[i+1:])
+			*leases = ls[:n]
+			return
+		}
+	}
+}
+
+// dropExpired frees the leases past their expiry.
+func dropExpired(leases *[]lease, now int64) {
+	for _, l := range *leases {
+		if l.expiry <= now {
+			*leases = slices.DeleteFunc(*leases, func(l lease) bool { return l.expiry <= now })
+			return
+		}
+	}
+}
+
+func liveLeases(leases []lease, now int64) int {
 	n := 0
-	for _, l := range c.leases {
+	for _, l := range leases {
 		if l.expiry > now {
 			n++
 		}
@@ -82,8 +121,8 @@ func (x u128) div(d int64) (q, r int64, ok bool) {
 // window (ns).
 type bucket struct{ limit, burst, window int64 }
 
-func bucketOf(ch *sluice.Charge) bucket {
-	return bucket{limit: ch.Limit, burst: ch.BurstOrLimit(), window: int64(ch.Window)}
+func bucketOf(ch *inproc.Charge) bucket {
+	return bucket{limit: ch.Limit, burst: ch.Capacity(), window: ch.Window}
 }
 
 // start returns where the bucket's next charge begins: the tat, or now if
@@ -133,15 +172,15 @@ func (b bucket) remaining(drawn u128) int64 {
 	return q
 }
 
-func resetAt(tat, frac int64) time.Time {
+func resetAt(tat, frac int64) int64 {
 	if frac > 0 {
 		tat++
 	}
-	return time.Unix(0, tat)
+	return tat
 }
 
 // checkRate evaluates a rate charge of n units at now without applying it.
-func (b bucket) check(c *counter, ch *sluice.Charge, now int64) (newTat, newFrac int64) {
+func (b bucket) check(c *counter, ch *inproc.Charge, now int64) (newTat, newFrac int64) {
 	tat, frac := b.start(c, now)
 	before := b.drawn(tat, frac, now)
 	newTat, newFrac, ok := b.advance(tat, frac, ch.Amount)
@@ -160,9 +199,9 @@ func (b bucket) check(c *counter, ch *sluice.Charge, now int64) (newTat, newFrac
 			if rem > 0 {
 				wait++
 			}
-			ch.RetryAfter = time.Duration(wait)
+			ch.RetryAfter = wait
 		} else {
-			ch.RetryAfter = time.Duration(1 << 62)
+			ch.RetryAfter = 1 << 62
 		}
 	}
 	ch.Used = b.burst - ch.Remaining
@@ -206,7 +245,7 @@ func (b bucket) adjust(c *counter, delta, now int64) {
 
 // checkBudget evaluates a budget charge without applying it. A spent budget
 // refuses even a charge of zero.
-func checkBudget(c *counter, ch *sluice.Charge) {
+func checkBudget(c *counter, ch *inproc.Charge) {
 	inUse := c.used + c.reserved
 	ch.Allowed = inUse+ch.Amount <= ch.Limit && (ch.Amount > 0 || inUse < ch.Limit)
 	if ch.Allowed {
@@ -217,10 +256,11 @@ func checkBudget(c *counter, ch *sluice.Charge) {
 	ch.ResetAt = ch.PeriodEnd
 }
 
-// checkConcurrency evaluates a lease request, dropping expired leases.
-func checkConcurrency(c *counter, ch *sluice.Charge, now int64) {
-	c.leases = slices.DeleteFunc(c.leases, func(l lease) bool { return l.expiry <= now })
-	held := int64(len(c.leases))
+// checkConcurrency evaluates a lease request against the leases held,
+// dropping expired ones.
+func checkConcurrency(leases *[]lease, ch *inproc.Charge, now int64) {
+	dropExpired(leases, now)
+	held := int64(len(*leases))
 	ch.Allowed = held < ch.Limit
 	if ch.Allowed {
 		held++
@@ -228,15 +268,15 @@ func checkConcurrency(c *counter, ch *sluice.Charge, now int64) {
 	ch.Used = held
 	ch.Remaining = max(0, ch.Limit-held)
 	var earliest int64
-	for _, l := range c.leases {
+	for _, l := range *leases {
 		if earliest == 0 || l.expiry < earliest {
 			earliest = l.expiry
 		}
 	}
 	if earliest > 0 {
-		ch.ResetAt = time.Unix(0, earliest)
+		ch.ResetAt = earliest
 		if !ch.Allowed {
-			ch.RetryAfter = time.Duration(earliest - now)
+			ch.RetryAfter = earliest - now
 		}
 	}
 }

@@ -59,7 +59,7 @@ func TestStore_EvictionKeepsPartlyDrawnBucket(t *testing.T) {
 // A bucket refilled faster than a unit per nanosecond is drawn in fractions
 // of a nanosecond: eviction every admission must not reset it.
 func TestStore_EvictionKeepsSubNanosecondDebt(t *testing.T) {
-	s := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 100})
+	s := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 100, EvictIdle: time.Nanosecond})
 	clock := storetest.NewClock(storetest.Start)
 	l := newLimiter(t, s, clock, sluice.Rule{Name: "fast", Kind: sluice.KindRate, Subject: "key", Limit: 100, Window: time.Nanosecond})
 	if n := admitted(t, l, 1000); n != 100 {
@@ -69,7 +69,7 @@ func TestStore_EvictionKeepsSubNanosecondDebt(t *testing.T) {
 
 // Eviction of a full bucket is harmless: it is recreated full.
 func TestStore_EvictionOfFullBucketsKeepsLimits(t *testing.T) {
-	s := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 100})
+	s := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 100, EvictIdle: time.Nanosecond})
 	clock := storetest.NewClock(storetest.Start)
 	l := newLimiter(t, s, clock, sluice.Rule{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 5, Window: time.Minute})
 	if n := admitted(t, l, 100); n != 5 {
@@ -84,5 +84,38 @@ func TestStore_EvictionOfFullBucketsKeepsLimits(t *testing.T) {
 	}
 	if n := admitted(t, l, 100); n != 5 {
 		t.Fatalf("admitted %d after a minute, want 5", n)
+	}
+}
+
+// A counter a settlement left whole stays for the grace period, so that a
+// subject in use does not remake its counters, and goes after it.
+func TestStore_EvictionWaitsForGrace(t *testing.T) {
+	s := memstore.New(memstore.Options{EvictEvery: 1, EvictScan: 100, EvictIdle: time.Second})
+	clock := storetest.NewClock(storetest.Start)
+	l := newLimiter(t, s, clock, sluice.Rule{Name: "rps", Kind: sluice.KindRate, Subject: "key", Limit: 1000, Window: time.Second},
+		sluice.Rule{Name: "conc", Kind: sluice.KindConcurrency, Subject: "key", Limit: 2})
+	ctx := context.Background()
+	for _, key := range []string{"a", "b"} {
+		r, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{Key: key}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Settle(ctx, sluice.Usage{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(999 * time.Millisecond)
+	if _, err := l.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Len(); got != 4 {
+		t.Fatalf("%d counters within the grace period, want 4", got)
+	}
+	clock.Advance(time.Millisecond)
+	if _, err := l.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Len(); got != 0 {
+		t.Fatalf("%d counters left after the grace period, want 0", got)
 	}
 }

@@ -2,16 +2,21 @@
 // one critical section per admission. Unrelated subjects do not contend, and
 // idle counters are evicted so memory stays bounded with millions of
 // subjects. Nothing survives the process.
+//
+// A subject's counters, one per rule, share one map entry, so an admission
+// hashes each subject once whatever the number of rules on it. A Limiter
+// over a Store (not wrapped in another store) admits through AdmitLocal
+// and SettleLocal, which read the engine's charges in place; every other
+// caller goes through sluice.Store, and both reach the same counters.
 package memstore
 
 import (
 	"context"
-	"hash/maphash"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 var _ sluice.Store = (*Store)(nil)
@@ -21,31 +26,39 @@ type Options struct {
 	// Shards is the number of independently locked maps (default 64).
 	Shards int
 	// EvictEvery is how many admissions a shard serves between two eviction
-	// scans of EvictScan counters (defaults 64 and 16).
+	// scans of EvictScan subjects (defaults 64 and 16).
 	EvictEvery int
 	EvictScan  int
+	// EvictIdle is how long a counter must go untouched, once it holds
+	// nothing worth keeping, before eviction drops it (default 10s). A
+	// counter is dropped only when keeping it would change nothing, so
+	// this bounds the memory of idle subjects, not correctness; the grace
+	// spares a subject in use the cost of remaking its counters each time
+	// a settlement leaves them whole.
+	EvictIdle time.Duration
 }
 
 // Store is an in-memory sluice.Store. It is safe for concurrent use.
 type Store struct {
-	seed       maphash.Seed
-	shards     []shard
+	hash       hasher
+	shards     []paddedShard
 	open       []openShard
 	evictEvery int
 	evictScan  int
+	evictIdle  int64
 }
 
-type shard struct {
-	mu       sync.Mutex
-	counters map[sluice.CounterKey]*counter
-	ops      int
-	_        [40]byte // keep neighbouring locks off one cache line
-}
-
-// openShard tracks admitted batches with budget charges, for the sweep.
+// openShard tracks admissions with budget charges, for the sweep.
 type openShard struct {
-	mu      sync.Mutex
-	batches map[uint64]*sluice.Batch
+	mu   sync.Mutex
+	open map[uint64]openAdmission
+}
+
+// openAdmission is an admission the sweep may have to settle. batch is the
+// sluice.Batch it was admitted as, nil for AdmitLocal.
+type openAdmission struct {
+	adm   *inproc.Admission
+	batch *sluice.Batch
 }
 
 // New returns an empty Store.
@@ -54,150 +67,91 @@ func New(opts Options) *Store {
 	if n <= 0 {
 		n = 64
 	}
-	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n), open: make([]openShard, n),
-		evictEvery: opts.EvictEvery, evictScan: opts.EvictScan}
+	s := &Store{hash: newHasher(), shards: make([]paddedShard, n), open: make([]openShard, n),
+		evictEvery: opts.EvictEvery, evictScan: opts.EvictScan, evictIdle: int64(opts.EvictIdle)}
 	if s.evictEvery <= 0 {
 		s.evictEvery = 64
 	}
 	if s.evictScan <= 0 {
 		s.evictScan = 16
 	}
+	if s.evictIdle <= 0 {
+		s.evictIdle = int64(10 * time.Second)
+	}
 	for i := range s.shards {
-		s.shards[i].counters = map[sluice.CounterKey]*counter{}
-		s.open[i].batches = map[uint64]*sluice.Batch{}
+		s.shards[i].init()
+		s.open[i].open = map[uint64]openAdmission{}
 	}
 	return s
 }
 
-func (s *Store) shardOf(k *sluice.CounterKey) int {
-	return int(maphash.String(s.seed, k.Subject) % uint64(len(s.shards)))
-}
-
-// lockSet is the set of shards a batch touches, locked in ascending order
-// so that two batches never deadlock. Batches of more than maxLockSet
-// distinct shards lock every shard.
-type lockSet struct {
-	idx [maxLockSet]int
-	n   int
-	all bool
-	// of is the shard of each of the batch's first maxLockSet charges, so
-	// a subject is hashed once per call.
-	of [maxLockSet]int
-}
-
-const maxLockSet = 8
-
-func (s *Store) lock(b *sluice.Batch) lockSet {
-	var ls lockSet
-	for i := range b.Charges {
-		j := s.shardOf(&b.Charges[i].Key)
-		if i < maxLockSet {
-			ls.of[i] = j
-		}
-		if ls.all {
-			continue
-		}
-		pos := 0
-		for pos < ls.n && ls.idx[pos] < j {
-			pos++
-		}
-		if pos < ls.n && ls.idx[pos] == j {
-			continue
-		}
-		if ls.n == maxLockSet {
-			ls.all = true
-			continue
-		}
-		copy(ls.idx[pos+1:ls.n+1], ls.idx[pos:ls.n])
-		ls.idx[pos] = j
-		ls.n++
-	}
-	if ls.all {
-		for j := range s.shards {
-			s.shards[j].mu.Lock()
-		}
-		return ls
-	}
-	for _, j := range ls.idx[:ls.n] {
-		s.shards[j].mu.Lock()
-	}
-	return ls
-}
-
-func (s *Store) unlock(ls *lockSet) {
-	if ls.all {
-		for j := range s.shards {
-			s.shards[j].mu.Unlock()
-		}
-		return
-	}
-	for _, j := range ls.idx[:ls.n] {
-		s.shards[j].mu.Unlock()
-	}
-}
-
-// shardFor returns the shard of charge i of a locked batch.
-func (s *Store) shardFor(ls *lockSet, b *sluice.Batch, i int) int {
-	if i < maxLockSet {
-		return ls.of[i]
-	}
-	return s.shardOf(&b.Charges[i].Key)
-}
-
-func (s *Store) counter(k *sluice.CounterKey, create bool) *counter {
-	return s.counterIn(s.shardOf(k), k, create)
-}
-
-func (s *Store) counterIn(shard int, k *sluice.CounterKey, create bool) *counter {
-	sh := &s.shards[shard]
-	c := sh.counters[*k]
-	if c == nil && create {
-		c = &counter{}
-		sh.counters[*k] = c
-	}
-	return c
+func (s *Store) shardOf(k subjectKey) int {
+	return int(k.a % uint64(len(s.shards)))
 }
 
 // Admit checks every charge of b and applies all of them or none.
 func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
-	ls := s.lock(b)
-	defer s.unlock(&ls)
-	ok := s.admitLocked(now.UnixNano(), b, &ls)
-	if !ls.all {
-		for _, j := range ls.idx[:ls.n] {
-			s.maybeEvict(&s.shards[j], now.UnixNano())
-		}
-	}
-	if ok && hasBudget(b) {
-		o := &s.open[b.ID%uint64(len(s.open))]
-		o.mu.Lock()
-		o.batches[b.ID] = b
-		o.mu.Unlock()
+	var buf [inlineCharges]inproc.Charge
+	a := inproc.Admission{ID: b.ID, Deadline: b.Deadline.UnixNano(), Charges: fromBatch(b, buf[:0])}
+	ok := s.admit(now.UnixNano(), &a)
+	toBatch(a.Charges, b)
+	if ok && a.HasBudget() {
+		// The sweep keeps its own copy: a is on the stack.
+		kept := &inproc.Admission{ID: a.ID, Deadline: a.Deadline, Charges: append([]inproc.Charge(nil), a.Charges...)}
+		s.addOpen(openAdmission{adm: kept, batch: b})
 	}
 	return ok, nil
 }
 
-func (s *Store) admitLocked(now int64, b *sluice.Batch, ls *lockSet) bool {
-	var tats [maxLockSet][2]int64
-	var found [maxLockSet]*counter
-	admit := true
-	for i := range b.Charges {
-		ch := &b.Charges[i]
-		ch.Allowed, ch.RetryAfter = false, 0
-		c := s.counterIn(s.shardFor(ls, b, i), &ch.Key, true)
-		if i < maxLockSet {
-			found[i] = c
+// AdmitLocal is Admit for an admission the engine built in this process:
+// it checks every charge of a and applies all of them or none, filling
+// each charge's results. A budget admission is kept, by pointer, for the
+// sweep, so a must not change until settled (except Actual).
+func (s *Store) AdmitLocal(now int64, a *inproc.Admission) bool {
+	ok := s.admit(now, a)
+	if ok && a.HasBudget() {
+		s.addOpen(openAdmission{adm: a})
+	}
+	return ok
+}
+
+// LocalStore returns s. A Limiter reads its charges in place, through
+// AdmitLocal and SettleLocal, only over the Store itself, not over a type
+// that embeds one and has its own Admit.
+func (s *Store) LocalStore() sluice.Store { return s }
+
+func (s *Store) admit(now int64, a *inproc.Admission) bool {
+	var p plan
+	s.plan(&p, a.Charges)
+	s.lock(&p)
+	defer s.unlock(&p)
+	ok := s.admitLocked(now, a, &p)
+	if !p.all {
+		for _, j := range p.idx[:p.n] {
+			s.maybeEvict(&s.shards[j].shard, now)
 		}
+	}
+	return ok
+}
+
+func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
+	s.resolve(p, a.Charges, true)
+	var tats [inlineCharges][2]int64
+	admit := true
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		ch.Allowed, ch.RetryAfter = false, 0
+		c, sh := s.counter(p, i)
 		switch ch.Kind {
-		case sluice.KindRate:
+		case inproc.Rate:
 			tat, frac := bucketOf(ch).check(c, ch, now)
 			if i < len(tats) {
 				tats[i] = [2]int64{tat, frac}
 			}
-		case sluice.KindBudget:
+		case inproc.Budget:
 			checkBudget(c, ch)
-		case sluice.KindConcurrency:
-			checkConcurrency(c, ch, now)
+		case inproc.Concurrency:
+			checkConcurrency(sh.leasesOf(c, true), ch, now)
 		}
 		if !ch.Allowed && !ch.Shadow {
 			admit = false
@@ -206,16 +160,12 @@ func (s *Store) admitLocked(now int64, b *sluice.Batch, ls *lockSet) bool {
 	if !admit {
 		return false
 	}
-	for i := range b.Charges {
-		ch := &b.Charges[i]
-		var c *counter
-		if i < maxLockSet {
-			c = found[i]
-		} else {
-			c = s.counterIn(s.shardFor(ls, b, i), &ch.Key, true)
-		}
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		c, sh := s.counter(p, i)
+		c.touched = now
 		switch ch.Kind {
-		case sluice.KindRate:
+		case inproc.Rate:
 			if ch.Allowed && i < len(tats) {
 				c.tat, c.frac, c.drawnAt = tats[i][0], tats[i][1], ch.Limit
 			} else {
@@ -223,23 +173,15 @@ func (s *Store) admitLocked(now int64, b *sluice.Batch, ls *lockSet) bool {
 				// inline array: draw it like an overrun.
 				bucketOf(ch).adjust(c, ch.Amount, now)
 			}
-		case sluice.KindBudget:
+		case inproc.Budget:
 			c.reserved += ch.Amount
-			c.end = ch.PeriodEnd.UnixNano()
-		case sluice.KindConcurrency:
-			c.leases = append(c.leases, lease{id: b.ID, expiry: b.Deadline.UnixNano()})
+			c.end = ch.PeriodEnd
+		case inproc.Concurrency:
+			leases := sh.leasesOf(c, true)
+			*leases = append(*leases, lease{id: a.ID, expiry: a.Deadline})
 		}
 	}
 	return true
-}
-
-func hasBudget(b *sluice.Batch) bool {
-	for i := range b.Charges {
-		if b.Charges[i].Kind == sluice.KindBudget {
-			return true
-		}
-	}
-	return false
 }
 
 // Settle applies each charge's Actual in place of its Amount and frees the
@@ -252,165 +194,114 @@ func (s *Store) Settle(_ context.Context, now time.Time, b *sluice.Batch) error 
 // SettleOpen is Settle, reporting whether the batch was applied (false when
 // the sweep had already settled it), for a durable store built on this one.
 func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
-	if hasBudget(b) && !s.takeOpen(b.ID) {
-		return false, nil
-	}
-	ls := s.lock(b)
-	defer s.unlock(&ls)
-	s.applyLocked(now.UnixNano(), b, &ls, nil)
-	return true, nil
+	var buf [inlineCharges]inproc.Charge
+	a := inproc.Admission{ID: b.ID, Deadline: b.Deadline.UnixNano(), Charges: fromBatch(b, buf[:0])}
+	return s.settle(now.UnixNano(), &a), nil
 }
 
-// takeOpen removes an open batch, reporting whether it was there.
+// SettleLocal is Settle for an admission of AdmitLocal: each charge's
+// Actual replaces its Amount, and the leases are freed. An admission the
+// sweep already settled is left alone.
+func (s *Store) SettleLocal(now int64, a *inproc.Admission) {
+	s.settle(now, a)
+}
+
+func (s *Store) settle(now int64, a *inproc.Admission) bool {
+	if a.HasBudget() && !s.takeOpen(a.ID) {
+		return false
+	}
+	var p plan
+	s.plan(&p, a.Charges)
+	s.lock(&p)
+	s.applyLocked(now, a, &p, nil)
+	s.unlock(&p)
+	return true
+}
+
+func (s *Store) addOpen(o openAdmission) {
+	sh := &s.open[o.adm.ID%uint64(len(s.open))]
+	sh.mu.Lock()
+	sh.open[o.adm.ID] = o
+	sh.mu.Unlock()
+}
+
+// takeOpen removes an open admission, reporting whether it was there.
 func (s *Store) takeOpen(id uint64) bool {
 	o := &s.open[id%uint64(len(s.open))]
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if _, ok := o.batches[id]; !ok {
+	if _, ok := o.open[id]; !ok {
 		return false
 	}
-	delete(o.batches, id)
+	delete(o.open, id)
 	return true
 }
 
-// applyLocked settles a locked batch at the Actual amounts, or at actual
-// when it is not nil.
-func (s *Store) applyLocked(now int64, b *sluice.Batch, ls *lockSet, actual []int64) {
-	for i := range b.Charges {
-		ch := &b.Charges[i]
-		c := s.counterIn(s.shardFor(ls, b, i), &ch.Key, true)
-		amount := ch.Actual
+// applyLocked settles a locked admission at the Actual amounts, or at
+// actual when it is not nil.
+func (s *Store) applyLocked(now int64, a *inproc.Admission, p *plan, actual []int64) {
+	s.resolve(p, a.Charges, true)
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		c, sh := s.counter(p, i)
+		var amount int64
 		if actual != nil {
 			amount = actual[i]
+		} else {
+			amount = ch.Actual
 		}
+		c.touched = max(c.touched, now)
 		switch ch.Kind {
-		case sluice.KindRate:
+		case inproc.Rate:
 			bucketOf(ch).adjust(c, amount-ch.Amount, now)
-		case sluice.KindBudget:
+		case inproc.Budget:
 			c.reserved = max(0, c.reserved-ch.Amount)
 			c.used += amount
-			c.end = ch.PeriodEnd.UnixNano()
-		case sluice.KindConcurrency:
-			c.leases = slices.DeleteFunc(c.leases, func(l lease) bool { return l.id == b.ID })
+			c.end = ch.PeriodEnd
+		case inproc.Concurrency:
+			if c.lease != 0 {
+				dropLease(sh.leasesOf(c, false), a.ID)
+			}
 		}
 	}
 }
 
 // Peek fills the result fields of b's charges without charging.
 func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
-	ls := s.lock(b)
-	defer s.unlock(&ls)
+	var buf [inlineCharges]inproc.Charge
+	charges := fromBatch(b, buf[:0])
 	n := now.UnixNano()
-	for i := range b.Charges {
-		ch := &b.Charges[i]
-		c := s.counterIn(s.shardFor(&ls, b, i), &ch.Key, false)
+	var p plan
+	s.plan(&p, charges)
+	s.lock(&p)
+	s.resolve(&p, charges, false)
+	for i := range charges {
+		ch := &charges[i]
+		c, sh := s.counter(&p, i)
 		if c == nil {
 			c = &counter{}
 		}
 		saved := ch.Amount
 		ch.Amount = 0
 		switch ch.Kind {
-		case sluice.KindRate:
+		case inproc.Rate:
 			bucketOf(ch).check(c, ch, n)
-		case sluice.KindBudget:
+		case inproc.Budget:
 			checkBudget(c, ch)
-		case sluice.KindConcurrency:
-			checkConcurrency(c, ch, n)
-			ch.Used, ch.Remaining = int64(len(c.leases)), max(0, ch.Limit-int64(len(c.leases)))
+		case inproc.Concurrency:
+			leases := sh.leasesOf(c, false)
+			checkConcurrency(leases, ch, n)
+			ch.Used, ch.Remaining = int64(len(*leases)), max(0, ch.Limit-int64(len(*leases)))
 		}
 		ch.Amount = saved
 	}
+	s.unlock(&p)
+	toBatch(charges, b)
 	return nil
-}
-
-// Expired is a batch the sweep settled, with the amount each charge was
-// settled at.
-type Expired struct {
-	Batch  *sluice.Batch
-	Actual []int64
-}
-
-// Sweep settles the batches past their deadline.
-func (s *Store) Sweep(_ context.Context, now time.Time) (sluice.SweepResult, error) {
-	_, res := s.SweepExpired(now)
-	s.evictAll(now.UnixNano())
-	return res, nil
-}
-
-// SweepExpired settles the batches past their deadline and returns them, so
-// that a durable store built on this one can journal what it did.
-func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
-	var due []*sluice.Batch
-	for i := range s.open {
-		o := &s.open[i]
-		o.mu.Lock()
-		for id, b := range o.batches {
-			if !b.Deadline.After(now) {
-				due = append(due, b)
-				delete(o.batches, id)
-			}
-		}
-		o.mu.Unlock()
-	}
-	var res sluice.SweepResult
-	out := make([]Expired, 0, len(due))
-	for _, b := range due {
-		e := Expired{Batch: b, Actual: make([]int64, len(b.Charges))}
-		for i := range b.Charges {
-			ch := &b.Charges[i]
-			e.Actual[i] = ch.Amount
-			if ch.Kind == sluice.KindBudget {
-				if ch.OnExpiry == sluice.ExpiryRelease {
-					e.Actual[i] = 0
-					res.Released++
-				} else {
-					res.Charged++
-				}
-			}
-		}
-		ls := s.lock(b)
-		s.applyLocked(now.UnixNano(), b, &ls, e.Actual)
-		s.unlock(&ls)
-		res.Reservations++
-		out = append(out, e)
-	}
-	return out, res
 }
 
 // Close does nothing; it exists to satisfy sluice.Store.
 func (s *Store) Close() error { return nil }
-
-// maybeEvict scans a few counters of a locked shard every evictEvery
-// admissions and drops the idle ones.
-func (s *Store) maybeEvict(sh *shard, now int64) {
-	sh.ops++
-	if sh.ops < s.evictEvery {
-		return
-	}
-	sh.ops = 0
-	scanned := 0
-	for k, c := range sh.counters {
-		if c.idle(now) {
-			delete(sh.counters, k)
-		}
-		if scanned++; scanned >= s.evictScan {
-			break
-		}
-	}
-}
-
-func (s *Store) evictAll(now int64) {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for k, c := range sh.counters {
-			if c.idle(now) {
-				delete(sh.counters, k)
-			}
-		}
-		sh.mu.Unlock()
-	}
-}
 
 // Len returns the number of counters held, for tests and memory reports.
 func (s *Store) Len() int {
@@ -418,7 +309,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.counters)
+		n += sh.count()
 		sh.mu.Unlock()
 	}
 	return n
@@ -427,10 +318,16 @@ func (s *Store) Len() int {
 // RestoreBudget sets a budget counter's settled usage, for a durable store
 // reloading its journal.
 func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used int64) {
-	sh := &s.shards[s.shardOf(&key)]
+	k := s.hash.key(key.Subject)
+	sh := &s.shards[s.shardOf(k)].shard
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	c := s.counter(&key, true)
-	c.used = used
-	c.end = periodEnd.UnixNano()
+	head := sh.subjects.get(k)
+	i, last := sh.find(head, key.Rule, key.Period)
+	if i == noSlot {
+		i = sh.add(k, last, key.Rule, key.Period)
+	}
+	sl := sh.at(i)
+	sl.used = used
+	sl.end = periodEnd.UnixNano()
 }

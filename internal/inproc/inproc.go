@@ -1,0 +1,84 @@
+// Package inproc holds the shapes that the engine (the root package) and the
+// in-process store (store/memstore) share for admissions that never leave
+// the process. They are plain values: a reservation holds them inline, so
+// an admission allocates one small object, and a store reads them without
+// the strings and time.Time fields of sluice.Charge.
+package inproc
+
+// Kind is the algorithm of a charge's rule.
+type Kind uint8
+
+// The kinds, as sluice.KindRate, sluice.KindBudget and
+// sluice.KindConcurrency.
+const (
+	Rate Kind = iota + 1
+	Budget
+	Concurrency
+)
+
+// Charge is one rule's part of an admission. Times are Unix nanoseconds
+// and durations nanoseconds; a zero time means none.
+type Charge struct {
+	// Subject, Rule and Period name the counter, as sluice.CounterKey.
+	Subject string
+	Rule    uint64
+	Period  int64
+	// Window is a rate rule's refill window.
+	Window int64
+	// Limit and Burst are the effective values; a Burst of 0 means Limit.
+	Limit int64
+	Burst int64
+	// Amount is charged at admission; Actual replaces it at settlement.
+	Amount int64
+	Actual int64
+	// PeriodEnd is when a budget's period ends.
+	PeriodEnd int64
+
+	// Filled by the store at admission, as in sluice.Charge.
+	Remaining  int64
+	Used       int64
+	RetryAfter int64
+	ResetAt    int64
+
+	Kind Kind
+	// Shadow charges are counted but never refuse.
+	Shadow bool
+	// Release is set when the sweep refunds an expired budget charge
+	// rather than charging it.
+	Release bool
+	Allowed bool
+
+	// RuleIndex and Source are the engine's: which rule of its policy the
+	// charge belongs to and where its limit came from. Stores ignore them.
+	RuleIndex uint16
+	Source    uint8
+}
+
+// Capacity returns a rate charge's bucket size.
+func (c *Charge) Capacity() int64 {
+	if c.Burst > 0 {
+		return c.Burst
+	}
+	return c.Limit
+}
+
+// Admission is the set of charges of one reservation.
+type Admission struct {
+	// ID is unique per Limiter.
+	ID uint64
+	// Deadline is when the sweep may settle the admission and when its
+	// leases expire (Unix nanoseconds).
+	Deadline int64
+	Charges  []Charge
+}
+
+// HasBudget reports whether a carries a budget charge, which the sweep must
+// settle if nobody does.
+func (a *Admission) HasBudget() bool {
+	for i := range a.Charges {
+		if a.Charges[i].Kind == Budget {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,218 @@
+package memstore
+
+import (
+	"hash/maphash"
+	"sync"
+	"unsafe"
+)
+
+// A shard keeps no pointer per subject, so that the garbage collector does
+// not scan a million subjects' counters on every cycle: the map from
+// subject to counters is keyed by a hash of the subject and holds an
+// index, and the counters live in chunks of an arena of pointer-free
+// slots. Only concurrency counters, which hold leases, have a slice, kept
+// out of line.
+//
+// A subject is known by a 128-bit keyed hash of its value (two maphash
+// values under seeds drawn at random per process), not by the value
+// itself. Two subjects whose hashes agree would share counters. For n
+// subjects that happens with probability about n²/2^129 (2^-89 for a
+// billion subjects); the seeds never leave the process, so a client cannot
+// aim for a collision without first learning them.
+type subjectKey struct{ a, b uint64 }
+
+// hasher hashes subjects into subjectKeys.
+type hasher struct{ a, b maphash.Seed }
+
+func newHasher() hasher { return hasher{a: maphash.MakeSeed(), b: maphash.MakeSeed()} }
+
+func (h hasher) key(subject string) subjectKey {
+	return subjectKey{maphash.String(h.a, subject), maphash.String(h.b, subject)}
+}
+
+// noSlot ends a subject's list of slots.
+const noSlot = ^uint32(0)
+
+// chunkBits sets the slots per arena chunk (256 slots, 20 KiB).
+const chunkBits = 8
+
+type shard struct {
+	mu sync.Mutex
+	// subjects maps each subject to the first of its slots, one per rule
+	// and period, linked through slot.next.
+	subjects table
+	// chunks hold the slots; a slot's address does not change while it
+	// is in use. used is how many slots were ever handed out; free heads
+	// the list of slots given back.
+	chunks []*[1 << chunkBits]slot
+	used   uint32
+	free   uint32
+	// leases holds each concurrency counter's leases, at counter.lease-1;
+	// freeLeases lists the entries given back.
+	leases     [][]lease
+	freeLeases []uint32
+	ops        int
+	// cursor is where the next eviction scan starts in subjects.
+	cursor uint64
+}
+
+// paddedShard keeps neighbouring shards' locks off one cache line.
+type paddedShard struct {
+	shard
+	_ [(64 - unsafe.Sizeof(shard{})%64) % 64]byte
+}
+
+func (sh *shard) init() {
+	sh.free = noSlot
+}
+
+// at returns slot i.
+func (sh *shard) at(i uint32) *slot {
+	return &sh.chunks[i>>chunkBits][i&(1<<chunkBits-1)]
+}
+
+// find returns the slot of (rule, period) in the list from head, or
+// noSlot and the list's last slot (noSlot if the list is empty).
+func (sh *shard) find(head uint32, rule uint64, period int64) (found, last uint32) {
+	last = noSlot
+	for i := head; i != noSlot; {
+		sl := sh.at(i)
+		if sl.rule == rule && sl.period == period {
+			return i, last
+		}
+		last = i
+		i = sl.next
+	}
+	return noSlot, last
+}
+
+// add makes a slot for (rule, period) at the end of subject k's list,
+// after last (noSlot if the subject has none), and returns it.
+func (sh *shard) add(k subjectKey, last uint32, rule uint64, period int64) uint32 {
+	i := sh.free
+	if i != noSlot {
+		sh.free = sh.at(i).next
+	} else {
+		i = sh.used
+		if int(i>>chunkBits) == len(sh.chunks) {
+			sh.chunks = append(sh.chunks, new([1 << chunkBits]slot))
+		}
+		sh.used++
+	}
+	*sh.at(i) = slot{rule: rule, period: period, next: noSlot}
+	if last == noSlot {
+		sh.subjects.set(k, i)
+	} else {
+		sh.at(last).next = i
+	}
+	return i
+}
+
+// release gives slot i back, with its leases.
+func (sh *shard) release(i uint32) {
+	sl := sh.at(i)
+	if sl.lease != 0 {
+		j := sl.lease - 1
+		sh.leases[j] = sh.leases[j][:0]
+		sh.freeLeases = append(sh.freeLeases, j)
+	}
+	*sl = slot{next: sh.free}
+	sh.free = i
+}
+
+// leasesOf returns c's leases, making room for them if c has none and
+// create is set; without it, a counter with none gets an empty list that
+// must not be appended to.
+func (sh *shard) leasesOf(c *counter, create bool) *[]lease {
+	if c.lease == 0 {
+		if !create {
+			return new([]lease)
+		}
+		if n := len(sh.freeLeases); n > 0 {
+			c.lease = sh.freeLeases[n-1] + 1
+			sh.freeLeases = sh.freeLeases[:n-1]
+		} else {
+			sh.leases = append(sh.leases, nil)
+			c.lease = uint32(len(sh.leases))
+		}
+	}
+	return &sh.leases[c.lease-1]
+}
+
+// count returns the number of counters held.
+func (sh *shard) count() int {
+	n := 0
+	for _, e := range sh.subjects.entries {
+		if e.ref == 0 {
+			continue
+		}
+		for i := e.ref - 1; i != noSlot; i = sh.at(i).next {
+			n++
+		}
+	}
+	return n
+}
+
+// evict drops the idle counters of the subject at entry e of a locked
+// shard, and the subject once it has none, reporting whether it did.
+func (sh *shard) evict(e uint64, now, grace int64) (dropped bool) {
+	head := sh.subjects.entries[e].ref - 1
+	newHead, prev := head, noSlot
+	for i := head; i != noSlot; {
+		sl := sh.at(i)
+		next := sl.next
+		var leases []lease
+		if sl.lease != 0 {
+			leases = sh.leases[sl.lease-1]
+		}
+		if sl.idle(now, grace, leases) {
+			if prev == noSlot {
+				newHead = next
+			} else {
+				sh.at(prev).next = next
+			}
+			sh.release(i)
+		} else {
+			prev = i
+		}
+		i = next
+	}
+	if newHead == noSlot {
+		sh.subjects.deleteAt(e)
+		return true
+	}
+	sh.subjects.entries[e].ref = newHead + 1
+	return false
+}
+
+// evictScan runs evict on up to n subjects from the shard's cursor on,
+// looking at no more than 4n entries.
+func (sh *shard) evictScan(n int, now, grace int64) {
+	t := &sh.subjects
+	if t.n == 0 {
+		return
+	}
+	m := t.mask()
+	for probes := 0; n > 0 && probes < 4*n; probes++ {
+		i := sh.cursor & m
+		if t.entries[i].ref != 0 {
+			n--
+			if sh.evict(i, now, grace) {
+				// Another subject may have moved into the entry.
+				continue
+			}
+		}
+		sh.cursor = i + 1
+	}
+}
+
+// evictAll runs evict on every subject of the shard.
+func (sh *shard) evictAll(now, grace int64) {
+	t := &sh.subjects
+	for i := 0; i < len(t.entries); {
+		if t.entries[i].ref != 0 && sh.evict(uint64(i), now, grace) {
+			continue // another subject may have moved into the entry
+		}
+		i++
+	}
+}

@@ -1,0 +1,111 @@
+package memstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/inproc"
+)
+
+// Expired is a batch the sweep settled, with the amount each charge was
+// settled at.
+type Expired struct {
+	Batch  *sluice.Batch
+	Actual []int64
+}
+
+// Sweep settles the batches past their deadline.
+func (s *Store) Sweep(_ context.Context, now time.Time) (sluice.SweepResult, error) {
+	_, res := s.SweepExpired(now)
+	s.evictAll(now.UnixNano())
+	return res, nil
+}
+
+// SweepExpired settles the batches past their deadline and returns them, so
+// that a durable store built on this one can journal what it did.
+func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
+	n := now.UnixNano()
+	var due []openAdmission
+	for i := range s.open {
+		o := &s.open[i]
+		o.mu.Lock()
+		for id, a := range o.open {
+			if a.adm.Deadline <= n {
+				due = append(due, a)
+				delete(o.open, id)
+			}
+		}
+		o.mu.Unlock()
+	}
+	var res sluice.SweepResult
+	out := make([]Expired, 0, len(due))
+	for _, o := range due {
+		a := o.adm
+		e := Expired{Batch: o.batch, Actual: make([]int64, len(a.Charges))}
+		for i := range a.Charges {
+			// Field by field: the engine may be writing Actual.
+			ch := &a.Charges[i]
+			e.Actual[i] = ch.Amount
+			if ch.Kind == inproc.Budget {
+				if ch.Release {
+					e.Actual[i] = 0
+					res.Released++
+				} else {
+					res.Charged++
+				}
+			}
+		}
+		var p plan
+		s.plan(&p, a.Charges)
+		s.lock(&p)
+		s.applyLocked(n, a, &p, e.Actual)
+		s.unlock(&p)
+		if e.Batch == nil {
+			e.Batch = batchOf(a)
+		}
+		res.Reservations++
+		out = append(out, e)
+	}
+	return out, res
+}
+
+// batchOf describes an admission of AdmitLocal as a sluice.Batch.
+func batchOf(a *inproc.Admission) *sluice.Batch {
+	b := &sluice.Batch{ID: a.ID, Deadline: time.Unix(0, a.Deadline), Charges: make([]sluice.Charge, len(a.Charges))}
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		c := &b.Charges[i]
+		c.Key = sluice.CounterKey{Rule: ch.Rule, Subject: ch.Subject, Period: ch.Period}
+		c.Kind, c.Limit, c.Burst, c.Window = kindName(ch.Kind), ch.Limit, ch.Burst, time.Duration(ch.Window)
+		c.Amount, c.Shadow = ch.Amount, ch.Shadow
+		c.OnExpiry = sluice.ExpiryCharge
+		if ch.Release {
+			c.OnExpiry = sluice.ExpiryRelease
+		}
+		if ch.PeriodEnd != 0 {
+			c.PeriodEnd = time.Unix(0, ch.PeriodEnd)
+		}
+	}
+	return b
+}
+
+// maybeEvict scans a few subjects of a locked shard every evictEvery
+// admissions and drops their idle counters.
+func (s *Store) maybeEvict(sh *shard, now int64) {
+	sh.ops++
+	if sh.ops < s.evictEvery {
+		return
+	}
+	sh.ops = 0
+	sh.evictScan(s.evictScan, now, s.evictIdle)
+}
+
+func (s *Store) evictAll(now int64) {
+	for i := range s.shards {
+		sh := &s.shards[i].shard
+		sh.mu.Lock()
+		sh.evictAll(now, s.evictIdle)
+		sh.mu.Unlock()
+	}
+}
