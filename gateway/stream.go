@@ -24,11 +24,20 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 	c.ctx.Response.Header.Set("Cache-Control", "no-cache")
 	c.g.inFlight.add() // until the stream is settled; done by CloseWithError
 	upstream := resp.BodyStream()
+	br, _ := upstreamReaders.Get().(*bufio.Reader)
+	if br == nil {
+		br = bufio.NewReaderSize(upstream, 4096)
+	} else {
+		br.Reset(upstream)
+	}
 	s := &streamBody{c: c, cand: cand, res: res, resp: resp, upstream: upstream, reader: c.rt.stream(injected),
-		events: llm.NewEventReader(bufio.NewReaderSize(upstream, 4096))}
+		br: br, events: llm.NewEventReader(br)}
 	s.deadline = time.AfterFunc(c.g.opts.RequestTimeout, func() { s.closeUpstream(errors.New("request deadline")) })
 	c.ctx.SetBodyStream(s, -1)
 }
+
+// upstreamReaders are the 4 KiB buffers streams read the provider through.
+var upstreamReaders sync.Pool
 
 // streamBody is the client's body of a streamed answer. fasthttp calls
 // WriteTo (or Read), then CloseWithError once, on one goroutine; only the
@@ -44,6 +53,7 @@ type streamBody struct {
 	res      *sluice.Reservation
 	resp     *fasthttp.Response
 	upstream io.Reader
+	br       *bufio.Reader // under events; back to upstreamReaders once closed
 	events   *llm.EventReader
 	reader   streamReader
 	deadline *time.Timer
@@ -162,7 +172,9 @@ func (s *streamBody) CloseWithError(werr error) error {
 	s.released = true
 	s.mu.Unlock()
 	fasthttp.ReleaseResponse(s.resp)
-	s.resp, s.upstream, s.pending = nil, nil, nil
+	s.br.Reset(nil)
+	upstreamReaders.Put(s.br)
+	s.resp, s.upstream, s.pending, s.br, s.events = nil, nil, nil, nil, nil
 	u := s.reader.Usage()
 	reported := s.reader.Reported()
 	if !reported {
