@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/gateway"
 )
@@ -67,4 +69,84 @@ func LogRequest(log *slog.Logger, e gateway.Event) {
 		slog.Int64("output_tokens", e.Usage.OutputTokens),
 		slog.Int64("cost_micros", e.Usage.Cost),
 	)
+}
+
+// LineBuffer is a writer for the request log: each Write (one line from a
+// slog handler) is appended to a buffer, and the buffer is written out at
+// most Interval after its first line, when it grows past 64 KiB, and by
+// Flush. A busy gateway then makes one write system call every Interval
+// instead of one per request. Lines are written whole and in order. Call
+// Flush at shutdown, after the last request is logged (Drain has returned):
+// lines still buffered when the process is killed are lost. It is safe for
+// concurrent use.
+type LineBuffer struct {
+	w        io.Writer
+	interval time.Duration
+	timer    *time.Timer
+	// out serializes writes to w, so that buffers go out in order.
+	out sync.Mutex
+	mu  sync.Mutex
+	buf []byte
+	// spare is the buffer last written out, reused for the next lines.
+	spare []byte
+	armed bool
+	err   error
+}
+
+// lineBufferMax is the buffered size that triggers an immediate write.
+const lineBufferMax = 64 << 10
+
+// NewLineBuffer returns a LineBuffer writing to w; interval <= 0 means
+// 50 ms.
+func NewLineBuffer(w io.Writer, interval time.Duration) *LineBuffer {
+	if interval <= 0 {
+		interval = 50 * time.Millisecond
+	}
+	b := &LineBuffer{w: w, interval: interval}
+	b.timer = time.AfterFunc(time.Hour, func() { _ = b.Flush() })
+	b.timer.Stop()
+	return b
+}
+
+// Write buffers p. It reports the error of an earlier write to w, once.
+func (b *LineBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	b.buf = append(b.buf, p...)
+	full := len(b.buf) >= lineBufferMax
+	if !full && !b.armed {
+		b.armed = true
+		b.timer.Reset(b.interval)
+	}
+	err := b.err
+	b.err = nil
+	b.mu.Unlock()
+	if full {
+		_ = b.Flush()
+	}
+	return len(p), err
+}
+
+// Flush writes out what is buffered.
+func (b *LineBuffer) Flush() error {
+	b.out.Lock()
+	defer b.out.Unlock()
+	b.mu.Lock()
+	b.armed = false
+	if len(b.buf) == 0 {
+		b.mu.Unlock()
+		return nil
+	}
+	data := b.buf
+	b.buf, b.spare = b.spare[:0], nil
+	b.mu.Unlock()
+	_, err := b.w.Write(data)
+	b.mu.Lock()
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	if cap(data) <= 4*lineBufferMax {
+		b.spare = data[:0]
+	}
+	b.mu.Unlock()
+	return err
 }

@@ -203,10 +203,23 @@ func setLimitHeaders(h *fasthttp.ResponseHeader, rule string, limit, remaining i
 	if d := resetAt.Sub(now); d > 0 {
 		reset = int64((d + time.Second - 1) / time.Second)
 	}
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(max(0, remaining), 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
-	name := strconv.Quote(rule)
-	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(limit, 10))
-	h.Set("RateLimit", name+";r="+strconv.FormatInt(max(0, remaining), 10)+";t="+strconv.FormatInt(reset, 10))
+	remaining = max(0, remaining)
+	// Formatted into one stack buffer: these five headers are on every
+	// answer.
+	var buf [256]byte
+	b := strconv.AppendInt(buf[:0], limit, 10)
+	h.SetBytesV("X-RateLimit-Limit", b)
+	b = strconv.AppendInt(buf[:0], remaining, 10)
+	h.SetBytesV("X-RateLimit-Remaining", b)
+	b = strconv.AppendInt(buf[:0], reset, 10)
+	h.SetBytesV("X-RateLimit-Reset", b)
+	name := strconv.AppendQuote(buf[:0], rule)
+	b = append(name, ";q="...)
+	b = strconv.AppendInt(b, limit, 10)
+	h.SetBytesV("RateLimit-Policy", b)
+	b = append(name, ";r="...)
+	b = strconv.AppendInt(b, remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, reset, 10)
+	h.SetBytesV("RateLimit", b)
 }

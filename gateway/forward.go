@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/anthropic"
 	"github.com/sluicehq/sluice/llm/openai"
 	"github.com/valyala/fasthttp"
@@ -162,111 +160,10 @@ func isEventStream(h *fasthttp.ResponseHeader) bool {
 	return len(ct) >= 17 && string(ct[:17]) == "text/event-stream"
 }
 
-// stream passes the provider's events to the client as they arrive, one
-// write per event, and settles when the stream ends: with the reported
-// usage, or when none came (a cut, a client gone), with the input estimate
-// and the output counted in the stream.
-//
-// The client's body is an io.Pipe rather than SetBodyStreamWriter's pipe so
-// that a stream the provider cut is passed on as a failure: closed with an
-// error, fasthttp drops the connection without the final chunk, and the
-// client sees the stream fail instead of a clean, truncated end.
-func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Response, injected bool) {
-	c.ctx.SetStatusCode(200)
-	h := &c.ctx.Response.Header
-	h.Set("Cache-Control", "no-cache")
-	c.g.inFlight.add()
-	reader := c.rt.stream(injected)
-	upstream := resp.BodyStream()
-	events := llm.NewEventReader(bufio.NewReaderSize(upstream, 4096))
-	stopTimer := time.AfterFunc(c.g.opts.RequestTimeout, func() {
-		closeStream(upstream, errors.New("request deadline"))
-	})
-	client, pw := io.Pipe()
-	c.ctx.SetBodyStream(client, -1)
-	go func() {
-		defer c.g.inFlight.done()
-		defer stopTimer.Stop()
-		var out []byte
-		var upstreamErr error
-		clientGone := false
-		for {
-			ev, err := events.Next()
-			// io.ErrUnexpectedEOF itself is a last event without its blank
-			// line, after a clean end of the body: forward it. Any other
-			// error is the upstream stream failing.
-			if err != nil && err != io.ErrUnexpectedEOF {
-				if err != io.EOF {
-					upstreamErr = err
-				}
-				break
-			}
-			if len(ev.Raw) > 0 {
-				forward := ev.Data
-				if ev.Data != nil {
-					forward, _ = reader.Feed(ev.Name, ev.Data)
-				}
-				var werr error
-				switch {
-				case ev.Data != nil && forward == nil:
-					// dropped (the usage chunk the client did not ask for)
-				case ev.Data == nil || sameSlice(forward, ev.Data):
-					_, werr = pw.Write(ev.Raw)
-				default:
-					out = llm.AppendEvent(out[:0], ev.Name, forward)
-					_, werr = pw.Write(out)
-				}
-				if werr != nil {
-					clientGone = true
-					break
-				}
-			}
-			if err != nil {
-				break
-			}
-		}
-		switch {
-		case clientGone:
-			closeStream(upstream, errors.New("client went away"))
-			c.event.Outcome = "client_gone"
-		case upstreamErr != nil:
-			closeStream(upstream, upstreamErr)
-			c.event.Outcome, c.event.Class = "upstream_error", "transient"
-		default:
-			_ = resp.CloseBodyStream()
-		}
-		u := reader.Usage()
-		reported := reader.Reported()
-		if !reported {
-			// Charge what was produced: the input as estimated (or as
-			// the stream's start reported it) and the output counted.
-			u.InputTokens = max(u.InputTokens, c.bound.InputTokens)
-			reported = true
-		}
-		fasthttp.ReleaseResponse(resp)
-		// End the client's stream first: settling may wait for a journal
-		// commit, and the client need not. Drain still waits for it.
-		if upstreamErr != nil {
-			_ = pw.CloseWithError(upstreamErr)
-		} else {
-			_ = pw.Close()
-		}
-		c.finish(cand, res, u, reported)
-		if c.g.opts.Observer != nil {
-			c.event.Status = 200
-			c.g.opts.Observer(c.event)
-		}
-	}()
-}
-
 // closeStream stops reading an upstream stream, closing its connection:
 // the provider sees the call cancelled.
 func closeStream(upstream io.Reader, why error) {
 	if s, ok := upstream.(fasthttp.ReadCloserWithError); ok {
 		_ = s.CloseWithError(why)
 	}
-}
-
-func sameSlice(a, b []byte) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }

@@ -17,6 +17,7 @@ type provider struct {
 	host   string
 	prefix string
 	tls    bool
+	scheme string // http or https
 	// paths maps a route's path to the upstream path.
 	paths map[string]string
 }
@@ -42,7 +43,7 @@ func newProvider(p Provider, timeout time.Duration) (*provider, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("gateway: provider %q: base URL %q must be http(s)://host[:port][/prefix]", p.Name, p.BaseURL)
 	}
-	pp := &provider{Provider: p, host: u.Host, prefix: strings.TrimSuffix(u.Path, "/"), tls: u.Scheme == "https", paths: map[string]string{}}
+	pp := &provider{Provider: p, host: u.Host, prefix: strings.TrimSuffix(u.Path, "/"), tls: u.Scheme == "https", scheme: u.Scheme, paths: map[string]string{}}
 	for path := range routes {
 		pp.paths[path] = pp.prefix + path
 		if p.Kind == KindOpenAI || p.Kind == KindOpenAICompatible {
@@ -81,7 +82,7 @@ func (p *provider) prepare(req *fasthttp.Request, client *fasthttp.RequestHeader
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(p.paths[path])
 	req.Header.SetHost(p.host)
-	req.URI().SetScheme(map[bool]string{true: "https", false: "http"}[p.tls])
+	req.URI().SetScheme(p.scheme)
 	req.Header.SetContentType("application/json")
 	if stream {
 		req.Header.Set("Accept", "text/event-stream")

@@ -38,6 +38,8 @@ type options struct {
 	chunkInterval time.Duration
 	pacedStreams  int
 	perfData      string
+	perfConns     int
+	perfStream    bool
 	src           string
 	rev           string
 	store         string
@@ -63,6 +65,8 @@ func main() {
 	flag.DurationVar(&o.chunkInterval, "chunk-interval", 20*time.Millisecond, "the paced mock's wait between streamed chunks")
 	flag.IntVar(&o.pacedStreams, "paced-streams", 5, "paced streams per target per round")
 	flag.StringVar(&o.perfData, "perf", "", "after the rounds, profile the gateway with perf record during one more saturation phase, into this file")
+	flag.IntVar(&o.perfConns, "perf-conns", 0, "connections of the -perf phase (default -conns); 1 profiles the one-connection path")
+	flag.BoolVar(&o.perfStream, "perf-stream", false, "the -perf phase sends streamed requests instead")
 	flag.StringVar(&o.src, "src", "", "module to build sluice from (default: the current module)")
 	flag.StringVar(&o.rev, "rev", "", "build sluice from this git revision of the module (git archive) instead of the working tree")
 	flag.StringVar(&o.store, "store", "", "the gateway's --store URL, for comparisons (default: embedded SQLite under the data directory)")

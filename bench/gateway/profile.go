@@ -11,9 +11,10 @@ import (
 	"time"
 )
 
-// profile records the gateway with perf during one more saturation phase
-// through it, and keeps the top of perf's flat report. The phase's figures
-// are not part of the tables: perf's sampling costs CPU of its own.
+// profile records the gateway with perf during one more phase through it
+// (saturation, unless -perf-conns or -perf-stream say otherwise), and keeps
+// the top of perf's flat report. The phase's figures are not part of the
+// tables: perf's sampling costs CPU of its own.
 func (b *bench) profile(ctx context.Context, path string) error {
 	if _, err := exec.LookPath("perf"); err != nil {
 		return fmt.Errorf("-perf: perf is not installed: %w", err)
@@ -38,7 +39,14 @@ func (b *bench) profile(ctx context.Context, path string) error {
 	}
 	time.Sleep(500 * time.Millisecond) // let perf attach
 	logf("profiling the gateway with perf for %s", b.o.duration)
-	ph, err := runPhase(ctx, "gateway", b.o.conns, b.o.duration, b.p, b.fast(b.gateway))
+	conns, work, what := b.o.conns, b.fast(b.gateway), "requests"
+	if b.o.perfConns > 0 {
+		conns = b.o.perfConns
+	}
+	if b.o.perfStream {
+		work, what = b.streams(b.gateway), "streamed requests"
+	}
+	ph, err := runPhase(ctx, "gateway", conns, b.o.duration, b.p, work)
 	stopRecord()
 	if err != nil {
 		return err
@@ -59,7 +67,7 @@ func (b *bench) profile(ctx context.Context, path string) error {
 			break
 		}
 	}
-	b.profileText = fmt.Sprintf("perf record -F 999 -g -p <gateway> during %s at %d connections: %.0f req/s, gateway %.1f µs/req under perf\nperf report -i %s --stdio --no-children --sort symbol -g none (top, self time):\n%s\n",
-		b.o.duration, b.o.conns, ph.rate(), ph.perRequest(ph.gatewayTicks, b.hz), path, strings.Join(top, "\n"))
+	b.profileText = fmt.Sprintf("perf record -F 999 -g -p <gateway> during %s of %s at %d connections: %.0f req/s, gateway %.1f µs/req under perf\nperf report -i %s --stdio --no-children --sort symbol -g none (top, self time):\n%s\n",
+		b.o.duration, what, conns, ph.rate(), ph.perRequest(ph.gatewayTicks, b.hz), path, strings.Join(top, "\n"))
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
@@ -58,7 +60,11 @@ func serve(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	obs := newObservability(cfg, log)
+	// One line per request, buffered: written out every 50 ms rather than
+	// a write call per request, and flushed once the calls are drained.
+	requestLines := admin.NewLineBuffer(os.Stderr, 50*time.Millisecond)
+	defer requestLines.Flush()
+	obs := newObservability(cfg, newLoggerTo(cfg, requestLines))
 	limiter, err := sluice.New(sluice.Options{Store: obs.metrics.Store(store), Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
 		DefaultTimeout: cfg.RequestTimeout, OnOverrun: obs.metrics.OnOverrun})
 	if err != nil {
@@ -119,17 +125,20 @@ func serve(args []string) error {
 	if err := g.Drain(drain); err != nil {
 		log.Warn("shutdown deadline passed with calls in flight", "err", err)
 	}
+	_ = requestLines.Flush()
 	if admin != nil {
 		_ = admin.Shutdown(drain)
 	}
 	return nil
 }
 
-func newLogger(cfg *config.Config) *slog.Logger {
+func newLogger(cfg *config.Config) *slog.Logger { return newLoggerTo(cfg, os.Stderr) }
+
+func newLoggerTo(cfg *config.Config, w io.Writer) *slog.Logger {
 	if cfg.IsProduction() {
-		return slog.New(slog.NewJSONHandler(os.Stderr, nil))
+		return slog.New(slog.NewJSONHandler(w, nil))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	return slog.New(slog.NewTextHandler(w, nil))
 }
 
 func everyInterval(ctx context.Context, d time.Duration, fn func()) {

@@ -78,7 +78,11 @@ type Store struct {
 	err       error  // sticky journal failure
 	closing   bool
 	// settling is set while a settlement waits in pending.
-	settling        bool
+	settling bool
+	// idle is set while the writer waits for pending to fill: only then,
+	// or to end a hold, does enqueue wake it, so that the calls of a group
+	// do not each wake the writer only for it to go back to waiting.
+	idle            bool
 	groupDelay      time.Duration
 	holdSettlements bool
 	wake            chan struct{}
@@ -305,15 +309,20 @@ func (s *Store) failed() error {
 func (s *Store) enqueue(o op) uint64 {
 	s.mu.Lock()
 	s.pending = append(s.pending, o)
-	if o.kind == opSettle && !s.holdSettlements {
+	endsHold := o.kind == opSettle && !s.holdSettlements
+	if endsHold {
 		s.settling = true
 	}
+	wake := s.idle || endsHold
+	s.idle = false
 	s.queued++
 	seq := s.queued
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 	return seq
 }

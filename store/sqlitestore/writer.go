@@ -25,10 +25,12 @@ func (s *Store) writer() {
 	for {
 		s.mu.Lock()
 		for len(s.pending) == 0 && !s.closing {
+			s.idle = true
 			s.mu.Unlock()
 			<-s.wake
 			s.mu.Lock()
 		}
+		s.idle = false
 		if len(s.pending) == 0 {
 			s.mu.Unlock()
 			return

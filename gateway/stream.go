@@ -1,0 +1,209 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/llm"
+	"github.com/valyala/fasthttp"
+)
+
+// stream answers the client with the provider's event stream. fasthttp's
+// server pulls the body from streamBody on the connection's own goroutine:
+// each event is read from the provider, rewritten if need be, and written
+// to the client as one chunk, flushed at once, with no goroutine or pipe
+// between the two connections. The call is settled when fasthttp closes
+// the body: with the reported usage, or when none came (a cut, a client
+// gone), with the input estimate and the output counted in the stream.
+func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Response, injected bool) {
+	c.ctx.SetStatusCode(200)
+	c.ctx.Response.Header.Set("Cache-Control", "no-cache")
+	c.g.inFlight.add() // until the stream is settled; done by CloseWithError
+	upstream := resp.BodyStream()
+	br, _ := upstreamReaders.Get().(*bufio.Reader)
+	if br == nil {
+		br = bufio.NewReaderSize(upstream, 4096)
+	} else {
+		br.Reset(upstream)
+	}
+	s := &streamBody{c: c, cand: cand, res: res, resp: resp, upstream: upstream, reader: c.rt.stream(injected),
+		br: br, events: llm.NewEventReader(br)}
+	s.deadline = time.AfterFunc(c.g.opts.RequestTimeout, func() { s.closeUpstream(errors.New("request deadline")) })
+	c.ctx.SetBodyStream(s, -1)
+}
+
+// upstreamReaders are the 4 KiB buffers streams read the provider through.
+var upstreamReaders sync.Pool
+
+// streamBody is the client's body of a streamed answer. fasthttp calls
+// WriteTo (or Read), then CloseWithError once, on one goroutine; only the
+// deadline's timer runs beside them, and it touches only the upstream
+// stream, under mu.
+//
+// A stream the provider cut is passed on as a failure: WriteTo returns the
+// error, fasthttp drops the connection without the final chunk, and the
+// client sees the stream fail instead of a clean, truncated end.
+type streamBody struct {
+	c        *call
+	cand     *model
+	res      *sluice.Reservation
+	resp     *fasthttp.Response
+	upstream io.Reader
+	br       *bufio.Reader // under events; back to upstreamReaders once closed
+	events   *llm.EventReader
+	reader   streamReader
+	deadline *time.Timer
+	// out holds a rewritten event; pending is what is left to forward of
+	// the current event (Read may take it in parts).
+	out, pending []byte
+	// ended is set once the provider's stream has ended, cleanly or with
+	// upstreamErr.
+	ended       bool
+	upstreamErr error
+
+	mu       sync.Mutex
+	released bool // resp is released: the upstream stream is gone
+}
+
+// SupportsBodyWriteTo lets fasthttp frame each Write of WriteTo as a chunk
+// of its own, flushed at once.
+func (s *streamBody) SupportsBodyWriteTo() bool { return true }
+
+// WriteTo forwards every event as one Write, straight from the event
+// reader's buffer.
+func (s *streamBody) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		if len(s.pending) == 0 {
+			if s.ended {
+				return n, s.upstreamErr
+			}
+			s.next()
+			continue
+		}
+		m, err := w.Write(s.pending)
+		n += int64(m)
+		s.pending = s.pending[m:]
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// Read serves the same bytes for a fasthttp path that reads instead: one
+// event per call when it fits.
+func (s *streamBody) Read(p []byte) (int, error) {
+	for len(s.pending) == 0 {
+		if s.ended {
+			if s.upstreamErr != nil {
+				return 0, s.upstreamErr
+			}
+			return 0, io.EOF
+		}
+		s.next()
+	}
+	n := copy(p, s.pending)
+	s.pending = s.pending[n:]
+	return n, nil
+}
+
+// next reads the provider's next event into pending: as it came, rewritten
+// by the route's stream reader, or nothing (the usage chunk the client did
+// not ask for). At the end of the stream it sets ended.
+func (s *streamBody) next() {
+	ev, err := s.events.Next()
+	// io.ErrUnexpectedEOF itself is a last event without its blank line,
+	// after a clean end of the body: forward it. Any other error is the
+	// upstream stream failing.
+	if err != nil && err != io.ErrUnexpectedEOF {
+		s.ended = true
+		if err != io.EOF {
+			s.upstreamErr = err
+		}
+		return
+	}
+	if err != nil {
+		s.ended = true
+	}
+	if len(ev.Raw) == 0 {
+		return
+	}
+	if ev.Data == nil {
+		s.pending = ev.Raw
+		return
+	}
+	forward, _ := s.reader.Feed(ev.Name, ev.Data)
+	switch {
+	case forward == nil:
+		// dropped
+	case sameSlice(forward, ev.Data):
+		s.pending = ev.Raw
+	default:
+		s.out = llm.AppendEvent(s.out[:0], ev.Name, forward)
+		s.pending = s.out
+	}
+}
+
+// CloseWithError is called by fasthttp once the body is written, or could
+// not be: werr is the error that stopped it (the provider's, or the
+// client's connection failing), nil after a clean end. The call is settled
+// on a goroutine of its own: fasthttp sends the stream's final chunk only
+// after this returns, and settling may wait for a journal commit. Drain
+// still waits for it.
+func (s *streamBody) CloseWithError(werr error) error {
+	c := s.c
+	s.deadline.Stop()
+	s.mu.Lock()
+	switch {
+	case s.upstreamErr != nil:
+		closeStream(s.upstream, s.upstreamErr)
+		c.event.Outcome, c.event.Class = "upstream_error", "transient"
+	case werr != nil || !s.ended:
+		// The client went away (or the answer was never written).
+		closeStream(s.upstream, errors.New("client went away"))
+		c.event.Outcome = "client_gone"
+	default:
+		_ = s.resp.CloseBodyStream()
+	}
+	s.released = true
+	s.mu.Unlock()
+	fasthttp.ReleaseResponse(s.resp)
+	s.br.Reset(nil)
+	upstreamReaders.Put(s.br)
+	s.resp, s.upstream, s.pending, s.br, s.events = nil, nil, nil, nil, nil
+	u := s.reader.Usage()
+	reported := s.reader.Reported()
+	if !reported {
+		// Charge what was produced: the input as estimated (or as the
+		// stream's start reported it) and the output counted.
+		u.InputTokens = max(u.InputTokens, c.bound.InputTokens)
+		reported = true
+	}
+	go func() {
+		defer c.g.inFlight.done()
+		c.finish(s.cand, s.res, u, reported)
+		if c.g.opts.Observer != nil {
+			c.event.Status = 200
+			c.g.opts.Observer(c.event)
+		}
+	}()
+	return nil
+}
+
+// closeUpstream ends the provider's stream early (the request deadline),
+// unless the body is already closed.
+func (s *streamBody) closeUpstream(why error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.released {
+		closeStream(s.upstream, why)
+	}
+}
+
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
