@@ -27,6 +27,10 @@ func NewLogger(w io.Writer, production bool) *slog.Logger {
 // credentials.
 var secretPattern = regexp.MustCompile(`(?i)(sk-[A-Za-z0-9_-]{8,}|sluice-adm(in)?-[A-Za-z0-9_-]{8,}|bearer\s+\S+)`)
 
+// urlPassword matches the password of a URL's user information, as in
+// redis://:secret@host or postgres://user:secret@host.
+var urlPassword = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@`)
+
 // sensitiveKeys are attribute names whose values are never logged.
 var sensitiveKeys = []string{"authorization", "api_key", "apikey", "secret", "token", "password", "x-api-key"}
 
@@ -43,7 +47,11 @@ func Redact(_ []string, a slog.Attr) slog.Attr {
 	if a.Value.Kind() == slog.KindString || a.Value.Kind() == slog.KindAny {
 		s := a.Value.String()
 		if secretPattern.MatchString(s) {
-			return slog.String(a.Key, secretPattern.ReplaceAllString(s, "[redacted]"))
+			s = secretPattern.ReplaceAllString(s, "[redacted]")
+			a = slog.String(a.Key, s)
+		}
+		if urlPassword.MatchString(s) {
+			return slog.String(a.Key, urlPassword.ReplaceAllString(s, "${1}[redacted]@"))
 		}
 	}
 	return a

@@ -151,14 +151,17 @@ func TestRedact(t *testing.T) {
 	log := NewLogger(&out, true)
 	log.Info("x", "authorization", "Bearer abc", "api_key", "plain", "upstream_token", "t",
 		"err", errors.New("upstream said: bad key sk-sluice-abcdefgh2345-xyz123456789"),
-		"note", "Authorization: Bearer sluice-admin-0123456789abcdef", "count", 3)
+		"note", "Authorization: Bearer sluice-admin-0123456789abcdef", "count", 3,
+		"store", errors.New(`dial redis://:hunter2pw@10.0.0.5:6379/0: refused`),
+		"db", "postgres://sluice:pgpass99@db:5432/x and redis://u:rpw77@h/0")
 	s := out.String()
-	for _, leak := range []string{"abc", "plain", `"t"`, "abcdefgh2345", "0123456789abcdef"} {
+	for _, leak := range []string{"abc", "plain", `"t"`, "abcdefgh2345", "0123456789abcdef", "hunter2pw", "pgpass99", "rpw77"} {
 		if strings.Contains(s, leak) {
 			t.Errorf("%q leaked: %s", leak, s)
 		}
 	}
-	if !strings.Contains(s, `"count":3`) || !strings.Contains(s, "upstream said: bad key [redacted]") {
+	if !strings.Contains(s, `"count":3`) || !strings.Contains(s, "upstream said: bad key [redacted]") ||
+		!strings.Contains(s, "redis://:[redacted]@10.0.0.5:6379/0") || !strings.Contains(s, "postgres://sluice:[redacted]@db:5432/x") {
 		t.Errorf("redaction went too far: %s", s)
 	}
 	var _ slog.Attr = Redact(nil, slog.Int("n", 1))

@@ -132,8 +132,14 @@ func serve(args []string) error {
 	return nil
 }
 
-func newLogger(cfg *config.Config) *slog.Logger { return newLoggerTo(cfg, os.Stderr) }
+// newLogger is the server's logger, for everything but request lines:
+// admin.Redact masks anything shaped like a secret that an error might
+// carry (a key, a token, a password in a store URL).
+func newLogger(cfg *config.Config) *slog.Logger { return admin.NewLogger(os.Stderr, cfg.IsProduction()) }
 
+// newLoggerTo is the request lines' logger. Those lines are built from a
+// gateway.Event, which holds no identity and no secret, so they are not
+// run through Redact's patterns on the hot path.
 func newLoggerTo(cfg *config.Config, w io.Writer) *slog.Logger {
 	if cfg.IsProduction() {
 		return slog.New(slog.NewJSONHandler(w, nil))
