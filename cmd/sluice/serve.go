@@ -135,7 +135,9 @@ func serve(args []string) error {
 // newLogger is the server's logger, for everything but request lines:
 // admin.Redact masks anything shaped like a secret that an error might
 // carry (a key, a token, a password in a store URL).
-func newLogger(cfg *config.Config) *slog.Logger { return admin.NewLogger(os.Stderr, cfg.IsProduction()) }
+func newLogger(cfg *config.Config) *slog.Logger {
+	return admin.NewLogger(os.Stderr, cfg.IsProduction())
+}
 
 // newLoggerTo is the request lines' logger. Those lines are built from a
 // gateway.Event, which holds no identity and no secret, so they are not
