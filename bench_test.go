@@ -378,3 +378,53 @@ func BenchmarkSubjects1M(b *testing.B) {
 	b.ReportMetric(smallP99, "p99-1k-ns")
 	b.ReportMetric(bigP99/smallP99, "p99-ratio")
 }
+
+// BenchmarkMapLookup1M is the floor under BenchmarkSubjects1M's latency
+// ratio: the same sampling (500,000 timed calls over random keys, half of
+// the small side before the million are loaded and half after), of a bare
+// lookup and increment in a map[string]int64 holding 1,000,000 keys
+// against one holding 1,000. No limiter, no store: what the ratio costs
+// when a million keys no longer fit in the CPU's caches and TLB.
+func BenchmarkMapLookup1M(b *testing.B) {
+	const (
+		bigSubjects   = 1_000_000
+		smallSubjects = 1_000
+		samples       = 500_000
+	)
+	b.StopTimer()
+	rng := rand.New(rand.NewPCG(1, 2))
+	fill := func(n int) map[string]int64 {
+		m := make(map[string]int64)
+		for i := range n {
+			m[subjectKey(i)] = 1
+		}
+		return m
+	}
+	sample := func(m map[string]int64, keys []string, lat []time.Duration) {
+		for i, k := range keys {
+			t0 := time.Now()
+			m[k]++
+			lat[i] = time.Since(t0)
+		}
+	}
+	small := fill(smallSubjects)
+	smallKeys := randomKeys(rng, samples, smallSubjects)
+	smallLat := make([]time.Duration, samples)
+	sample(small, smallKeys[:samples/2], smallLat[:samples/2])
+	big := fill(bigSubjects)
+	bigLat := make([]time.Duration, samples)
+	sample(big, randomKeys(rng, samples, bigSubjects), bigLat)
+	big = nil
+	runtime.GC()
+	sample(small, smallKeys[samples/2:], smallLat[samples/2:])
+	slices.Sort(bigLat)
+	slices.Sort(smallLat)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(percentile(bigLat, 0.50), "p50-1M-ns")
+	b.ReportMetric(percentile(smallLat, 0.50), "p50-1k-ns")
+	b.ReportMetric(percentile(bigLat, 0.50)/percentile(smallLat, 0.50), "p50-ratio")
+	b.ReportMetric(percentile(bigLat, 0.99), "p99-1M-ns")
+	b.ReportMetric(percentile(smallLat, 0.99), "p99-1k-ns")
+	b.ReportMetric(percentile(bigLat, 0.99)/percentile(smallLat, 0.99), "p99-ratio")
+	runtime.KeepAlive(big)
+}
