@@ -5,7 +5,7 @@
 #
 # What it runs, COUNT times in alternation (one test binary):
 #   go test -run '^$' -bench 'AdmitSettle3Rules|XTimeRate3' -benchmem -count 1 -cpu 1,2 .
-#   go test -run '^$' -bench 'Subjects1M' -benchtime 1x -count 1 -cpu 2 .
+#   go test -run '^$' -bench 'Subjects1M|MapLookup1M' -benchtime 1x -count 1 -cpu 2 .
 #
 #   bash bench/engine.sh            # COUNT=6 by default
 #   COUNT=10 bash bench/engine.sh
@@ -50,7 +50,7 @@ for round in $(seq 1 "$COUNT"); do
   bench/out/sluice.test -test.run '^$' -test.bench 'AdmitSettle3Rules|XTimeRate3' \
     -test.benchmem -test.count 1 -test.cpu 1,2 -test.timeout 10m >>"$out"
   # Memory and tail latency: one measurement per run, so -benchtime 1x.
-  bench/out/sluice.test -test.run '^$' -test.bench 'Subjects1M' \
+  bench/out/sluice.test -test.run '^$' -test.bench 'Subjects1M|MapLookup1M' \
     -test.benchtime 1x -test.count 1 -test.cpu 2 -test.timeout 10m >>"$out"
 done
 echo "load after: $(load)" | tee -a "$machine"
@@ -110,6 +110,7 @@ bytes="$(median BenchmarkSubjects1M-2 bytes/subject)"
 p99r="$(median BenchmarkSubjects1M-2 p99-ratio)"
 echo "(c) bytes/subject = $bytes (target < 300): $(check "$bytes" "<" 300)"
 echo "    p99 1M / p99 1k = ${p99r}x, median of per-run ratios (target <= 1.5): $(check "$p99r" "<=" 1.5)"
+echo "    floor, a bare map[string]int64 sampled the same way: p99 ratio $(median BenchmarkMapLookup1M-2 p99-ratio)x, p50 ratio $(median BenchmarkMapLookup1M-2 p50-ratio)x"
 echo "    p99 1M = $(median BenchmarkSubjects1M-2 p99-1M-ns) ns, p99 1k = $(median BenchmarkSubjects1M-2 p99-1k-ns) ns; p50 1M = $(median BenchmarkSubjects1M-2 p50-1M-ns) ns, p50 1k = $(median BenchmarkSubjects1M-2 p50-1k-ns) ns"
 echo
 echo "raw output: $out"
