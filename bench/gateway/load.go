@@ -138,9 +138,10 @@ func (w *streamWorker) do(ctx context.Context) (time.Duration, error) {
 	return ttfb, nil
 }
 
-// procs are the processes whose CPU time a phase accounts for.
+// procs are the processes whose CPU time a phase accounts for; bare, the
+// bare proxy, is 0 when there is none.
 type procs struct {
-	gateway, mock int
+	gateway, mock, bare int
 }
 
 // phase is one measured period of closed-loop load.
@@ -153,8 +154,8 @@ type phase struct {
 	errText string // the first failure
 	samples []time.Duration
 	// CPU time over the phase, in clock ticks, of the gateway, the mock
-	// and the harness itself (the load generator).
-	gatewayTicks, mockTicks, clientTicks int64
+	// and the harness itself (the load generator), and of the bare proxy.
+	gatewayTicks, mockTicks, clientTicks, bareTicks int64
 }
 
 // runPhase runs conns workers in a closed loop for d and accounts the CPU
@@ -165,7 +166,7 @@ func runPhase(ctx context.Context, label string, conns int, d time.Duration, p p
 		workers[i] = newWorker()
 	}
 	ph := &phase{label: label, conns: conns}
-	var before [3]int64
+	var before [4]int64
 	if err := readTicks(p, &before); err != nil {
 		return nil, err
 	}
@@ -209,18 +210,19 @@ func runPhase(ctx context.Context, label string, conns int, d time.Duration, p p
 	}
 	wg.Wait()
 	ph.elapsed = time.Since(start)
-	var after [3]int64
+	var after [4]int64
 	if err := readTicks(p, &after); err != nil {
 		return nil, err
 	}
 	ph.gatewayTicks = after[0] - before[0]
 	ph.mockTicks = after[1] - before[1]
 	ph.clientTicks = after[2] - before[2]
+	ph.bareTicks = after[3] - before[3]
 	slices.Sort(ph.samples)
 	return ph, nil
 }
 
-func readTicks(p procs, out *[3]int64) error {
+func readTicks(p procs, out *[4]int64) error {
 	var err error
 	if out[0], err = cpuTicks(p.gateway); err != nil {
 		return fmt.Errorf("gateway CPU: %w", err)
@@ -230,6 +232,11 @@ func readTicks(p procs, out *[3]int64) error {
 	}
 	if out[2], err = cpuTicks(0); err != nil {
 		return fmt.Errorf("harness CPU: %w", err)
+	}
+	if p.bare != 0 {
+		if out[3], err = cpuTicks(p.bare); err != nil {
+			return fmt.Errorf("bare proxy CPU: %w", err)
+		}
 	}
 	return nil
 }

@@ -15,6 +15,12 @@
 // from /proc/<pid>/stat of each process over each phase. The gateway runs
 // with the default store (embedded SQLite) and the three default rules on,
 // their limits raised so that none refuses. It prints a markdown report.
+//
+// For scale, unless -no-bare, a third target is measured in the same rounds
+// and the same way: a bare fasthttp reverse proxy (./bench/gateway/bareproxy,
+// built from this module and run as its own process) in front of the same
+// mock, so that the gateway's added latency can be read against what a
+// proxy that does nothing adds on this machine in the same run.
 package main
 
 import (
@@ -24,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -44,6 +51,7 @@ type options struct {
 	rev           string
 	store         string
 	noLimits      bool
+	noBare        bool
 }
 
 // The request bodies: 16 output tokens, asked for in the prompt and capped
@@ -71,6 +79,7 @@ func main() {
 	flag.StringVar(&o.rev, "rev", "", "build sluice from this git revision of the module (git archive) instead of the working tree")
 	flag.StringVar(&o.store, "store", "", "the gateway's --store URL, for comparisons (default: embedded SQLite under the data directory)")
 	flag.BoolVar(&o.noLimits, "no-limits", false, "for comparisons: turn the three default rules off (their knobs at 0) instead of raising them")
+	flag.BoolVar(&o.noBare, "no-bare", false, "skip the bare fasthttp proxy measured for scale beside the gateway")
 	flag.Parse()
 	if o.duration <= 0 || o.rounds < 1 || o.conns < 1 || o.chunkInterval <= 0 || o.pacedStreams < 1 {
 		fmt.Fprintln(os.Stderr, "bench/gateway: -duration, -rounds, -conns, -chunk-interval and -paced-streams must be positive")
@@ -112,12 +121,27 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(4)
+	var bareBin string
+	if !o.noBare {
+		// The peer is built from this module (the harness's), not from
+		// -src or -rev: it is not what is measured.
+		root := src
+		if o.src != "" {
+			if root, err = moduleRoot(); err != nil {
+				return err
+			}
+		}
+		logf("building the bare proxy from %s", root)
+		if bareBin, err = buildBareProxy(ctx, root, tmp); err != nil {
+			return err
+		}
+	}
+	ports, err := freePorts(5)
 	if err != nil {
 		return err
 	}
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
-	mockAddr, pacedAddr, gwAddr, adminAddr := addr(0), addr(1), addr(2), addr(3)
+	mockAddr, pacedAddr, gwAddr, adminAddr, bareAddr := addr(0), addr(1), addr(2), addr(3), addr(4)
 
 	env := childEnv()
 	mock, err := start("mock", tmp, bin, env, "mock", "--listen", mockAddr)
@@ -173,6 +197,19 @@ func run(ctx context.Context, o options) error {
 		gateway: newTarget("gateway", gwAddr, "Bearer "+key, o.conns),
 		p:       procs{gateway: gw.pid(), mock: mock.pid()},
 	}
+	if bareBin != "" {
+		bare, err := start("bareproxy", tmp, bareBin, childEnv(), "-listen", bareAddr, "-upstream", mockAddr)
+		if err != nil {
+			return err
+		}
+		defer bare.stop(5 * time.Second)
+		if err := waitHTTP(bare, "http://"+bareAddr+"/v1/models", 30*time.Second); err != nil {
+			return err
+		}
+		logf("bare fasthttp proxy on %s (pid %d), in front of the mock", bareAddr, bare.pid())
+		b.bare = newTarget("bare", bareAddr, "Bearer "+key, o.conns)
+		b.p.bare = bare.pid()
+	}
 	b.pacedDirect = &target{name: "direct", addr: pacedAddr, path: "/v1/chat/completions", auth: b.direct.auth}
 	b.pacedGateway = &target{name: "gateway", addr: gwAddr, path: "/v1/chat/completions", auth: b.gateway.auth}
 	b.start = info
@@ -209,6 +246,7 @@ type bench struct {
 	p            procs
 	direct       *target
 	gateway      *target
+	bare         *target // the bare fasthttp proxy; nil with -no-bare
 	pacedDirect  *target
 	pacedGateway *target
 	start        machineInfo
@@ -221,7 +259,7 @@ type bench struct {
 
 // round is one round's phases, by target name.
 type round struct {
-	order      [2]string
+	order      []string
 	saturation map[string]*phase
 	single     map[string]*phase
 	streamed   map[string]*phase
@@ -229,10 +267,20 @@ type round struct {
 	load       string
 }
 
-// check makes one request through the gateway and one direct, to fail
-// early with a clear message.
+// targets are the targets of the load phases: direct, the gateway and, for
+// scale, the bare proxy.
+func (b *bench) targets() []*target {
+	ts := []*target{b.direct, b.gateway}
+	if b.bare != nil {
+		ts = append(ts, b.bare)
+	}
+	return ts
+}
+
+// check makes one request through the gateway and one direct (and one
+// through the bare proxy), to fail early with a clear message.
 func (b *bench) check() error {
-	for _, t := range []*target{b.direct, b.gateway} {
+	for _, t := range b.targets() {
 		w := newFastWorker(t, chatBody)
 		if _, err := w.do(context.Background()); err != nil {
 			return fmt.Errorf("first request via %s: %w", t.name, err)
@@ -249,7 +297,7 @@ func (b *bench) check() error {
 // measure warms up, then runs the rounds.
 func (b *bench) measure(ctx context.Context) error {
 	logf("warm-up: %s on each target", b.o.warmup)
-	for _, t := range []*target{b.direct, b.gateway} {
+	for _, t := range b.targets() {
 		if _, err := runPhase(ctx, t.name, b.o.conns, b.o.warmup, b.p, b.fast(t)); err != nil {
 			return err
 		}
@@ -265,7 +313,14 @@ func (b *bench) measure(ctx context.Context) error {
 		if i%2 == 1 {
 			targets[0], targets[1] = targets[1], targets[0]
 		}
-		r.order = [2]string{targets[0].name, targets[1].name}
+		if b.bare != nil {
+			// Direct and the gateway keep their alternating order; the
+			// bare proxy goes first, between them, then last.
+			targets = slices.Insert(targets, i%3, b.bare)
+		}
+		for _, t := range targets {
+			r.order = append(r.order, t.name)
+		}
 		logf("round %d/%d (%s first): %s", i+1, b.o.rounds, targets[0].name, r.load)
 		steps := []struct {
 			into  map[string]*phase
@@ -287,15 +342,22 @@ func (b *bench) measure(ctx context.Context) error {
 					return ctx.Err()
 				}
 				s.into[t.name] = ph
-				logf("  %-7s conns %-3d %8.0f req/s  p50 %s  p99 %s  gateway %.1f µs/req  failed %d %s",
+				bare := ""
+				if b.bare != nil {
+					bare = fmt.Sprintf("  bare %.1f µs/req", ph.perRequest(ph.bareTicks, b.hz))
+				}
+				logf("  %-7s conns %-3d %8.0f req/s  p50 %s  p99 %s  gateway %.1f µs/req%s  failed %d %s",
 					t.name, s.conns, ph.rate(), micros(ph.quantile(0.5)), micros(ph.quantile(0.99)),
-					ph.perRequest(ph.gatewayTicks, b.hz), ph.failed, ph.errText)
+					ph.perRequest(ph.gatewayTicks, b.hz), bare, ph.failed, ph.errText)
 			}
 		}
 		for _, name := range r.order {
 			t, body := b.pacedDirect, pacedDirectBody
-			if name == "gateway" {
+			switch name {
+			case "gateway":
 				t, body = b.pacedGateway, pacedBody
+			case "bare":
+				continue // the bare proxy fronts the unpaced mock only
 			}
 			p, err := measurePacing(ctx, t, body, b.o.pacedStreams, b.o.chunkInterval)
 			if err != nil {

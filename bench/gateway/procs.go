@@ -47,6 +47,20 @@ func buildSluice(ctx context.Context, src, dir string) (string, error) {
 	return bin, nil
 }
 
+// buildBareProxy builds the bare fasthttp proxy (./bench/gateway/bareproxy)
+// of the module at src into dir.
+func buildBareProxy(ctx context.Context, src, dir string) (string, error) {
+	bin := filepath.Join(dir, "bareproxy")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./bench/gateway/bareproxy")
+	cmd.Dir = src
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./bench/gateway/bareproxy: %w\n%s", err, out.String())
+	}
+	return bin, nil
+}
+
 // exportRev writes the tree of git revision rev of the repository at src
 // into dir (git archive), so that the build does not see uncommitted
 // changes, and returns the revision's short hash.

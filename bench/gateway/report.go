@@ -79,11 +79,17 @@ func p99Of(ph *phase) float64  { return float64(ph.quantile(0.99).Microseconds()
 
 // paired returns f(gateway phase, direct phase) for every round.
 func (b *bench) paired(kind func(*round) map[string]*phase, f func(gw, direct *phase) float64) []float64 {
+	return b.pairedWith(kind, "gateway", f)
+}
+
+// pairedWith returns f(phase of the named target, direct phase) for every
+// round.
+func (b *bench) pairedWith(kind func(*round) map[string]*phase, name string, f func(t, direct *phase) float64) []float64 {
 	var xs []float64
 	for _, r := range b.rounds {
-		gw, direct := kind(r)["gateway"], kind(r)["direct"]
-		if gw != nil && direct != nil {
-			xs = append(xs, f(gw, direct))
+		t, direct := kind(r)[name], kind(r)["direct"]
+		if t != nil && direct != nil {
+			xs = append(xs, f(t, direct))
 		}
 	}
 	return xs
@@ -119,6 +125,9 @@ func (b *bench) command() string {
 	if o.pacedStreams != 5 {
 		cmd += fmt.Sprintf(" -paced-streams %d", o.pacedStreams)
 	}
+	if o.noBare {
+		cmd += " -no-bare"
+	}
 	return cmd
 }
 
@@ -139,10 +148,24 @@ func (b *bench) report(w io.Writer) {
 	fmt.Fprintf(w, "\nCommand: `%s`\n", b.command())
 	fmt.Fprintf(w, "\n%d rounds; each: %s at %d connections, %s at 1 connection, %s of streams at 1 connection, %d paced streams, direct and through the gateway, the order alternating.\n",
 		len(b.rounds), b.o.duration, b.o.conns, b.o.duration/2, b.o.duration/2, b.o.pacedStreams)
+	if b.bare != nil {
+		fmt.Fprintf(w, "For scale, the same phases (not the paced streams) through a bare fasthttp reverse proxy in front of the same mock (target \"bare\": ./bench/gateway/bareproxy, its own process; fasthttp.HostClient Do on the server's request and response, response bodies streamed; no auth, no parsing, no limits), in the same rounds, its place in the order rotating.\n")
+	}
 
 	fmt.Fprintf(w, "\n#### Per round\n\n")
-	fmt.Fprintln(w, "| round | phase | target | conns | req/s | p50 | p99 | gateway CPU/req | mock CPU/req | load generator CPU/req | failed |")
-	fmt.Fprintln(w, "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	// With the bare proxy, one more column: its CPU per request.
+	bareHead, bareSep := "", ""
+	if b.bare != nil {
+		bareHead, bareSep = " bare proxy CPU/req |", " ---: |"
+	}
+	bareCell := func(ph *phase) string {
+		if b.bare == nil {
+			return ""
+		}
+		return fmt.Sprintf(" %.1f µs |", ph.perRequest(ph.bareTicks, b.hz))
+	}
+	fmt.Fprintln(w, "| round | phase | target | conns | req/s | p50 | p99 | gateway CPU/req |"+bareHead+" mock CPU/req | load generator CPU/req | failed |")
+	fmt.Fprintln(w, "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"+bareSep+" ---: | ---: | ---: |")
 	for i, r := range b.rounds {
 		for _, k := range []struct {
 			name string
@@ -150,32 +173,43 @@ func (b *bench) report(w io.Writer) {
 		}{{"saturation", saturation}, {"1 connection", single}, {"stream (p50/p99 = TTFB)", streamed}} {
 			for _, name := range r.order {
 				ph := k.of(r)[name]
-				fmt.Fprintf(w, "| %d | %s | %s | %d | %.0f | %s | %s | %.1f µs | %.1f µs | %.1f µs | %d |\n", i+1, k.name, name, ph.conns,
+				fmt.Fprintf(w, "| %d | %s | %s | %d | %.0f | %s | %s | %.1f µs |%s %.1f µs | %.1f µs | %d |\n", i+1, k.name, name, ph.conns,
 					ph.rate(), micros(ph.quantile(0.5)), micros(ph.quantile(0.99)),
-					ph.perRequest(ph.gatewayTicks, b.hz), ph.perRequest(ph.mockTicks, b.hz), ph.perRequest(ph.clientTicks, b.hz), ph.failed)
+					ph.perRequest(ph.gatewayTicks, b.hz), bareCell(ph), ph.perRequest(ph.mockTicks, b.hz), ph.perRequest(ph.clientTicks, b.hz), ph.failed)
 			}
 		}
 	}
 
 	fmt.Fprintf(w, "\n#### Medians over rounds\n\n")
-	fmt.Fprintln(w, "| phase | target | req/s | p50 | p99 | gateway CPU/req | mock CPU/req | failed |")
-	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| phase | target | req/s | p50 | p99 | gateway CPU/req |"+bareHead+" mock CPU/req | failed |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: |"+bareSep+" ---: | ---: |")
+	names := []string{"direct", "gateway"}
+	if b.bare != nil {
+		names = append(names, "bare")
+	}
 	for _, k := range []struct {
 		name string
 		of   func(*round) map[string]*phase
 	}{{fmt.Sprintf("saturation, %d conns", b.o.conns), saturation}, {"1 connection", single}, {"stream, 1 conn (p50/p99 = TTFB)", streamed}} {
-		for _, name := range []string{"direct", "gateway"} {
+		for _, name := range names {
 			failed := 0
 			for _, f := range b.over(k.of, name, func(ph *phase) float64 { return float64(ph.failed) }) {
 				failed += int(f)
 			}
 			gwLabel := fmt.Sprintf("%.1f µs", median(b.over(k.of, name, func(ph *phase) float64 { return ph.perRequest(ph.gatewayTicks, b.hz) })))
-			if name == "direct" {
+			if name != "gateway" {
 				gwLabel = "(idle)"
 			}
-			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f µs | %.0f µs | %s | %.1f µs | %d |\n", k.name, name,
+			bareLabel := ""
+			if b.bare != nil {
+				bareLabel = " (idle) |"
+				if name == "bare" {
+					bareLabel = fmt.Sprintf(" %.1f µs |", median(b.over(k.of, name, func(ph *phase) float64 { return ph.perRequest(ph.bareTicks, b.hz) })))
+				}
+			}
+			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f µs | %.0f µs | %s |%s %.1f µs | %d |\n", k.name, name,
 				median(b.over(k.of, name, rateOf)), median(b.over(k.of, name, p50Of)), median(b.over(k.of, name, p99Of)),
-				gwLabel, median(b.over(k.of, name, func(ph *phase) float64 { return ph.perRequest(ph.mockTicks, b.hz) })), failed)
+				gwLabel, bareLabel, median(b.over(k.of, name, func(ph *phase) float64 { return ph.perRequest(ph.mockTicks, b.hz) })), failed)
 		}
 	}
 
@@ -233,6 +267,9 @@ func (b *bench) report(w io.Writer) {
 		heldGW, gwChunks-len(b.rounds)*b.o.pacedStreams, b.o.chunkInterval/10, heldDirect, b.o.chunkInterval/2, shortGW, shortDirect,
 		directChunks, gwChunks, pacingVerdict(heldGW, heldDirect, gwChunks, directChunks))
 	fmt.Fprintf(w, "| resident memory after the run < 100 MiB | %.1f MiB | %s |\n", float64(b.rssKiB)/1024, verdict(b.rssKiB < 100*1024))
+	if b.bare != nil {
+		b.reportBare(w, added, addedTTFB)
+	}
 	if b.profileText != "" {
 		fmt.Fprintf(w, "\n#### Profile\n\n```\n%s```\n", b.profileText)
 	}
@@ -261,4 +298,31 @@ func list(xs []float64, format string, scale float64) string {
 		parts[i] = fmt.Sprintf(format, x*scale)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// reportBare adds the bare proxy's lines under the targets: what a proxy
+// that does nothing adds in the same run, and the gateway's figures less
+// those. They are for scale, not targets. added and addedTTFB are the
+// gateway's per-round added p50 at 1 connection and added TTFB.
+func (b *bench) reportBare(w io.Writer, added, addedTTFB []float64) {
+	addedP50 := func(t, d *phase) float64 { return float64((t.quantile(0.5) - d.quantile(0.5)).Microseconds()) }
+	bAdded := b.pairedWith(single, "bare", addedP50)
+	bTTFB := b.pairedWith(streamed, "bare", addedP50)
+	bRatios := b.pairedWith(saturation, "bare", func(t, d *phase) float64 { return t.rate() / d.rate() })
+	bCPU := b.over(saturation, "bare", func(ph *phase) float64 { return ph.perRequest(ph.bareTicks, b.hz) })
+	bCPU1 := b.over(single, "bare", func(ph *phase) float64 { return ph.perRequest(ph.bareTicks, b.hz) })
+	// The gateway's added latency beyond the bare proxy's, round by round.
+	minus := func(xs, ys []float64) []float64 {
+		var d []float64
+		for i := range min(len(xs), len(ys)) {
+			d = append(d, xs[i]-ys[i])
+		}
+		return d
+	}
+	overP50, overTTFB := minus(added, bAdded), minus(addedTTFB, bTTFB)
+	fmt.Fprintf(w, "| bare fasthttp proxy, for scale: added p50 at 1 connection %.0f µs, added TTFB %.0f µs, throughput %.0f%% of direct, CPU %.1f µs/req | added p50 %s; added TTFB %s; throughput %s; CPU %s at saturation (at 1 connection %.1f µs) | (for scale) |\n",
+		median(bAdded), median(bTTFB), 100*median(bRatios), median(bCPU),
+		list(bAdded, "%.0f", 1), list(bTTFB, "%.0f", 1), list(bRatios, "%.0f%%", 100), list(bCPU, "%.1f", 1), median(bCPU1))
+	fmt.Fprintf(w, "| the gateway beyond the bare proxy, for scale: added p50 at 1 connection %+.0f µs, added TTFB %+.0f µs | added p50 %s; added TTFB %s | (for scale) |\n",
+		median(overP50), median(overTTFB), list(overP50, "%+.0f", 1), list(overTTFB, "%+.0f", 1))
 }
