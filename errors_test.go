@@ -21,6 +21,9 @@ type flakyStore struct {
 	admitErr, settleErr, peekErr  error
 	sweepErr                      error
 	admitCalls, settleCalls, seen int
+	// settleLost, when set, is returned by Settle after the settlement
+	// was applied, as when a store's reply is lost on the way back.
+	settleLost error
 }
 
 var _ sluice.Store = (*flakyStore)(nil)
@@ -49,9 +52,16 @@ func (s *flakyStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch)
 	s.mu.Lock()
 	err := s.settleErr
 	s.settleCalls++
+	lost := s.settleLost
 	s.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if lost != nil {
+		if err := s.Store.Settle(ctx, now, b); err != nil {
+			return err
+		}
+		return lost
 	}
 	return s.Store.Settle(ctx, now, b)
 }
@@ -290,5 +300,63 @@ func TestReservation_SettleRejectsNegativeUsage(t *testing.T) {
 	settle(t, r, sluice.Usage{InputTokens: 5})
 	if used := effective(t, l, ident("k"), "daily").Used; used != 5 {
 		t.Fatalf("used %d, want 5", used)
+	}
+}
+
+// TestSettle_RetryAfterLostReply settles through a store that applies the
+// settlement and then reports an error, as one whose reply was lost would:
+// the retry does not move the token bucket a second time, for a refund or
+// for an overrun. (A batch with a budget or a lease is settled once by the
+// store's own record of it; a batch of rate charges alone has none.)
+func TestSettle_RetryAfterLostReply(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		output int64
+		want   int64 // tokens counted by the bucket
+	}{
+		{"refund", 10, 110},
+		{"overrun", 150, 250},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newFlakyStore()
+			l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{
+				{Name: "tpm", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricTokens, Limit: 100_000, Window: time.Minute},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			id := sluice.Identity{Key: "k"}
+			r, err := l.Admit(ctx, sluice.Request{Identity: id, Max: sluice.Usage{InputTokens: 100, OutputTokens: 100}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.mu.Lock()
+			s.settleLost = errors.New("reply lost")
+			s.mu.Unlock()
+			used := sluice.Usage{InputTokens: 100, OutputTokens: tc.output}
+			if err := r.Settle(ctx, used); err == nil {
+				t.Fatal("settle through a lost reply succeeded")
+			}
+			s.mu.Lock()
+			s.settleLost = nil
+			s.mu.Unlock()
+			if err := r.Settle(ctx, used); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			if err := r.Settle(ctx, used); err != nil {
+				t.Fatalf("third settle: %v", err)
+			}
+			eff, err := l.Effective(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range eff {
+				// The bucket refills while the test runs: allow a token.
+				if e.Used != tc.want && e.Used != tc.want-1 {
+					t.Errorf("%s counts %d, want %d", e.Rule, e.Used, tc.want)
+				}
+			}
+		})
 	}
 }

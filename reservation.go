@@ -64,7 +64,10 @@ type Reservation struct {
 	// failedOpen marks an admission let through uncharged (see
 	// Result.FailedOpen).
 	failedOpen bool
-	inline     [3]inproc.Charge
+	// uncertain is set when the store failed a settlement: it may have
+	// applied it before failing (a reply lost on the way back).
+	uncertain bool
+	inline    [3]inproc.Charge
 }
 
 // ID returns the reservation's identifier, unique per Limiter.
@@ -194,7 +197,11 @@ func warningOf(rule *compiledRule, c *inproc.Charge) (Warning, bool) {
 // refunded, a larger one is charged in full and counted as an overrun. A
 // zero Usage means nothing was reported, and the reservation is charged as
 // it stands. Usage with negative amounts is refused and nothing is settled.
-// Settling again does nothing.
+// Settling again does nothing. After a store error Settle (or Release) may
+// be called again; as the failed call may have been applied before its
+// reply was lost, the retry settles budgets and frees leases exactly once,
+// and leaves rate buckets as they are (holding the reserved amount, or
+// what the failed call made of it): never refunded or charged twice.
 func (r *Reservation) Settle(ctx context.Context, u Usage) error {
 	if err := u.validate(); err != nil {
 		return fmt.Errorf("settle: %w", err)
@@ -232,6 +239,14 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error 
 		default:
 			c.Actual = u.amount(r.rule(c).metric)
 		}
+		if r.uncertain && c.Kind == inproc.Rate {
+			// A failed settlement may have moved the bucket already, and
+			// moving it again would refund or charge twice: the bucket
+			// keeps what it holds. Budgets are settled once by the store's
+			// record of the reservation, and freeing a lease twice frees
+			// it once.
+			c.Actual = c.Amount
+		}
 		overrun = overrun || c.Actual > c.Amount
 	}
 	if overrun {
@@ -244,6 +259,7 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error 
 			r.batch.Charges[i].Actual = charges[i].Actual
 		}
 		if err := l.store.Settle(ctx, time.Unix(0, now), r.batch); err != nil {
+			r.uncertain = true
 			r.state.Store(stateOpen)
 			return &StoreError{Op: "settle", Err: err}
 		}
