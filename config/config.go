@@ -52,6 +52,10 @@ type Config struct {
 	// TrustedProxies lists the CIDRs (or single addresses) whose forwarded
 	// client addresses are believed. Empty trusts none.
 	TrustedProxies []string `yaml:"trusted_proxies,omitempty"`
+	// PreAuthPerMinute bounds each client address's requests per minute
+	// before authentication, per replica: a loose backstop against floods
+	// and key guessing (0, the default, turns it off).
+	PreAuthPerMinute int64 `yaml:"pre_auth_per_minute,omitempty"`
 
 	Providers []Provider `yaml:"providers"`
 	Models    []Model    `yaml:"models"`

@@ -123,6 +123,9 @@ func (v *checker) server() {
 	if r := c.UpstreamRetries; r != nil && (*r < 0 || *r > 10) {
 		v.add("upstream_retries", "must be between 0 and 10, got %d", *r)
 	}
+	if c.PreAuthPerMinute < 0 {
+		v.add("pre_auth_per_minute", "must not be negative (0 turns it off), got %d", c.PreAuthPerMinute)
+	}
 	for i, s := range c.TrustedProxies {
 		if _, ok := parsePrefix(s); !ok {
 			v.add(fmt.Sprintf("trusted_proxies[%d]", i), "%q is not a CIDR (like 10.0.0.0/8) or an IP address", s)

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice"
@@ -54,5 +55,43 @@ func TestGateway_UntrustedPeerForwardedForIgnored(t *testing.T) {
 	}
 	if got := h.usedBy(sluice.Identity{Org: "o1", Workspace: "w1", User: "u1", Key: "k1", IP: "127.0.0.1"}, "per_ip"); got != 1 {
 		t.Errorf("peer charged %d, want 1", got)
+	}
+}
+
+// TestGateway_PreAuthLimit checks the per-address limit checked before the
+// key: requests with a bad key count too, the refusal is a rate limit with
+// a Retry-After in the route's error shape, and another client address
+// behind a trusted proxy has its own count.
+func TestGateway_PreAuthLimit(t *testing.T) {
+	h := newHarness(t, nil, func(o *gateway.Options) {
+		o.PreAuthPerMinute = 3
+		o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	})
+	body := `{"model":"mock-small","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
+	from := func(ip string, headers map[string]string) map[string]string {
+		out := map[string]string{"X-Forwarded-For": ip}
+		for k, v := range headers {
+			out[k] = v
+		}
+		return out
+	}
+	if r := h.post("/v1/chat/completions", body, from("203.0.113.7", map[string]string{"Authorization": "Bearer sk-sluice-wrong"})); r.status != 401 {
+		t.Fatalf("bad key: %d %s", r.status, r.body)
+	}
+	for i := range 2 {
+		if r := h.post("/v1/chat/completions", body, from("203.0.113.7", nil)); r.status != 200 {
+			t.Fatalf("call %d: %d %s", i, r.status, r.body)
+		}
+	}
+	r := h.post("/v1/messages", body, from("203.0.113.7", nil))
+	if r.status != 429 || r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), gateway.PreAuthRule) ||
+		!strings.Contains(string(r.body), `"type":"error"`) {
+		t.Fatalf("fourth request from one address: %d %v %s", r.status, r.header, r.body)
+	}
+	if r := h.post("/v1/chat/completions", body, from("198.51.100.1", nil)); r.status != 200 {
+		t.Fatalf("another address: %d %s", r.status, r.body)
+	}
+	if n := h.mockCalls(); n != 3 {
+		t.Errorf("the mock served %d calls, want 3", n)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/valyala/fasthttp"
 )
 
@@ -127,7 +128,13 @@ type Options struct {
 	// TrustedProxies are the peers whose X-Forwarded-For is believed for
 	// the ip subject; empty believes none.
 	TrustedProxies []netip.Prefix
-	Logger         *slog.Logger
+	// PreAuthPerMinute, when positive, bounds the requests of one client
+	// address before its key is even looked at: a loose backstop against
+	// floods and key guessing, kept by each replica in its own memory
+	// (rule pre_auth_per_ip). Many users may share an address behind a
+	// NAT, so it is not a per-user limit. 0 turns it off.
+	PreAuthPerMinute int64
+	Logger           *slog.Logger
 	// Observer, if set, is told about every request; it must not block.
 	Observer func(Event)
 }
@@ -154,7 +161,13 @@ type Gateway struct {
 	log       *slog.Logger
 	inFlight  inFlight
 	draining  atomic.Bool
+	// preAuth counts requests per client address before authentication;
+	// nil when Options.PreAuthPerMinute is 0.
+	preAuth *sluice.Limiter
 }
+
+// PreAuthRule names the per-address limit checked before authentication.
+const PreAuthRule = "pre_auth_per_ip"
 
 type model struct {
 	Model
@@ -190,6 +203,14 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, limiter: opts.Limiter, models: map[string]*model{}, providers: map[string]*provider{}, log: opts.Logger}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.PreAuthPerMinute > 0 {
+		l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{}), Rules: []sluice.Rule{{
+			Name: PreAuthRule, Kind: sluice.KindRate, Subject: "ip", Limit: opts.PreAuthPerMinute, Window: time.Minute}}})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: pre-auth limit: %w", err)
+		}
+		g.preAuth = l
 	}
 	for _, p := range opts.Providers {
 		pp, err := newProvider(p, opts.RequestTimeout)

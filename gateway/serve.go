@@ -82,6 +82,11 @@ func (c *call) streaming() bool { return c.ctx.Response.IsBodyStream() }
 func (c *call) run() error {
 	g, ctx := c.g, c.ctx
 	c.ip = clientIP(ctx, g.opts.TrustedProxies)
+	if g.preAuth != nil {
+		if err := g.admitAddress(c.ip); err != nil {
+			return err
+		}
+	}
 	secret := bearer(&ctx.Request.Header)
 	if secret == "" {
 		return errBadKey()
@@ -144,6 +149,18 @@ func (c *call) run() error {
 		last = errModelNotAllowed(c.bound.Model)
 	}
 	return last
+}
+
+// admitAddress counts a request against its client address's pre-auth
+// limit. The admission is settled at once, charged: what is limited is
+// requests arriving, not requests in flight.
+func (g *Gateway) admitAddress(ip string) error {
+	ctx := context.Background()
+	res, err := g.preAuth.Admit(ctx, sluice.Request{Identity: sluice.Identity{IP: ip}})
+	if err != nil {
+		return err
+	}
+	return res.Settle(ctx, sluice.Usage{})
 }
 
 // bearer returns the API key from Authorization: Bearer or x-api-key.

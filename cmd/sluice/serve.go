@@ -85,17 +85,18 @@ func serve(args []string) error {
 		return err
 	}
 	g, err := gateway.New(gateway.Options{
-		Limiter:         limiter,
-		Keys:            newKeyStore(cat, cfg),
-		Usage:           ledger{cat},
-		Models:          modelsOf(cfg),
-		Providers:       providers,
-		MaxBodyBytes:    int(cfg.MaxBodyBytes),
-		RequestTimeout:  cfg.RequestTimeout,
-		UpstreamRetries: *cfg.UpstreamRetries,
-		TrustedProxies:  cfg.TrustedPrefixes(),
-		Logger:          log,
-		Observer:        obs.Observe,
+		Limiter:          limiter,
+		Keys:             newKeyStore(cat, cfg),
+		Usage:            ledger{cat},
+		Models:           modelsOf(cfg),
+		Providers:        providers,
+		MaxBodyBytes:     int(cfg.MaxBodyBytes),
+		RequestTimeout:   cfg.RequestTimeout,
+		UpstreamRetries:  *cfg.UpstreamRetries,
+		TrustedProxies:   cfg.TrustedPrefixes(),
+		PreAuthPerMinute: cfg.PreAuthPerMinute,
+		Logger:           log,
+		Observer:         obs.Observe,
 	})
 	if err != nil {
 		return err
