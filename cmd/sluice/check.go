@@ -47,6 +47,16 @@ func check(args []string) error {
 	for _, m := range cfg.Models {
 		fmt.Printf("model %s (provider %s): max output %d tokens\n", m.Name, m.Provider, m.MaxOutputTokens)
 	}
+	for _, t := range cfg.Tiers {
+		fmt.Printf("tier %s: %d%% of each limit", t.Name, t.Percent)
+		if t.Promote != nil {
+			fmt.Printf(", promoted to %s once a key is %v old", t.Promote.To, t.Promote.After)
+		}
+		fmt.Println()
+	}
+	if cfg.PreAuthPerMinute > 0 {
+		fmt.Printf("before authentication: %d requests per minute per client address, per replica\n", cfg.PreAuthPerMinute)
+	}
 	for _, warning := range cfg.Warnings() {
 		fmt.Println("warning:", warning)
 	}

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +55,28 @@ tiers:
 		// A key without a tier is never promoted into one.
 		if p, err := k.Authenticate(ctx, plain); err != nil || p.Tier != "" {
 			t.Errorf("key without tier aged %v: tier %q, err %v", tc.age, p.Tier, err)
+		}
+	}
+}
+
+// TestCheck_PrintsTiersAndPreAuth runs sluice check on the full example
+// config: it validates it and says what tiers and the pre-auth limit do.
+func TestCheck_PrintsTiersAndPreAuth(t *testing.T) {
+	bin := buildSluice(t)
+	cmd := exec.Command(bin, "check", "--config", "../../config/testdata/full.yaml")
+	cmd.Env = append(os.Environ(), "SLUICE_ENV=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"config is valid",
+		"tier new: 10% of each limit, promoted to standard once a key is 168h0m0s old",
+		"tier standard: 100% of each limit\n",
+		"before authentication: 6000 requests per minute per client address, per replica",
+	} {
+		if !strings.Contains(strings.ToLower(string(out)), strings.ToLower(want)) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
 		}
 	}
 }
