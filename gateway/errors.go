@@ -37,6 +37,13 @@ func errKeyStore(err error) error {
 		message: "The key store is unavailable; retry shortly.", retryHint: time.Second}
 }
 
+// errClientGone is the answer to a client that closed its connection
+// while its call waited: nobody reads it (499, as nginx logs it).
+func errClientGone() error {
+	return &apiError{status: 499, typ: "invalid_request_error", anthType: "invalid_request_error", code: "client_closed_request",
+		message: "The client closed the connection while the call waited for admission.", terminal: true}
+}
+
 func errNotFound(path string) error {
 	return &apiError{status: 404, typ: "invalid_request_error", anthType: "not_found_error", code: "not_found",
 		message: fmt.Sprintf("No route %s on this gateway.", path)}
@@ -189,6 +196,8 @@ func outcomeOf(err error) (outcome, class string) {
 		switch {
 		case ae.status == 401:
 			return "unauthorized", "terminal"
+		case ae.status == 499:
+			return "client_gone", "terminal"
 		case ae.status >= 500:
 			return "upstream_error", "transient"
 		}

@@ -223,7 +223,17 @@ func (c *call) admit(cand *model) (*sluice.Reservation, int64, bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.maxWait+c.g.opts.RequestTimeout)
 	defer cancel()
 	t0 := time.Now()
+	var stop func()
+	if c.maxWait > 0 && c.ctx.Conn() != nil {
+		stop = watchClient(c.ctx.Conn(), cancel)
+	}
 	res, err := c.g.limiter.Admit(ctx, req)
+	if stop != nil {
+		stop()
+		if err != nil && errors.Is(err, context.Canceled) {
+			return nil, capPer, false, errClientGone()
+		}
+	}
 	c.event.Decision += time.Since(t0)
 	if err == nil || c.bound.NoOutput || capPer == 0 {
 		return res, capPer, false, err

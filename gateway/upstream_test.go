@@ -2,7 +2,9 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -445,4 +447,41 @@ func TestGateway_BatchPriorityWaitsForRate(t *testing.T) {
 			t.Fatalf("batch call that cannot be served within BatchMaxWait: %d after %v", r.status, time.Since(start))
 		}
 	})
+}
+
+// TestGateway_BatchWaitEndsWhenTheClientLeaves sends a batch call that must
+// wait a second for a rate bucket, from a client that closes its connection
+// after 100ms: the wait ends then, the call is never admitted nor sent
+// upstream, and the bucket's next unit is left for the next caller.
+func TestGateway_BatchWaitEndsWhenTheClientLeaves(t *testing.T) {
+	rule := sluice.Rule{Name: "one_per_second", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Second}
+	h := newHarness(t, []sluice.Rule{rule})
+	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: sluice\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\n%s: batch\r\nContent-Length: %d\r\n\r\n%s",
+		testKey, gateway.HeaderPriority, len(smallChat), smallChat)
+	time.Sleep(100 * time.Millisecond)
+	conn.Close()
+	events := h.rec.waitEvents(t, 2)
+	if took := time.Since(start); took > 700*time.Millisecond {
+		t.Errorf("the call waited %v after its client left", took)
+	}
+	if got := events[1].Outcome; got != "client_gone" {
+		t.Errorf("outcome %q, want client_gone", got)
+	}
+	if n := h.mockCalls(); n != 1 {
+		t.Errorf("provider called %d times, want 1", n)
+	}
+	// The unit the departed call waited for is the next caller's.
+	time.Sleep(time.Until(start.Add(time.Second)))
+	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
+		t.Fatalf("next call after the refill: %d %s", r.status, r.body)
+	}
 }
