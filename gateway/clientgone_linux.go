@@ -1,56 +1,49 @@
 package gateway
 
 import (
-	"context"
 	"net"
 	"syscall"
 	"time"
 )
 
-// watchClient cancels cancel if the client closes its connection while
-// the call waits for admission (a batch request may wait up to
-// BatchMaxWait in the engine's queue): a client that gave up must not
-// have its call admitted, charged or sent upstream. It peeks at the socket
-// through the runtime's poller, consuming nothing, and costs one goroutine
-// only for calls that may wait. A client that shuts down its sending side
-// after its request is taken as gone, as a reverse proxy that sees the end
-// of the stream would. stop ends the watch; call it before the handler
-// uses the connection again.
-func watchClient(conn net.Conn, cancel context.CancelFunc) (stop func()) {
+// watchClient starts watching conn after delay (at once when delay is 0)
+// and calls gone if the client closes it. It returns nil when conn cannot
+// be watched (not a socket).
+func watchClient(conn net.Conn, delay time.Duration, gone func()) *clientWatch {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
-		return func() {}
+		return nil
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return func() {}
+		return nil
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var buf [1]byte
-		gone := false
-		err := raw.Read(func(fd uintptr) bool {
-			n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			switch {
-			case err == syscall.EAGAIN || err == syscall.EINTR:
-				return false // nothing to read yet: wait until there is
-			case err != nil:
-				gone = true // reset by the peer
-			default:
-				gone = n == 0 // end of stream; bytes are a next request
-			}
-			return true
-		})
-		if err == nil && gone {
-			cancel()
+	w := &clientWatch{conn: conn, raw: raw, gone: gone}
+	if delay > 0 {
+		w.timer = time.AfterFunc(delay, w.start)
+	} else {
+		go w.start()
+	}
+	return w
+}
+
+// clientGone waits until the socket has bytes to read or is closed, and
+// reports whether it is closed (end of stream or reset). A deadline set on
+// the connection ends the wait with false.
+func clientGone(raw syscall.RawConn) bool {
+	var buf [1]byte
+	gone := false
+	err := raw.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EINTR:
+			return false // nothing to read yet: wait until there is
+		case err != nil:
+			gone = true // reset by the peer
+		default:
+			gone = n == 0 // end of stream; bytes are a next request
 		}
-	}()
-	return func() {
-		// A deadline in the past wakes the poller's wait; the server sets
-		// its own deadline before it reads the next request.
-		_ = conn.SetReadDeadline(time.Unix(1, 0))
-		<-done
-		_ = conn.SetReadDeadline(time.Time{})
-	}
+		return true
+	})
+	return err == nil && gone
 }

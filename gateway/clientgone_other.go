@@ -3,10 +3,13 @@
 package gateway
 
 import (
-	"context"
 	"net"
+	"syscall"
+	"time"
 )
 
-// watchClient does nothing here: a client that leaves while its call waits
-// for admission is noticed when the answer is written.
-func watchClient(net.Conn, context.CancelFunc) (stop func()) { return func() {} }
+// watchClient does nothing here: a client that leaves is noticed when its
+// answer is written.
+func watchClient(net.Conn, time.Duration, func()) *clientWatch { return nil }
+
+func clientGone(syscall.RawConn) bool { return false }

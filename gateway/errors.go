@@ -38,10 +38,10 @@ func errKeyStore(err error) error {
 }
 
 // errClientGone is the answer to a client that closed its connection
-// while its call waited: nobody reads it (499, as nginx logs it).
+// before its answer: nobody reads it (499, as nginx logs it).
 func errClientGone() error {
 	return &apiError{status: 499, typ: "invalid_request_error", anthType: "invalid_request_error", code: "client_closed_request",
-		message: "The client closed the connection while the call waited for admission.", terminal: true}
+		message: "The client closed the connection before its answer was sent.", terminal: true}
 }
 
 func errNotFound(path string) error {

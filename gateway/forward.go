@@ -26,14 +26,37 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	if c.ownKey != "" {
 		apiKey = c.ownKey
 	}
+	uc := p.conns.get()
+	if uc == nil {
+		return false, errUpstream(502, fasthttp.ErrNoFreeConns)
+	}
+	// A client that closes its connection while the provider works has
+	// the upstream call cancelled: its connection is closed.
+	var watch *clientWatch
+	if conn := c.ctx.Conn(); conn != nil {
+		watch = watchClient(conn, clientWatchDelay, func() {
+			c.gone.Store(true)
+			uc.abort()
+		})
+	}
+	streaming := false
+	defer func() {
+		if !streaming { // a stream gives both back when its body closes
+			p.conns.put(uc, watch.stop())
+		}
+	}()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	p.prepare(req, &c.ctx.Request.Header, c.rt.path, body, apiKey, c.bound.Stream)
 	deadline := time.Now().Add(g.opts.RequestTimeout)
 	resp := fasthttp.AcquireResponse()
 	for attempt := 1; ; attempt++ {
+		if c.gone.Load() {
+			err = errClientGone()
+			break
+		}
 		c.event.Attempts++
-		err = p.client.DoDeadline(req, resp, deadline)
+		err = uc.client.DoDeadline(req, resp, deadline)
 		status := resp.StatusCode()
 		retryable := err != nil || status == 429 || status >= 500
 		if err == nil && retryable && c.isQuota(resp) {
@@ -52,6 +75,9 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	}
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
+		if c.gone.Load() {
+			return false, errClientGone()
+		}
 		if errors.Is(err, fasthttp.ErrTimeout) {
 			return false, errUpstream(504, err)
 		}
@@ -86,7 +112,8 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	c.event.Model = cand.Name
 	c.event.Outcome = "admitted"
 	if c.bound.Stream && c.rt.stream != nil && isEventStream(&resp.Header) {
-		c.stream(cand, res, resp, injected)
+		streaming = true
+		c.stream(cand, res, resp, injected, uc, watch)
 		return true, nil
 	}
 	out := resp.Body()

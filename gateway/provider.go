@@ -13,7 +13,7 @@ import (
 // provider is an upstream with its connection pool.
 type provider struct {
 	Provider
-	client *fasthttp.HostClient
+	conns  upstreamConns
 	host   string
 	prefix string
 	tls    bool
@@ -59,18 +59,21 @@ func newProvider(p Provider, timeout time.Duration) (*provider, error) {
 			addr += ":80"
 		}
 	}
-	pp.client = &fasthttp.HostClient{
-		Addr:                     addr,
-		IsTLS:                    pp.tls,
-		Name:                     "sluice",
-		MaxConns:                 4096,
-		MaxIdleConnDuration:      90 * time.Second,
-		ReadTimeout:              timeout,
-		WriteTimeout:             timeout,
-		StreamResponseBody:       true,
-		NoDefaultUserAgentHeader: true,
-		DisablePathNormalizing:   true,
-		MaxResponseBodySize:      256 << 20,
+	pp.conns.max = 4096
+	pp.conns.newClient = func(dial fasthttp.DialFuncWithTimeout) *fasthttp.HostClient {
+		return &fasthttp.HostClient{
+			Addr:                     addr,
+			IsTLS:                    pp.tls,
+			Name:                     "sluice",
+			DialTimeout:              dial,
+			MaxIdleConnDuration:      90 * time.Second,
+			ReadTimeout:              timeout,
+			WriteTimeout:             timeout,
+			StreamResponseBody:       true,
+			NoDefaultUserAgentHeader: true,
+			DisablePathNormalizing:   true,
+			MaxResponseBodySize:      256 << 20,
+		}
 	}
 	return pp, nil
 }

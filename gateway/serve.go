@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -46,6 +47,9 @@ type call struct {
 	ip string
 	// settle, when set, settles the call after the response is sent.
 	settle func()
+	// gone is set when the client closed its connection while the
+	// provider worked on the call.
+	gone atomic.Bool
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
@@ -142,6 +146,13 @@ func (c *call) run() error {
 		if answered {
 			return nil
 		}
+		if c.gone.Load() {
+			// The client left while the provider worked: what the call
+			// produced is unknown, so the reservation is charged.
+			c.settle = func() { c.finish(cand, res, llm.Usage{}, false) }
+			c.event.Model = cand.Name
+			return err
+		}
 		_ = res.Release(context.Background())
 		last = err
 	}
@@ -223,13 +234,16 @@ func (c *call) admit(cand *model) (*sluice.Reservation, int64, bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.maxWait+c.g.opts.RequestTimeout)
 	defer cancel()
 	t0 := time.Now()
-	var stop func()
+	var w *clientWatch
 	if c.maxWait > 0 && c.ctx.Conn() != nil {
-		stop = watchClient(c.ctx.Conn(), cancel)
+		// A batch call may wait up to BatchMaxWait in the engine's queue:
+		// a client that gives up meanwhile must not have its call
+		// admitted, charged or sent upstream.
+		w = watchClient(c.ctx.Conn(), 0, cancel)
 	}
 	res, err := c.g.limiter.Admit(ctx, req)
-	if stop != nil {
-		stop()
+	if w != nil {
+		w.stop()
 		if err != nil && errors.Is(err, context.Canceled) {
 			return nil, capPer, false, errClientGone()
 		}

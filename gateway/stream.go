@@ -19,7 +19,10 @@ import (
 // between the two connections. The call is settled when fasthttp closes
 // the body: with the reported usage, or when none came (a cut, a client
 // gone), with the input estimate and the output counted in the stream.
-func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Response, injected bool) {
+//
+// The stream owns uc, the upstream connection, and watch, the watch on the
+// client's, from here on: both are given back when the body closes.
+func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Response, injected bool, uc *upstreamConn, watch *clientWatch) {
 	c.ctx.SetStatusCode(200)
 	c.ctx.Response.Header.Set("Cache-Control", "no-cache")
 	c.g.inFlight.add() // until the stream is settled; done by CloseWithError
@@ -31,7 +34,7 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 		br.Reset(upstream)
 	}
 	s := &streamBody{c: c, cand: cand, res: res, resp: resp, upstream: upstream, reader: c.rt.stream(injected),
-		br: br, events: llm.NewEventReader(br)}
+		br: br, events: llm.NewEventReader(br), uc: uc, watch: watch}
 	s.deadline = time.AfterFunc(c.g.opts.RequestTimeout, func() { s.closeUpstream(errors.New("request deadline")) })
 	c.ctx.SetBodyStream(s, -1)
 }
@@ -57,6 +60,8 @@ type streamBody struct {
 	events   *llm.EventReader
 	reader   streamReader
 	deadline *time.Timer
+	uc       *upstreamConn
+	watch    *clientWatch
 	// out holds a rewritten event; pending is what is left to forward of
 	// the current event (Read may take it in parts).
 	out, pending []byte
@@ -157,8 +162,14 @@ func (s *streamBody) next() {
 func (s *streamBody) CloseWithError(werr error) error {
 	c := s.c
 	s.deadline.Stop()
+	// The watch closed the upstream connection if the client left while
+	// the provider was silent.
+	left := s.watch.stop()
 	s.mu.Lock()
 	switch {
+	case left:
+		closeStream(s.upstream, errors.New("client went away"))
+		c.event.Outcome = "client_gone"
 	case s.upstreamErr != nil:
 		closeStream(s.upstream, s.upstreamErr)
 		c.event.Outcome, c.event.Class = "upstream_error", "transient"
@@ -172,9 +183,10 @@ func (s *streamBody) CloseWithError(werr error) error {
 	s.released = true
 	s.mu.Unlock()
 	fasthttp.ReleaseResponse(s.resp)
+	s.cand.provider.conns.put(s.uc, left)
 	s.br.Reset(nil)
 	upstreamReaders.Put(s.br)
-	s.resp, s.upstream, s.pending, s.br, s.events = nil, nil, nil, nil, nil
+	s.resp, s.upstream, s.pending, s.br, s.events, s.uc = nil, nil, nil, nil, nil, nil
 	u := s.reader.Usage()
 	reported := s.reader.Reported()
 	if !reported {

@@ -106,6 +106,9 @@ type Stats struct {
 	Requests [numRoutes]int64
 	// StreamsCompleted, StreamsCancelled and StreamsCut count streamed answers by Outcome.
 	StreamsCompleted, StreamsCancelled, StreamsCut int64
+	// CallsCancelled counts answers not streamed that were never sent: the client left while
+	// the answer was delayed.
+	CallsCancelled int64
 }
 
 // Server is the mock provider, an http.Handler. It is safe for concurrent use.
@@ -115,6 +118,7 @@ type Server struct {
 	completed atomic.Int64
 	cancelled atomic.Int64
 	cut       atomic.Int64
+	abandoned atomic.Int64
 	seq       atomic.Int64
 }
 
@@ -138,6 +142,7 @@ func (s *Server) Stats() Stats {
 	st.StreamsCompleted = s.completed.Load()
 	st.StreamsCancelled = s.cancelled.Load()
 	st.StreamsCut = s.cut.Load()
+	st.CallsCancelled = s.abandoned.Load()
 	return st
 }
 
@@ -183,6 +188,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.wait(r.Context(), s.opts.Latency+c.delay) {
 		if c.stream {
 			s.end(route, Cancelled)
+		} else {
+			s.abandoned.Add(1)
 		}
 		return
 	}
