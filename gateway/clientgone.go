@@ -67,6 +67,10 @@ func (w *clientWatch) start() {
 	}
 	w.started = true
 	w.done = make(chan struct{})
+	// The server's read deadline (its ReadTimeout, from when the request
+	// was read) would end the watch of a long call. Cleared under mu, so
+	// that stop's deadline always comes after.
+	_ = w.conn.SetReadDeadline(time.Time{})
 	w.mu.Unlock()
 	defer close(w.done)
 	if clientGone(w.raw) {
