@@ -28,6 +28,10 @@ type dialect struct {
 	// it serialises processes migrating the same database at once. SQLite
 	// needs none (its transactions take the write lock at BEGIN).
 	migrationLock string
+	// subjectLock, when set, is run in a transaction with one text
+	// argument: it serialises transactions about the same subject (the
+	// open sessions of one user) across processes. SQLite needs none.
+	subjectLock string
 }
 
 var sqliteDialect = &dialect{name: "sqlite"}
@@ -40,6 +44,7 @@ var postgresDialect = &dialect{
 	name:          "postgres",
 	rebind:        dollarPlaceholders,
 	migrationLock: `SELECT pg_advisory_xact_lock(1397506889, hashtext(current_schema()))`,
+	subjectLock:   `SELECT pg_advisory_xact_lock(1397506890, hashtext(current_schema() || ?))`,
 }
 
 // q returns query in the dialect's placeholder syntax.

@@ -1,0 +1,251 @@
+package catalog
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Session is a gate for long interactive work: minted once with its
+// ceilings (wall clock, turns, tokens, cost), then charged by every call
+// that carries its ID. A zero ceiling is no ceiling (wall clock excepted:
+// every session expires).
+type Session struct {
+	ID             string    `json:"id"`
+	KeyID          string    `json:"key_id"`
+	Org            string    `json:"org"`
+	Workspace      string    `json:"workspace"`
+	User           string    `json:"user"`
+	Model          string    `json:"model"`
+	IdempotencyKey string    `json:"-"`
+	CreatedAt      time.Time `json:"created_at"`
+	ExpiresAt      time.Time `json:"expires_at"`
+	ClosedAt       time.Time `json:"closed_at,omitzero"`
+	MaxTurns       int64     `json:"max_turns"`
+	MaxTokens      int64     `json:"max_tokens"`
+	MaxCost        int64     `json:"max_cost_micros"`
+	Turns          int64     `json:"turns"`
+	Tokens         int64     `json:"tokens"`
+	Cost           int64     `json:"cost_micros"`
+	// Ceiling names the ceiling that first refused a call: "wall_clock",
+	// "turns", "tokens" or "cost"; empty while none has.
+	Ceiling string `json:"ceiling,omitempty"`
+}
+
+// Open reports whether the session may still be charged at now.
+func (s *Session) Open(now time.Time) bool { return s.ClosedAt.IsZero() && now.Before(s.ExpiresAt) }
+
+// Session errors, usable with errors.Is.
+var (
+	// ErrUnknownSession: no session has that ID for that key.
+	ErrUnknownSession = errors.New("unknown session")
+	// ErrSessionClosed: the session was closed (DELETE).
+	ErrSessionClosed = errors.New("session closed")
+	// ErrTooManySessions: the user already has the most open sessions
+	// allowed.
+	ErrTooManySessions = errors.New("too many open sessions")
+)
+
+// CeilingError is a call refused by one of its session's ceilings.
+type CeilingError struct {
+	Ceiling string // wall_clock, turns, tokens or cost
+	// Limit and Used are in the ceiling's unit (turns, tokens,
+	// micro-dollars; seconds for the wall clock); Want is what the call
+	// would have added.
+	Limit, Used, Want int64
+	Session           Session
+}
+
+func (e *CeilingError) Error() string {
+	return fmt.Sprintf("session %s: %s ceiling reached (%d of %d used)", e.Session.ID, e.Ceiling, e.Used, e.Limit)
+}
+
+const sessionColumns = `id, key_id, org, workspace, user_id, model, idempotency_key, created_at, expires_at, closed_at,
+	max_turns, max_tokens, max_cost, turns, tokens, cost, ceiling`
+
+// newSessionID returns "sess_" and 26 base32 characters (128 random bits).
+func newSessionID() string {
+	var b [16]byte
+	rand.Read(b[:]) // crypto/rand.Read never fails (it crashes the program first)
+	return "sess_" + keyIDEncoding.EncodeToString(b[:])
+}
+
+// OpenSession mints s for its key (KeyID, Org, Workspace, User, Model,
+// ExpiresAt and the ceilings set by the caller; ID and CreatedAt by the
+// catalog). With an IdempotencyKey that the key already used, the session
+// minted then is returned instead, and created is false. maxOpen > 0 caps
+// the open sessions of the user (ErrTooManySessions).
+func (c *Catalog) OpenSession(ctx context.Context, s Session, maxOpen int) (out Session, created bool, err error) {
+	now := c.now().UTC().Round(0)
+	switch {
+	case s.KeyID == "" || s.Workspace == "" || s.User == "":
+		return Session{}, false, fmt.Errorf("catalog: open session: %w: key, workspace and user are required", ErrInvalid)
+	case s.Model == "":
+		return Session{}, false, fmt.Errorf("catalog: open session: %w: model is required", ErrInvalid)
+	case !s.ExpiresAt.After(now):
+		return Session{}, false, fmt.Errorf("catalog: open session: %w: expiry is not in the future", ErrInvalid)
+	case s.MaxTurns < 0 || s.MaxTokens < 0 || s.MaxCost < 0:
+		return Session{}, false, fmt.Errorf("catalog: open session: %w: negative ceiling", ErrInvalid)
+	}
+	s.ID = newSessionID()
+	s.CreatedAt = now
+	s.ExpiresAt = s.ExpiresAt.UTC().Round(0)
+	s.ClosedAt, s.Turns, s.Tokens, s.Cost, s.Ceiling = time.Time{}, 0, 0, 0, ""
+	err = c.inTx(ctx, func(tx *sql.Tx) error {
+		if c.d.subjectLock != "" {
+			if _, err := tx.ExecContext(ctx, c.d.q(c.d.subjectLock), "session/"+s.Workspace+"/"+s.User); err != nil {
+				return err
+			}
+		}
+		if s.IdempotencyKey != "" {
+			prev, err := scanSession(tx.QueryRowContext(ctx, c.d.q(`SELECT `+sessionColumns+` FROM sessions
+				WHERE key_id = ? AND idempotency_key = ?`), s.KeyID, s.IdempotencyKey))
+			if err == nil {
+				out = prev
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		if maxOpen > 0 {
+			var open int
+			if err := tx.QueryRowContext(ctx, c.d.q(`SELECT COUNT(*) FROM sessions
+				WHERE workspace = ? AND user_id = ? AND closed_at IS NULL AND expires_at > ?`),
+				s.Workspace, s.User, now.UnixNano()).Scan(&open); err != nil {
+				return err
+			}
+			if open >= maxOpen {
+				return ErrTooManySessions
+			}
+		}
+		var idem any
+		if s.IdempotencyKey != "" {
+			idem = s.IdempotencyKey
+		}
+		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO sessions
+			(id, key_id, org, workspace, user_id, model, idempotency_key, created_at, expires_at,
+			 max_turns, max_tokens, max_cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			s.ID, s.KeyID, s.Org, s.Workspace, s.User, s.Model, idem, dbTime(s.CreatedAt), dbTime(s.ExpiresAt),
+			s.MaxTurns, s.MaxTokens, s.MaxCost); err != nil {
+			return err
+		}
+		out, created = s, true
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrTooManySessions) {
+			return Session{}, false, err
+		}
+		return Session{}, false, fmt.Errorf("catalog: open session: %w", err)
+	}
+	return out, created, nil
+}
+
+// GetSession returns the session id of the key keyID (ErrUnknownSession
+// for another key's).
+func (c *Catalog) GetSession(ctx context.Context, id, keyID string) (Session, error) {
+	s, err := scanSession(c.db.QueryRowContext(ctx, c.d.q(`SELECT `+sessionColumns+` FROM sessions WHERE id = ? AND key_id = ?`), id, keyID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Session{}, ErrUnknownSession
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("catalog: session: %w", err)
+	}
+	return s, nil
+}
+
+// ChargeSession charges one call to the session id of the key keyID: a
+// turn, and tokens and cost reserved (its worst case), in one conditional
+// UPDATE, so that the ceilings hold across replicas. A call that would pass
+// a ceiling is refused with a *CeilingError and charges nothing; a closed
+// session gives ErrSessionClosed, an unknown one ErrUnknownSession.
+// SettleSession later replaces the reservation with the usage.
+func (c *Catalog) ChargeSession(ctx context.Context, id, keyID string, tokens, cost int64) (Session, error) {
+	now := c.now()
+	res, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET turns = turns + 1, tokens = tokens + ?, cost = cost + ?
+		WHERE id = ? AND key_id = ? AND closed_at IS NULL AND expires_at > ?
+		AND (max_turns = 0 OR turns + 1 <= max_turns)
+		AND (max_tokens = 0 OR tokens + ? <= max_tokens)
+		AND (max_cost = 0 OR cost + ? <= max_cost)`),
+		tokens, cost, id, keyID, now.UnixNano(), tokens, cost)
+	if err != nil {
+		return Session{}, fmt.Errorf("catalog: charge session: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Session{}, fmt.Errorf("catalog: charge session: %w", err)
+	}
+	s, err := c.GetSession(ctx, id, keyID)
+	if err != nil || n == 1 {
+		return s, err
+	}
+	// Refused: say why, and remember the first ceiling reached.
+	var ce *CeilingError
+	switch {
+	case !s.ClosedAt.IsZero():
+		return s, ErrSessionClosed
+	case !now.Before(s.ExpiresAt):
+		secs := int64(s.ExpiresAt.Sub(s.CreatedAt) / time.Second)
+		ce = &CeilingError{Ceiling: "wall_clock", Limit: secs, Used: secs}
+	case s.MaxTurns > 0 && s.Turns+1 > s.MaxTurns:
+		ce = &CeilingError{Ceiling: "turns", Limit: s.MaxTurns, Used: s.Turns, Want: 1}
+	case s.MaxTokens > 0 && s.Tokens+tokens > s.MaxTokens:
+		ce = &CeilingError{Ceiling: "tokens", Limit: s.MaxTokens, Used: s.Tokens, Want: tokens}
+	case s.MaxCost > 0 && s.Cost+cost > s.MaxCost:
+		ce = &CeilingError{Ceiling: "cost", Limit: s.MaxCost, Used: s.Cost, Want: cost}
+	default:
+		// The counters moved between the UPDATE and the read (another
+		// call settled): the caller may try again.
+		return s, fmt.Errorf("catalog: charge session: the session changed meanwhile; retry")
+	}
+	if s.Ceiling == "" {
+		if _, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET ceiling = ? WHERE id = ? AND ceiling IS NULL`), ce.Ceiling, id); err != nil {
+			return s, fmt.Errorf("catalog: charge session: %w", err)
+		}
+		s.Ceiling = ce.Ceiling
+	}
+	ce.Session = s
+	return s, ce
+}
+
+// SettleSession replaces a call's reserved tokens and cost with what it
+// used: the differences are added (negative for a refund, positive for an
+// overrun, which is never capped).
+func (c *Catalog) SettleSession(ctx context.Context, id string, tokensDelta, costDelta int64) error {
+	if tokensDelta == 0 && costDelta == 0 {
+		return nil
+	}
+	if _, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET tokens = tokens + ?, cost = cost + ? WHERE id = ?`),
+		tokensDelta, costDelta, id); err != nil {
+		return fmt.Errorf("catalog: settle session: %w", err)
+	}
+	return nil
+}
+
+// CloseSession closes the session id of the key keyID: no call is charged
+// to it any more. Closing a closed session returns it unchanged.
+func (c *Catalog) CloseSession(ctx context.Context, id, keyID string) (Session, error) {
+	if _, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET closed_at = ? WHERE id = ? AND key_id = ? AND closed_at IS NULL`),
+		c.now().UnixNano(), id, keyID); err != nil {
+		return Session{}, fmt.Errorf("catalog: close session: %w", err)
+	}
+	return c.GetSession(ctx, id, keyID)
+}
+
+func scanSession(row *sql.Row) (Session, error) {
+	var s Session
+	var idem, ceiling sql.NullString
+	var created, expires, closed sql.NullInt64
+	err := row.Scan(&s.ID, &s.KeyID, &s.Org, &s.Workspace, &s.User, &s.Model, &idem, &created, &expires, &closed,
+		&s.MaxTurns, &s.MaxTokens, &s.MaxCost, &s.Turns, &s.Tokens, &s.Cost, &ceiling)
+	if err != nil {
+		return Session{}, err
+	}
+	s.IdempotencyKey, s.Ceiling = idem.String, ceiling.String
+	s.CreatedAt, s.ExpiresAt, s.ClosedAt = fromDBTime(created), fromDBTime(expires), fromDBTime(closed)
+	return s, nil
+}

@@ -1,0 +1,183 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func testSession(clock *fakeClock) Session {
+	return Session{KeyID: "k1", Org: "o", Workspace: "acme", User: "ada", Model: "m",
+		ExpiresAt: clock.Now().Add(time.Hour), MaxTurns: 3, MaxTokens: 1000, MaxCost: 500}
+}
+
+func TestCatalog_SessionCeilings(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		s, created, err := c.OpenSession(ctx, testSession(clock), 0)
+		if err != nil || !created {
+			t.Fatal(created, err)
+		}
+		if len(s.ID) != len("sess_")+26 || !s.CreatedAt.Equal(clock.Now()) {
+			t.Fatalf("minted %+v", s)
+		}
+		// Another key does not see it.
+		if _, err := c.GetSession(ctx, s.ID, "k2"); !errors.Is(err, ErrUnknownSession) {
+			t.Fatalf("another key's GetSession: %v", err)
+		}
+		if _, err := c.ChargeSession(ctx, s.ID, "k2", 1, 1); !errors.Is(err, ErrUnknownSession) {
+			t.Fatalf("another key's ChargeSession: %v", err)
+		}
+		// Tokens: a reservation that would pass the ceiling is refused whole.
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 600, 100); err != nil {
+			t.Fatal(err)
+		}
+		var ce *CeilingError
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 500, 100); !errors.As(err, &ce) || ce.Ceiling != "tokens" || ce.Used != 600 || ce.Limit != 1000 {
+			t.Fatalf("second charge: %v", err)
+		}
+		// Settled at less than reserved: the refund makes room.
+		if err := c.SettleSession(ctx, s.ID, -400, -50); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.ChargeSession(ctx, s.ID, "k1", 500, 100)
+		if err != nil || got.Turns != 2 || got.Tokens != 700 || got.Cost != 150 || got.Ceiling != "tokens" {
+			t.Fatalf("after the refund: %+v, %v", got, err)
+		}
+		// Cost, then turns.
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 400); !errors.As(err, &ce) || ce.Ceiling != "cost" {
+			t.Fatalf("cost: %v", err)
+		}
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 1); !errors.As(err, &ce) || ce.Ceiling != "turns" || ce.Limit != 3 {
+			t.Fatalf("fourth turn: %v", err)
+		}
+		// An overrun is charged whole.
+		if err := c.SettleSession(ctx, s.ID, 5000, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := c.GetSession(ctx, s.ID, "k1"); got.Tokens != 5701 || got.Ceiling != "tokens" {
+			t.Fatalf("after the overrun: %+v", got)
+		}
+
+		// Wall clock, and close.
+		s2, _, err := c.OpenSession(ctx, testSession(clock), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Hour)
+		if _, err := c.ChargeSession(ctx, s2.ID, "k1", 1, 1); !errors.As(err, &ce) || ce.Ceiling != "wall_clock" || ce.Limit != 3600 {
+			t.Fatalf("expired: %v", err)
+		}
+		s3, _, err := c.OpenSession(ctx, testSession(clock), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed, err := c.CloseSession(ctx, s3.ID, "k1")
+		if err != nil || closed.ClosedAt.IsZero() || closed.Open(clock.Now()) {
+			t.Fatalf("closed %+v, %v", closed, err)
+		}
+		if _, err := c.ChargeSession(ctx, s3.ID, "k1", 1, 1); !errors.Is(err, ErrSessionClosed) {
+			t.Fatalf("closed session charged: %v", err)
+		}
+	})
+}
+
+func TestCatalog_SessionMintIsIdempotentAndCapped(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		s := testSession(clock)
+		s.IdempotencyKey = "mint-1"
+		first, created, err := c.OpenSession(ctx, s, 2)
+		if err != nil || !created {
+			t.Fatal(created, err)
+		}
+		again, created, err := c.OpenSession(ctx, s, 2)
+		if err != nil || created || again.ID != first.ID {
+			t.Fatalf("retried mint: %+v created=%v %v, want %s again", again, created, err, first.ID)
+		}
+		// The same idempotency key under another key is another session.
+		other := s
+		other.KeyID, other.User = "k2", "bob"
+		if o, created, err := c.OpenSession(ctx, other, 2); err != nil || !created || o.ID == first.ID {
+			t.Fatalf("other key: %+v %v %v", o, created, err)
+		}
+		// The cap counts open sessions of the user, from any replica at once.
+		s.IdempotencyKey = ""
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var ok, refused int
+		for range 8 {
+			wg.Go(func() {
+				_, _, err := c.OpenSession(ctx, s, 2)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					ok++
+				case errors.Is(err, ErrTooManySessions):
+					refused++
+				default:
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if ok != 1 || refused != 7 {
+			t.Fatalf("8 concurrent mints with 1 of 2 places left: %d minted, %d refused", ok, refused)
+		}
+		// A closed or expired session frees its place.
+		if _, err := c.CloseSession(ctx, first.ID, "k1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.OpenSession(ctx, s, 2); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Hour)
+		if _, _, err := c.OpenSession(ctx, testSession(clock), 2); err != nil {
+			t.Fatalf("after the others expired: %v", err)
+		}
+	})
+}
+
+func TestCatalog_SessionChargesHoldUnderConcurrency(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		s := testSession(clock)
+		s.MaxTurns, s.MaxTokens, s.MaxCost = 0, 1000, 0
+		s, _, err := c.OpenSession(ctx, s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		admitted := 0
+		for range 32 {
+			wg.Go(func() {
+				_, err := c.ChargeSession(ctx, s.ID, "k1", 100, 0)
+				var ce *CeilingError
+				switch {
+				case err == nil:
+					mu.Lock()
+					admitted++
+					mu.Unlock()
+				case errors.As(err, &ce):
+				default:
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		got, _ := c.GetSession(ctx, s.ID, "k1")
+		if admitted != 10 || got.Tokens != 1000 || got.Turns != 10 {
+			t.Fatalf("32 concurrent charges of 100 under a 1000 ceiling: %d admitted, session %+v", admitted, got)
+		}
+	})
+}
