@@ -189,7 +189,7 @@ func (c *Catalog) ChargeSession(ctx context.Context, id, keyID string, tokens, c
 	case !s.ClosedAt.IsZero():
 		return s, ErrSessionClosed
 	case !now.Before(s.ExpiresAt):
-		secs := int64(s.ExpiresAt.Sub(s.CreatedAt) / time.Second)
+		secs := int64(s.ExpiresAt.Sub(s.CreatedAt).Round(time.Second) / time.Second)
 		ce = &CeilingError{Ceiling: "wall_clock", Limit: secs, Used: secs}
 	case s.MaxTurns > 0 && s.Turns+1 > s.MaxTurns:
 		ce = &CeilingError{Ceiling: "turns", Limit: s.MaxTurns, Used: s.Turns, Want: 1}
@@ -214,13 +214,14 @@ func (c *Catalog) ChargeSession(ctx context.Context, id, keyID string, tokens, c
 
 // SettleSession replaces a call's reserved tokens and cost with what it
 // used: the differences are added (negative for a refund, positive for an
-// overrun, which is never capped).
-func (c *Catalog) SettleSession(ctx context.Context, id string, tokensDelta, costDelta int64) error {
-	if tokensDelta == 0 && costDelta == 0 {
+// overrun, which is never capped). turnsDelta is -1 to give back the turn
+// of a call the model never served.
+func (c *Catalog) SettleSession(ctx context.Context, id string, turnsDelta, tokensDelta, costDelta int64) error {
+	if turnsDelta == 0 && tokensDelta == 0 && costDelta == 0 {
 		return nil
 	}
-	if _, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET tokens = tokens + ?, cost = cost + ? WHERE id = ?`),
-		tokensDelta, costDelta, id); err != nil {
+	if _, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET turns = turns + ?, tokens = tokens + ?, cost = cost + ? WHERE id = ?`),
+		turnsDelta, tokensDelta, costDelta, id); err != nil {
 		return fmt.Errorf("catalog: settle session: %w", err)
 	}
 	return nil

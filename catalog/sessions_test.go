@@ -40,7 +40,7 @@ func TestCatalog_SessionCeilings(t *testing.T) {
 			t.Fatalf("second charge: %v", err)
 		}
 		// Settled at less than reserved: the refund makes room.
-		if err := c.SettleSession(ctx, s.ID, -400, -50); err != nil {
+		if err := c.SettleSession(ctx, s.ID, 0, -400, -50); err != nil {
 			t.Fatal(err)
 		}
 		got, err := c.ChargeSession(ctx, s.ID, "k1", 500, 100)
@@ -58,7 +58,7 @@ func TestCatalog_SessionCeilings(t *testing.T) {
 			t.Fatalf("fourth turn: %v", err)
 		}
 		// An overrun is charged whole.
-		if err := c.SettleSession(ctx, s.ID, 5000, 0); err != nil {
+		if err := c.SettleSession(ctx, s.ID, 0, 5000, 0); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := c.GetSession(ctx, s.ID, "k1"); got.Tokens != 5701 || got.Ceiling != "tokens" {

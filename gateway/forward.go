@@ -171,6 +171,7 @@ func (c *call) finishRefused(cand *model, res *sluice.Reservation) {
 	if err := res.Release(context.Background()); err != nil {
 		c.g.log.Error("release failed", "route", c.rt.name, "model", cand.Name, "err", err)
 	}
+	c.settleSession(sluice.Usage{}, true)
 }
 
 func copyHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {

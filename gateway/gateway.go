@@ -135,6 +135,10 @@ type Options struct {
 	// NAT, so it is not a per-user limit. 0 turns it off.
 	PreAuthPerMinute int64
 	Logger           *slog.Logger
+	// Sessions, when set, serves POST /v1/sessions and GET and DELETE
+	// /v1/sessions/{id}, and charges calls carrying X-Sluice-Session to
+	// their session.
+	Sessions *Sessions
 	// Observer, if set, is told about every request; it must not block.
 	Observer func(Event)
 }
@@ -177,6 +181,9 @@ type model struct {
 
 // New validates opts and returns a Gateway.
 func New(opts Options) (*Gateway, error) {
+	if s := opts.Sessions; s != nil && (s.Store == nil || s.Terms == nil) {
+		return nil, errors.New("gateway: Sessions needs a Store and Terms")
+	}
 	if opts.Limiter == nil || opts.Keys == nil {
 		return nil, errors.New("gateway: Limiter and Keys are required")
 	}
@@ -260,6 +267,10 @@ func (g *Gateway) Handler(ctx *fasthttp.RequestCtx) {
 		g.health(ctx, path == "/readyz")
 	case path == "/v1/models" && method == fasthttp.MethodGet:
 		g.listModels(ctx)
+	case path == "/v1/sessions" || strings.HasPrefix(path, "/v1/sessions/"):
+		g.inFlight.add()
+		defer g.inFlight.done()
+		g.sessions(ctx, path, method)
 	case method != fasthttp.MethodPost:
 		rt, ok := routes[path]
 		if !ok {

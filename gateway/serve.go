@@ -50,6 +50,8 @@ type call struct {
 	// gone is set when the client closed its connection while the
 	// provider worked on the call.
 	gone atomic.Bool
+	// session is the session the call is charged to, if any.
+	session sessionCharge
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
@@ -86,21 +88,9 @@ func (c *call) streaming() bool { return c.ctx.Response.IsBodyStream() }
 func (c *call) run() error {
 	g, ctx := c.g, c.ctx
 	c.ip = clientIP(ctx, g.opts.TrustedProxies)
-	if g.preAuth != nil {
-		if err := g.admitAddress(c.ip); err != nil {
-			return err
-		}
-	}
-	secret := bearer(&ctx.Request.Header)
-	if secret == "" {
-		return errBadKey()
-	}
-	who, err := g.opts.Keys.Authenticate(context.Background(), secret)
+	who, err := g.authenticate(ctx, c.ip)
 	if err != nil {
-		if errors.Is(err, ErrBadKey) {
-			return errBadKey()
-		}
-		return errKeyStore(err)
+		return err
 	}
 	c.who = who
 	c.body = ctx.PostBody()
@@ -113,6 +103,11 @@ func (c *call) run() error {
 	m, ok := g.models[c.bound.Model]
 	if !ok {
 		return errUnknownModel(c.bound.Model)
+	}
+	if sid := ctx.Request.Header.Peek(HeaderSession); len(sid) > 0 {
+		if err := c.joinSession(string(sid), m); err != nil {
+			return err
+		}
 	}
 	c.ownKey = string(ctx.Request.Header.Peek(HeaderProviderKey))
 	c.tags = parseTags(ctx.Request.Header.Peek(HeaderTags))
@@ -142,6 +137,12 @@ func (c *call) run() error {
 			}
 			return err
 		}
+		if c.session.id != "" {
+			if err := c.chargeSession(c.request(cand, capPer)); err != nil {
+				_ = res.Release(context.Background())
+				return err
+			}
+		}
 		answered, err := c.forward(cand, res, capPer, clamped)
 		if answered {
 			return nil
@@ -154,12 +155,35 @@ func (c *call) run() error {
 			return err
 		}
 		_ = res.Release(context.Background())
+		c.settleSession(sluice.Usage{}, true)
 		last = err
 	}
 	if last == nil {
 		last = errModelNotAllowed(c.bound.Model)
 	}
 	return last
+}
+
+// authenticate counts the request against its client address's pre-auth
+// limit, then resolves its key to the principal of the key's record.
+func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string) (Principal, error) {
+	if g.preAuth != nil {
+		if err := g.admitAddress(ip); err != nil {
+			return Principal{}, err
+		}
+	}
+	secret := bearer(&ctx.Request.Header)
+	if secret == "" {
+		return Principal{}, errBadKey()
+	}
+	who, err := g.opts.Keys.Authenticate(context.Background(), secret)
+	if err != nil {
+		if errors.Is(err, ErrBadKey) {
+			return Principal{}, errBadKey()
+		}
+		return Principal{}, errKeyStore(err)
+	}
+	return who, nil
 }
 
 // admitAddress counts a request against its client address's pre-auth
@@ -217,7 +241,7 @@ func (c *call) request(cand *model, capPer int64) sluice.Request {
 	max.Cost = price.Cost(max)
 	return sluice.Request{
 		Identity: sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User,
-			Key: who.KeyID, IP: c.ip, Model: cand.Name, Route: c.rt.name, Tier: who.Tier, Tags: c.tags},
+			Key: who.KeyID, IP: c.ip, Session: c.session.id, Model: cand.Name, Route: c.rt.name, Tier: who.Tier, Tags: c.tags},
 		Max:         max,
 		OutputPrice: price.Output,
 		Timeout:     c.g.opts.RequestTimeout,
@@ -377,6 +401,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 		// What the reservation charged: the output cap sent, clamped or not.
 		su = c.request(cand, c.capPer).Max
 	}
+	c.settleSession(su, false)
 	c.event.Usage = su
 	if c.g.opts.Usage != nil {
 		c.g.opts.Usage.RecordUsage(UsageRecord{At: time.Now(), Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,

@@ -1,0 +1,329 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
+	"github.com/valyala/fasthttp"
+)
+
+// HeaderSession carries the session a call is charged to.
+const HeaderSession = "X-Sluice-Session"
+
+// SessionStore keeps sessions; catalog.Catalog is one, shared by the
+// replicas that share its database.
+type SessionStore interface {
+	OpenSession(ctx context.Context, s catalog.Session, maxOpen int) (catalog.Session, bool, error)
+	GetSession(ctx context.Context, id, keyID string) (catalog.Session, error)
+	ChargeSession(ctx context.Context, id, keyID string, tokens, cost int64) (catalog.Session, error)
+	SettleSession(ctx context.Context, id string, turns, tokens, cost int64) error
+	CloseSession(ctx context.Context, id, keyID string) (catalog.Session, error)
+}
+
+// Sessions configures POST /v1/sessions (see Options.Sessions).
+type Sessions struct {
+	Store SessionStore
+	// Terms gives the model and ceilings of a session minted for a key:
+	// the model is chosen by the gateway, never by the client.
+	Terms func(Principal) SessionTerms
+	// MaxOpenPerUser caps a user's open sessions (0: no cap).
+	MaxOpenPerUser int
+}
+
+// SessionTerms are what a new session gets. A zero ceiling is none;
+// MaxDuration is required.
+type SessionTerms struct {
+	Model       string
+	MaxDuration time.Duration
+	MaxTurns    int64
+	MaxTokens   int64
+	MaxCost     int64 // micro-dollars
+}
+
+// sessionJSON is a session as the client API shows it.
+type sessionJSON struct {
+	ID        string `json:"id"`
+	Object    string `json:"object"`
+	Model     string `json:"model"`
+	CreatedAt int64  `json:"created_at"`
+	ExpiresAt int64  `json:"expires_at"`
+	Status    string `json:"status"` // open, closed, expired
+	Ceilings  struct {
+		WallClockSeconds int64 `json:"wall_clock_seconds"`
+		Turns            int64 `json:"turns"`
+		Tokens           int64 `json:"tokens"`
+		CostMicros       int64 `json:"cost_micros"`
+	} `json:"ceilings"`
+	Used struct {
+		Turns      int64 `json:"turns"`
+		Tokens     int64 `json:"tokens"`
+		CostMicros int64 `json:"cost_micros"`
+	} `json:"used"`
+	CeilingReached string `json:"ceiling_reached,omitempty"`
+}
+
+func writeSession(ctx *fasthttp.RequestCtx, status int, s catalog.Session) {
+	var j sessionJSON
+	j.ID, j.Object, j.Model = s.ID, "session", s.Model
+	j.CreatedAt, j.ExpiresAt = s.CreatedAt.Unix(), s.ExpiresAt.Unix()
+	switch {
+	case !s.ClosedAt.IsZero():
+		j.Status = "closed"
+	case !time.Now().Before(s.ExpiresAt):
+		j.Status = "expired"
+	default:
+		j.Status = "open"
+	}
+	j.Ceilings.WallClockSeconds = int64(s.ExpiresAt.Sub(s.CreatedAt).Round(time.Second) / time.Second)
+	j.Ceilings.Turns, j.Ceilings.Tokens, j.Ceilings.CostMicros = s.MaxTurns, s.MaxTokens, s.MaxCost
+	j.Used.Turns, j.Used.Tokens, j.Used.CostMicros = s.Turns, s.Tokens, s.Cost
+	j.CeilingReached = s.Ceiling
+	body, _ := json.Marshal(j)
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}
+
+// sessionRequest is the optional body of POST /v1/sessions: ceilings lower
+// than the gateway's terms. A higher one is refused.
+type sessionRequest struct {
+	MaxDurationSeconds *int64 `json:"max_duration_seconds"`
+	MaxTurns           *int64 `json:"max_turns"`
+	MaxTokens          *int64 `json:"max_tokens"`
+	MaxCostMicros      *int64 `json:"max_cost_micros"`
+}
+
+// lower applies a requested ceiling to the configured one (0: none).
+func lower(name string, configured int64, asked *int64) (int64, error) {
+	switch {
+	case asked == nil:
+		return configured, nil
+	case *asked <= 0:
+		return 0, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "invalid_value", param: name,
+			message: fmt.Sprintf("%s must be positive, got %d.", name, *asked)}
+	case configured > 0 && *asked > configured:
+		return 0, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "invalid_value", param: name,
+			message: fmt.Sprintf("%s %d is above this gateway's ceiling of %d.", name, *asked, configured)}
+	}
+	return *asked, nil
+}
+
+// sessions serves /v1/sessions and /v1/sessions/{id}.
+func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
+	rt := routes["/v1/chat/completions"] // the error shape
+	if g.opts.Sessions == nil {
+		writeError(ctx, rt, errNotFound(path))
+		return
+	}
+	who, err := g.authenticate(ctx, clientIP(ctx, g.opts.TrustedProxies))
+	if err != nil {
+		writeError(ctx, rt, err)
+		return
+	}
+	st := g.opts.Sessions.Store
+	bg := context.Background()
+	id := strings.TrimPrefix(strings.TrimPrefix(path, "/v1/sessions"), "/")
+	switch {
+	case id == "" && method == fasthttp.MethodPost:
+		s, created, err := g.mintSession(ctx, who)
+		if err != nil {
+			writeError(ctx, rt, err)
+			return
+		}
+		status := 200
+		if created {
+			status = 201
+		}
+		writeSession(ctx, status, s)
+	case id != "" && !strings.Contains(id, "/") && (method == fasthttp.MethodGet || method == fasthttp.MethodDelete):
+		var s catalog.Session
+		if method == fasthttp.MethodGet {
+			s, err = st.GetSession(bg, id, who.KeyID)
+		} else {
+			s, err = st.CloseSession(bg, id, who.KeyID)
+		}
+		if err != nil {
+			writeError(ctx, rt, sessionError(err))
+			return
+		}
+		writeSession(ctx, 200, s)
+	default:
+		if id == "" {
+			ctx.Response.Header.Set("Allow", fasthttp.MethodPost)
+		} else {
+			ctx.Response.Header.Set("Allow", "GET, DELETE")
+		}
+		writeError(ctx, rt, errMethodNotAllowed(method, path))
+	}
+}
+
+// mintSession is POST /v1/sessions: the gate of long interactive work. It
+// refuses when a budget that applies to the key is already spent, picks
+// the model for the key's tier, and opens the session with its ceilings.
+func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (catalog.Session, bool, error) {
+	so := g.opts.Sessions
+	terms := so.Terms(who)
+	if _, ok := g.models[terms.Model]; !ok || terms.MaxDuration <= 0 {
+		g.log.Error("session terms name no model this gateway serves, or no duration", "model", terms.Model, "max_duration", terms.MaxDuration)
+		return catalog.Session{}, false, &apiError{status: 500, typ: "server_error", anthType: "api_error", code: "session_terms",
+			message: "Sessions are misconfigured on this gateway."}
+	}
+	var req sessionRequest
+	if body := ctx.PostBody(); len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return catalog.Session{}, false, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+				code: "invalid_json", message: "The session request is not valid JSON: " + err.Error()}
+		}
+	}
+	secs, err := lower("max_duration_seconds", int64(terms.MaxDuration/time.Second), req.MaxDurationSeconds)
+	if err != nil {
+		return catalog.Session{}, false, err
+	}
+	s := catalog.Session{KeyID: who.KeyID, Org: who.Org, Workspace: who.Workspace, User: who.User, Model: terms.Model,
+		IdempotencyKey: string(ctx.Request.Header.Peek("Idempotency-Key")), ExpiresAt: time.Now().Add(time.Duration(secs) * time.Second)}
+	if s.MaxTurns, err = lower("max_turns", terms.MaxTurns, req.MaxTurns); err != nil {
+		return catalog.Session{}, false, err
+	}
+	if s.MaxTokens, err = lower("max_tokens", terms.MaxTokens, req.MaxTokens); err != nil {
+		return catalog.Session{}, false, err
+	}
+	if s.MaxCost, err = lower("max_cost_micros", terms.MaxCost, req.MaxCostMicros); err != nil {
+		return catalog.Session{}, false, err
+	}
+	if len(who.AllowedModels) > 0 && !slices.Contains(who.AllowedModels, terms.Model) {
+		return catalog.Session{}, false, errModelNotAllowed(terms.Model)
+	}
+	if len(s.IdempotencyKey) > 255 {
+		return catalog.Session{}, false, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+			code: "invalid_value", param: "Idempotency-Key", message: "Idempotency-Key is longer than 255 bytes."}
+	}
+	if err := g.budgetsLeft(who, terms.Model); err != nil {
+		return catalog.Session{}, false, err
+	}
+	out, created, err := so.Store.OpenSession(context.Background(), s, so.MaxOpenPerUser)
+	if err != nil {
+		return catalog.Session{}, false, sessionError(err)
+	}
+	return out, created, nil
+}
+
+// budgetsLeft refuses, as the budget itself would, when a budget that
+// applies to who calling model is spent: a session must not open on a
+// budget that cannot serve its first turn.
+func (g *Gateway) budgetsLeft(who Principal, model string) error {
+	id := sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User, Key: who.KeyID, Model: model, Tier: who.Tier}
+	eff, err := g.limiter.Effective(context.Background(), id)
+	if err != nil {
+		return err
+	}
+	rules := g.limiter.Policy().Rules
+	for _, e := range eff {
+		if e.Kind != sluice.KindBudget || e.Mode == sluice.ModeShadow || e.Limit <= 0 || e.Remaining > 0 {
+			continue
+		}
+		var period sluice.Period
+		if i := slices.IndexFunc(rules, func(r sluice.Rule) bool { return r.Name == e.Rule }); i >= 0 {
+			period = rules[i].Period
+		}
+		return &sluice.BudgetError{Refusal: sluice.Refusal{Rule: e.Rule, Subject: e.Subject, Kind: e.Kind, Metric: e.Metric,
+			Limit: e.Limit, Used: e.Used, Period: period, ResetAt: e.ResetAt}}
+	}
+	return nil
+}
+
+// sessionError turns a session store error into the client's answer.
+func sessionError(err error) error {
+	var ce *catalog.CeilingError
+	switch {
+	case errors.As(err, &ce):
+		return &apiError{status: 429, typ: "insufficient_quota", anthType: "rate_limit_error", code: "session_ceiling_reached", terminal: true,
+			message: fmt.Sprintf("Session %s reached its %s ceiling (%d of %d used); open a new session.", ce.Session.ID, ceilingWords(ce.Ceiling), ce.Used, ce.Limit)}
+	case errors.Is(err, catalog.ErrUnknownSession):
+		return &apiError{status: 404, typ: "invalid_request_error", anthType: "not_found_error", code: "session_not_found",
+			message: "No such session for this key."}
+	case errors.Is(err, catalog.ErrSessionClosed):
+		return &apiError{status: 409, typ: "invalid_request_error", anthType: "invalid_request_error", code: "session_closed", terminal: true,
+			message: "The session is closed; open a new session."}
+	case errors.Is(err, catalog.ErrTooManySessions):
+		return &apiError{status: 429, typ: "insufficient_quota", anthType: "rate_limit_error", code: "too_many_sessions", terminal: true,
+			message: "This user already has the most open sessions allowed; close one (DELETE /v1/sessions/{id}) or let one expire."}
+	case errors.Is(err, catalog.ErrInvalid):
+		return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "invalid_value", message: err.Error()}
+	}
+	return &apiError{status: 503, typ: "server_error", anthType: "api_error", code: "session_store_unavailable",
+		message: "The session store is unavailable; retry shortly.", retryHint: time.Second}
+}
+
+func ceilingWords(c string) string {
+	switch c {
+	case "wall_clock":
+		return "wall-clock"
+	case "cost":
+		return "cost (micro-dollars)"
+	}
+	return c
+}
+
+// sessionCharge is what a call reserved on its session.
+type sessionCharge struct {
+	id             string
+	tokens, cost   int64
+	charged, ended bool
+}
+
+// chargeSession reserves a call's worst case on its session, after the
+// limiter admitted it (which the caller releases on a refusal).
+func (c *call) chargeSession(req sluice.Request) error {
+	sc := &c.session
+	sc.tokens, sc.cost = req.Max.InputTokens+req.Max.OutputTokens, req.Max.Cost
+	if _, err := c.g.opts.Sessions.Store.ChargeSession(context.Background(), sc.id, c.who.KeyID, sc.tokens, sc.cost); err != nil {
+		return sessionError(err)
+	}
+	sc.charged, sc.ended = true, false
+	return nil
+}
+
+// settleSession replaces the session's reservation with what the call used
+// (u), or, when the model did no work (refund), gives back the turn too.
+func (c *call) settleSession(u sluice.Usage, refund bool) {
+	sc := &c.session
+	if !sc.charged || sc.ended {
+		return
+	}
+	sc.ended = true
+	turns, tokens, cost := int64(0), u.InputTokens+u.OutputTokens-sc.tokens, u.Cost-sc.cost
+	if refund {
+		turns, tokens, cost = -1, -sc.tokens, -sc.cost
+	}
+	if err := c.g.opts.Sessions.Store.SettleSession(context.Background(), sc.id, turns, tokens, cost); err != nil {
+		c.g.log.Error("session settle failed", "session", sc.id, "err", err)
+	}
+}
+
+// joinSession charges the call to session id of the caller's key: the
+// session must be open and serve the model asked for (m).
+func (c *call) joinSession(id string, m *model) error {
+	if c.g.opts.Sessions == nil {
+		return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "sessions_disabled",
+			message: "This gateway has no sessions; remove the " + HeaderSession + " header."}
+	}
+	s, err := c.g.opts.Sessions.Store.GetSession(context.Background(), id, c.who.KeyID)
+	if err != nil {
+		return sessionError(err)
+	}
+	if m.Name != s.Model {
+		return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "session_model", param: "model",
+			message: fmt.Sprintf("Session %s serves model %q, not %q.", s.ID, s.Model, c.bound.Model)}
+	}
+	c.session.id = s.ID
+	return nil
+}
