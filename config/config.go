@@ -61,6 +61,8 @@ type Config struct {
 	Models    []Model    `yaml:"models"`
 	Rules     []Rule     `yaml:"rules,omitempty"`
 	Tiers     []Tier     `yaml:"tiers,omitempty"`
+	// Sessions are the terms of POST /v1/sessions.
+	Sessions Sessions `yaml:"sessions,omitempty"`
 
 	// Knobs holds the quick knobs that were set in the environment, by
 	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.
@@ -251,6 +253,46 @@ type Tier struct {
 	// Promote, when set, moves an account to another tier once it is old
 	// enough; the gateway applies it.
 	Promote *Promotion `yaml:"promote,omitempty"`
+	// SessionModel, when set, is the model of the tier's sessions.
+	SessionModel string `yaml:"session_model,omitempty"`
+}
+
+// Sessions are the terms a session is minted with. A tier's percent scales
+// the turn, token and cost ceilings; its session_model replaces Model.
+type Sessions struct {
+	// Model is the model sessions use (the first model when empty).
+	Model string `yaml:"model,omitempty"`
+	// MaxDuration is the wall-clock ceiling (1h).
+	MaxDuration time.Duration `yaml:"max_duration,omitempty"`
+	// MaxTurns, MaxTokens and MaxCost are the other ceilings; 0 is none.
+	MaxTurns  int64   `yaml:"max_turns,omitempty"`
+	MaxTokens int64   `yaml:"max_tokens,omitempty"`
+	MaxCost   Dollars `yaml:"max_cost,omitempty"`
+	// MaxOpenPerUser caps a user's open sessions (5; 0 after defaults is
+	// impossible, use a large number for none).
+	MaxOpenPerUser int `yaml:"max_open_per_user,omitempty"`
+}
+
+// SessionTerms returns the model and ceilings of a session for tier.
+func (c *Config) SessionTerms(tier string) (model string, maxDuration time.Duration, maxTurns, maxTokens, maxCost int64) {
+	s := &c.Sessions
+	model, pct := s.Model, int64(100)
+	if i := slices.IndexFunc(c.Tiers, func(t Tier) bool { return t.Name == tier }); i >= 0 {
+		pct = c.Tiers[i].Percent
+		if c.Tiers[i].SessionModel != "" {
+			model = c.Tiers[i].SessionModel
+		}
+	}
+	if m, ok := c.Model(model); ok {
+		model = m.Name // an alias names its model
+	}
+	scale := func(n int64) int64 {
+		if n == 0 {
+			return 0
+		}
+		return max(1, n*pct/100)
+	}
+	return model, s.MaxDuration, scale(s.MaxTurns), scale(s.MaxTokens), scale(int64(s.MaxCost))
 }
 
 // Promotion moves an account from one tier to another.

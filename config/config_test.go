@@ -403,3 +403,35 @@ tiers:
 		}
 	}
 }
+
+func TestConfig_SessionTerms(t *testing.T) {
+	c, err := Parse([]byte(`
+providers: [{name: mock, kind: mock}]
+models:
+  - {name: small, provider: mock, max_output_tokens: 100, aliases: [s]}
+  - {name: large, provider: mock, max_output_tokens: 100}
+tiers:
+  - {name: free, percent: 50}
+  - {name: pro, percent: 200, session_model: large}
+sessions: {model: s, max_turns: 10, max_cost: 1.5}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sessions.MaxDuration != DefaultSessionDuration || c.Sessions.MaxOpenPerUser != DefaultSessionsPerUser {
+		t.Fatalf("defaults: %+v", c.Sessions)
+	}
+	for _, tc := range []struct {
+		tier, model         string
+		turns, tokens, cost int64
+	}{
+		{"", "small", 10, 0, 1_500_000},
+		{"free", "small", 5, 0, 750_000},
+		{"pro", "large", 20, 0, 3_000_000},
+	} {
+		model, d, turns, tokens, cost := c.SessionTerms(tc.tier)
+		if model != tc.model || d != time.Hour || turns != tc.turns || tokens != tc.tokens || cost != tc.cost {
+			t.Errorf("tier %q: %s %v %d %d %d, want %+v", tc.tier, model, d, turns, tokens, cost, tc)
+		}
+	}
+}

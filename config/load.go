@@ -37,6 +37,11 @@ const (
 	VarStore       = "SLUICE_STORE"
 	VarDatabase    = "SLUICE_DATABASE"
 	VarEnv         = "SLUICE_ENV"
+	// DefaultSessionDuration and DefaultSessionsPerUser are the session
+	// terms' wall-clock ceiling and cap of open sessions per user.
+	DefaultSessionDuration = time.Hour
+	DefaultSessionsPerUser = 5
+
 	// The quick knobs: each sets the limit of one rule; 0 disables it.
 	VarRatePerMinute    = "SLUICE_RATE_PER_MINUTE"
 	VarDailyTokenBudget = "SLUICE_DAILY_TOKEN_BUDGET"
@@ -262,6 +267,15 @@ func (c *Config) applyDefaults() {
 				m.Price.CacheWrite = &v
 			}
 		}
+	}
+	if len(c.Models) > 0 {
+		setString(&c.Sessions.Model, c.Models[0].Name)
+	}
+	if c.Sessions.MaxDuration == 0 {
+		c.Sessions.MaxDuration = DefaultSessionDuration
+	}
+	if c.Sessions.MaxOpenPerUser == 0 {
+		c.Sessions.MaxOpenPerUser = DefaultSessionsPerUser
 	}
 	for i := range c.Rules {
 		if c.Rules[i].Enabled == nil {

@@ -96,7 +96,29 @@ func (c *Config) problems() []*FieldError {
 	v.models()
 	v.rules()
 	v.tiers()
+	v.sessions()
 	return v.problems
+}
+
+func (v *checker) sessions() {
+	s := &v.c.Sessions
+	if _, ok := v.c.Model(s.Model); !ok && s.Model != "" {
+		v.add("sessions.model", "unknown model %q", s.Model)
+	}
+	if s.MaxDuration < 0 {
+		v.add("sessions.max_duration", "must be positive, got %v", s.MaxDuration)
+	}
+	if s.MaxTurns < 0 || s.MaxTokens < 0 || s.MaxCost < 0 {
+		v.add("sessions", "ceilings must not be negative (0 is none)")
+	}
+	if s.MaxOpenPerUser < 0 {
+		v.add("sessions.max_open_per_user", "must be positive, got %d", s.MaxOpenPerUser)
+	}
+	for i, t := range v.c.Tiers {
+		if _, ok := v.c.Model(t.SessionModel); !ok && t.SessionModel != "" {
+			v.add(fmt.Sprintf("tiers[%d].session_model", i), "unknown model %q", t.SessionModel)
+		}
+	}
 }
 
 func (v *checker) server() {

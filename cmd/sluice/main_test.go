@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -104,6 +105,50 @@ func TestServe_FirstCallOnAFreshDataDirectory(t *testing.T) {
 	if resp.Usage.CompletionTokens != 5 {
 		t.Fatalf("usage %+v", resp.Usage)
 	}
+	// A session on the default terms: mock-small, an hour, charged by the
+	// calls that carry it.
+	mint, _ := http.NewRequest("POST", "http://"+listen+"/v1/sessions", nil)
+	mint.Header.Set("Authorization", "Bearer "+key)
+	mr, err := http.DefaultClient.Do(mint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sess struct {
+		ID    string `json:"id"`
+		Model string `json:"model"`
+		Used  struct {
+			Turns  int64 `json:"turns"`
+			Tokens int64 `json:"tokens"`
+		} `json:"used"`
+	}
+	_ = json.NewDecoder(mr.Body).Decode(&sess)
+	mr.Body.Close()
+	if mr.StatusCode != 201 || sess.Model != "mock-small" {
+		t.Fatalf("mint: %d %+v", mr.StatusCode, sess)
+	}
+	if _, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model:     "mock-small",
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("in a session [mock tokens=3]")},
+		MaxTokens: openai.Int(16),
+	}, option.WithHeader("X-Sluice-Session", sess.ID)); err != nil {
+		t.Fatalf("call in the session: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for sess.Used.Turns != 1 || sess.Used.Tokens == 0 || sess.Used.Tokens > 16+16 {
+		if time.Now().After(deadline) {
+			t.Fatalf("session after one call: %+v", sess)
+		}
+		time.Sleep(20 * time.Millisecond)
+		get, _ := http.NewRequest("GET", "http://"+listen+"/v1/sessions/"+sess.ID, nil)
+		get.Header.Set("Authorization", "Bearer "+key)
+		gr, err := http.DefaultClient.Do(get)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = json.NewDecoder(gr.Body).Decode(&sess)
+		gr.Body.Close()
+	}
+
 	// A bad key is refused with 401.
 	r, err := http.Post("http://"+listen+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
 	if err != nil {

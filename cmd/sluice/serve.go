@@ -84,9 +84,10 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	keys := newKeyStore(cat, cfg)
 	g, err := gateway.New(gateway.Options{
 		Limiter:          limiter,
-		Keys:             newKeyStore(cat, cfg),
+		Keys:             keys,
 		Usage:            ledger{cat},
 		Models:           modelsOf(cfg),
 		Providers:        providers,
@@ -97,6 +98,7 @@ func serve(args []string) error {
 		PreAuthPerMinute: cfg.PreAuthPerMinute,
 		Logger:           log,
 		Observer:         obs.Observe,
+		Sessions:         sessionsOf(cat, keys.config),
 	})
 	if err != nil {
 		return err
@@ -196,6 +198,16 @@ func modelsOf(cfg *config.Config) []gateway.Model {
 			Aliases: m.Aliases, Fallbacks: m.Fallbacks})
 	}
 	return out
+}
+
+// sessionsOf serves sessions from the catalog, on the terms of the
+// configuration in force (it follows reloads; the cap of open sessions is
+// the one serve started with).
+func sessionsOf(cat *catalog.Catalog, live func() *config.Config) *gateway.Sessions {
+	return &gateway.Sessions{Store: cat, MaxOpenPerUser: live().Sessions.MaxOpenPerUser, Terms: func(p gateway.Principal) gateway.SessionTerms {
+		model, d, turns, tokens, cost := live().SessionTerms(p.Tier)
+		return gateway.SessionTerms{Model: model, MaxDuration: d, MaxTurns: turns, MaxTokens: tokens, MaxCost: cost}
+	}}
 }
 
 // keyStore adapts the catalog to the gateway's Authenticator. It applies
