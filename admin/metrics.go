@@ -28,8 +28,9 @@ type MetricsOptions struct {
 var (
 	knownRoutes   = []string{"chat", "responses", "embeddings", "messages", "models", "sessions"}
 	knownOutcomes = []string{"admitted", "rate_limited", "busy", "budget_exceeded", "too_large", "store_error",
-		"upstream_error", "bad_request", "unauthorized", "client_gone"}
-	knownClasses = []string{"throttled", "terminal", "transient"}
+		"upstream_error", "bad_request", "unauthorized", "client_gone", "session_ceiling", "too_many_sessions"}
+	knownClasses  = []string{"throttled", "terminal", "transient"}
+	knownCeilings = []string{"wall_clock", "turns", "tokens", "cost"}
 )
 
 // Metrics holds Sluice's Prometheus series, named sluice_*. Labels are
@@ -52,6 +53,9 @@ type Metrics struct {
 	overruns    prometheus.Counter
 	sweeps      prometheus.Counter
 	swept       *prometheus.CounterVec
+	sessions    *prometheus.CounterVec
+	sessionCost prometheus.Histogram
+	sessionTurn prometheus.Histogram
 
 	seriesCache sync.Map // seriesKey -> *requestSeries
 
@@ -117,6 +121,20 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		Name: "sluice_swept_reservations_total",
 		Help: "Reservations settled by a sweep, by what happened to their budget charges (charged, released; reservations for all).",
 	}, []string{"result"})
+	m.sessions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_sessions_total",
+		Help: "Sessions opened, closed by their client, and reaching a ceiling (once per session, by ceiling: wall_clock, turns, tokens, cost). The share of sessions that hit a ceiling is ceiling_reached over opened.",
+	}, []string{"event", "ceiling"})
+	m.sessionCost = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sluice_session_cost_microdollars",
+		Help:    "Cost of each session its client closed, in micro-dollars: the cost per completed session.",
+		Buckets: prometheus.ExponentialBuckets(1000, 4, 12), // 0.1 cent to ~4,200 dollars
+	})
+	m.sessionTurn = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sluice_session_turns",
+		Help:    "Turns (calls) of each session its client closed.",
+		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500},
+	})
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_in_flight",
 		Help: "Calls admitted and not yet settled in this process.",
@@ -131,7 +149,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		m.storeTimeOf[op] = m.storeTime.WithLabelValues(name)
 	}
 	reg.MustRegister(m.requests, m.tokens, m.cost, m.decision, m.attempts, m.attemptsSum, m.storeTime,
-		m.storeErrors, m.overruns, m.sweeps, m.swept, inFlight)
+		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sessions, m.sessionCost, m.sessionTurn, inFlight)
 	return m
 }
 
@@ -204,6 +222,16 @@ func (m *Metrics) series(k seriesKey) *requestSeries {
 func (m *Metrics) Observe(e gateway.Event) {
 	s := m.series(seriesKey{bounded(e.Route, knownRoutes), m.model(e.Model), bounded(e.Outcome, knownOutcomes), boundedClass(e.Class)})
 	s.requests.Inc()
+	switch e.Session {
+	case "opened":
+		m.sessions.WithLabelValues("opened", "none").Inc()
+	case "closed":
+		m.sessions.WithLabelValues("closed", "none").Inc()
+		m.sessionCost.Observe(float64(e.SessionUsed.Cost))
+		m.sessionTurn.Observe(float64(e.SessionUsed.Turns))
+	case "ceiling":
+		m.sessions.WithLabelValues("ceiling_reached", bounded(e.Ceiling, knownCeilings)).Inc()
+	}
 	if e.Decision > 0 {
 		s.decision.Observe(e.Decision.Seconds())
 	}

@@ -114,6 +114,12 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 		// release knows: they fold into "other".
 		{Route: "chat", Model: "user-ada-secret-model", Outcome: "bad_request", Class: "terminal", Status: 400},
 		{Route: "/v1/../etc", Model: "mock-small", Outcome: "weird", Class: "odd", Status: 400},
+		// Sessions: two opened, one refused by a ceiling, one closed.
+		{Route: "sessions", Model: "mock-small", Outcome: "admitted", Status: 201, Session: "opened"},
+		{Route: "sessions", Model: "mock-small", Outcome: "admitted", Status: 201, Session: "opened"},
+		{Route: "chat", Model: "mock-small", Outcome: "session_ceiling", Class: "terminal", Status: 429, Session: "ceiling", Ceiling: "turns"},
+		{Route: "sessions", Model: "mock-small", Outcome: "admitted", Status: 200, Session: "closed",
+			SessionUsed: gateway.SessionUsage{Turns: 7, Tokens: 900, Cost: 12_000}},
 	}
 	for _, ev := range events {
 		e.metrics.Observe(ev)
@@ -148,6 +154,12 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 		{"sluice_store_seconds", []string{"operation", "admit"}, 3},
 		{"sluice_store_seconds", []string{"operation", "settle"}, 1},
 		{"sluice_store_seconds", []string{"operation", "sweep"}, 1},
+		{"sluice_sessions_total", []string{"event", "opened"}, 2},
+		{"sluice_sessions_total", []string{"event", "ceiling_reached", "ceiling", "turns"}, 1},
+		{"sluice_sessions_total", []string{"event", "closed"}, 1},
+		{"sluice_session_cost_microdollars", nil, 1},
+		{"sluice_session_turns", nil, 1},
+		{"sluice_requests_total", []string{"route", "chat", "outcome", "session_ceiling", "class", "terminal"}, 1},
 	} {
 		if got := value(f, tc.family, tc.labels...); got != tc.want {
 			t.Errorf("%s%v = %v, want %v", tc.family, tc.labels, got, tc.want)

@@ -57,6 +57,9 @@ type CeilingError struct {
 	// would have added.
 	Limit, Used, Want int64
 	Session           Session
+	// First is set when this is the first refusal of the session by a
+	// ceiling.
+	First bool
 }
 
 func (e *CeilingError) Error() string {
@@ -203,10 +206,14 @@ func (c *Catalog) ChargeSession(ctx context.Context, id, keyID string, tokens, c
 		return s, fmt.Errorf("catalog: charge session: the session changed meanwhile; retry")
 	}
 	if s.Ceiling == "" {
-		if _, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET ceiling = ? WHERE id = ? AND ceiling IS NULL`), ce.Ceiling, id); err != nil {
+		res, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET ceiling = ? WHERE id = ? AND ceiling IS NULL`), ce.Ceiling, id)
+		if err != nil {
 			return s, fmt.Errorf("catalog: charge session: %w", err)
 		}
-		s.Ceiling = ce.Ceiling
+		if n, _ := res.RowsAffected(); n == 1 {
+			ce.First = true
+			s.Ceiling = ce.Ceiling
+		}
 	}
 	ce.Session = s
 	return s, ce
@@ -228,13 +235,20 @@ func (c *Catalog) SettleSession(ctx context.Context, id string, turnsDelta, toke
 }
 
 // CloseSession closes the session id of the key keyID: no call is charged
-// to it any more. Closing a closed session returns it unchanged.
-func (c *Catalog) CloseSession(ctx context.Context, id, keyID string) (Session, error) {
-	if _, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET closed_at = ? WHERE id = ? AND key_id = ? AND closed_at IS NULL`),
-		c.now().UnixNano(), id, keyID); err != nil {
-		return Session{}, fmt.Errorf("catalog: close session: %w", err)
+// to it any more. Closing a closed session returns it unchanged, with
+// closed false.
+func (c *Catalog) CloseSession(ctx context.Context, id, keyID string) (s Session, closed bool, err error) {
+	res, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET closed_at = ? WHERE id = ? AND key_id = ? AND closed_at IS NULL`),
+		c.now().UnixNano(), id, keyID)
+	if err != nil {
+		return Session{}, false, fmt.Errorf("catalog: close session: %w", err)
 	}
-	return c.GetSession(ctx, id, keyID)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Session{}, false, fmt.Errorf("catalog: close session: %w", err)
+	}
+	s, err = c.GetSession(ctx, id, keyID)
+	return s, n == 1 && err == nil, err
 }
 
 func scanSession(row *sql.Row) (Session, error) {

@@ -36,7 +36,7 @@ func TestCatalog_SessionCeilings(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ce *CeilingError
-		if _, err := c.ChargeSession(ctx, s.ID, "k1", 500, 100); !errors.As(err, &ce) || ce.Ceiling != "tokens" || ce.Used != 600 || ce.Limit != 1000 {
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 500, 100); !errors.As(err, &ce) || ce.Ceiling != "tokens" || ce.Used != 600 || ce.Limit != 1000 || !ce.First {
 			t.Fatalf("second charge: %v", err)
 		}
 		// Settled at less than reserved: the refund makes room.
@@ -48,7 +48,7 @@ func TestCatalog_SessionCeilings(t *testing.T) {
 			t.Fatalf("after the refund: %+v, %v", got, err)
 		}
 		// Cost, then turns.
-		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 400); !errors.As(err, &ce) || ce.Ceiling != "cost" {
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 400); !errors.As(err, &ce) || ce.Ceiling != "cost" || ce.First {
 			t.Fatalf("cost: %v", err)
 		}
 		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 1); err != nil {
@@ -78,9 +78,12 @@ func TestCatalog_SessionCeilings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		closed, err := c.CloseSession(ctx, s3.ID, "k1")
-		if err != nil || closed.ClosedAt.IsZero() || closed.Open(clock.Now()) {
-			t.Fatalf("closed %+v, %v", closed, err)
+		closed, now, err := c.CloseSession(ctx, s3.ID, "k1")
+		if err != nil || !now || closed.ClosedAt.IsZero() || closed.Open(clock.Now()) {
+			t.Fatalf("closed %+v, %v, %v", closed, now, err)
+		}
+		if again, now, err := c.CloseSession(ctx, s3.ID, "k1"); err != nil || now || !again.ClosedAt.Equal(closed.ClosedAt) {
+			t.Fatalf("closed twice: %+v, %v, %v", again, now, err)
 		}
 		if _, err := c.ChargeSession(ctx, s3.ID, "k1", 1, 1); !errors.Is(err, ErrSessionClosed) {
 			t.Fatalf("closed session charged: %v", err)
@@ -133,7 +136,7 @@ func TestCatalog_SessionMintIsIdempotentAndCapped(t *testing.T) {
 			t.Fatalf("8 concurrent mints with 1 of 2 places left: %d minted, %d refused", ok, refused)
 		}
 		// A closed or expired session frees its place.
-		if _, err := c.CloseSession(ctx, first.ID, "k1"); err != nil {
+		if _, _, err := c.CloseSession(ctx, first.ID, "k1"); err != nil {
 			t.Fatal(err)
 		}
 		if _, _, err := c.OpenSession(ctx, s, 2); err != nil {

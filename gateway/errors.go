@@ -198,6 +198,10 @@ func outcomeOf(err error) (outcome, class string) {
 			return "unauthorized", "terminal"
 		case ae.status == 499:
 			return "client_gone", "terminal"
+		case ae.code == "session_ceiling_reached":
+			return "session_ceiling", "terminal"
+		case ae.code == "too_many_sessions":
+			return "too_many_sessions", "terminal"
 		case ae.status >= 500:
 			return "upstream_error", "transient"
 		}

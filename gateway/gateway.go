@@ -153,6 +153,19 @@ type Event struct {
 	Attempts int
 	Usage    sluice.Usage
 	Decision time.Duration
+	// Session is set for the events of a session: "opened" and "closed"
+	// (route sessions), and "ceiling" on the call that is the session's
+	// first refusal by a ceiling, which Ceiling names (wall_clock, turns,
+	// tokens, cost).
+	Session string
+	Ceiling string
+	// SessionUsed is what a session closed by its client used.
+	SessionUsed SessionUsage
+}
+
+// SessionUsage is what a session used.
+type SessionUsage struct {
+	Turns, Tokens, Cost int64
 }
 
 // Gateway serves the client API. It is safe for concurrent use.

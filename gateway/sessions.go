@@ -24,7 +24,7 @@ type SessionStore interface {
 	GetSession(ctx context.Context, id, keyID string) (catalog.Session, error)
 	ChargeSession(ctx context.Context, id, keyID string, tokens, cost int64) (catalog.Session, error)
 	SettleSession(ctx context.Context, id string, turns, tokens, cost int64) error
-	CloseSession(ctx context.Context, id, keyID string) (catalog.Session, error)
+	CloseSession(ctx context.Context, id, keyID string) (s catalog.Session, closed bool, err error)
 }
 
 // Sessions configures POST /v1/sessions (see Options.Sessions).
@@ -133,27 +133,36 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	switch {
 	case id == "" && method == fasthttp.MethodPost:
 		s, created, err := g.mintSession(ctx, who)
+		ev := Event{Route: "sessions", Model: s.Model, Outcome: "admitted"}
 		if err != nil {
 			writeError(ctx, rt, err)
-			return
+			ev.Outcome, ev.Class = outcomeOf(err)
+		} else {
+			status := 200
+			if created {
+				status = 201
+				ev.Session = "opened"
+			}
+			writeSession(ctx, status, s)
 		}
-		status := 200
-		if created {
-			status = 201
-		}
-		writeSession(ctx, status, s)
+		g.observe(ctx, ev)
 	case id != "" && !strings.Contains(id, "/") && (method == fasthttp.MethodGet || method == fasthttp.MethodDelete):
 		var s catalog.Session
+		var closed bool
 		if method == fasthttp.MethodGet {
 			s, err = st.GetSession(bg, id, who.KeyID)
 		} else {
-			s, err = st.CloseSession(bg, id, who.KeyID)
+			s, closed, err = st.CloseSession(bg, id, who.KeyID)
 		}
 		if err != nil {
 			writeError(ctx, rt, sessionError(err))
 			return
 		}
 		writeSession(ctx, 200, s)
+		if closed {
+			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: "admitted", Session: "closed",
+				SessionUsed: SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost}})
+		}
 	default:
 		if id == "" {
 			ctx.Response.Header.Set("Allow", fasthttp.MethodPost)
@@ -286,6 +295,10 @@ func (c *call) chargeSession(req sluice.Request) error {
 	sc := &c.session
 	sc.tokens, sc.cost = req.Max.InputTokens+req.Max.OutputTokens, req.Max.Cost
 	if _, err := c.g.opts.Sessions.Store.ChargeSession(context.Background(), sc.id, c.who.KeyID, sc.tokens, sc.cost); err != nil {
+		var ce *catalog.CeilingError
+		if errors.As(err, &ce) && ce.First {
+			c.event.Session, c.event.Ceiling = "ceiling", ce.Ceiling
+		}
 		return sessionError(err)
 	}
 	sc.charged, sc.ended = true, false
@@ -326,4 +339,12 @@ func (c *call) joinSession(id string, m *model) error {
 	}
 	c.session.id = s.ID
 	return nil
+}
+
+// observe tells the Observer about a session event.
+func (g *Gateway) observe(ctx *fasthttp.RequestCtx, ev Event) {
+	if g.opts.Observer != nil {
+		ev.Status = ctx.Response.StatusCode()
+		g.opts.Observer(ev)
+	}
 }

@@ -128,6 +128,27 @@ func TestGateway_SessionTurnsAndTokens(t *testing.T) {
 	if r := h.post("/v1/chat/completions", sessionChat, nil); r.status != 200 {
 		t.Fatalf("call outside the session: %d %s", r.status, r.body)
 	}
+	// Closing it, twice: one closed event, with what the session used.
+	h.sessionCall("DELETE", "/v1/sessions/"+s.ID, "", nil)
+	h.sessionCall("DELETE", "/v1/sessions/"+s.ID, "", nil)
+	events := h.rec.waitEvents(t, 7) // mint, 3 turns, refusal, outside call, the first close
+	count := map[string]int{}
+	for _, e := range events {
+		count[e.Session]++
+		switch e.Session {
+		case "ceiling":
+			if e.Ceiling != "turns" || e.Outcome != "session_ceiling" || e.Class != "terminal" || e.Status != 429 {
+				t.Errorf("ceiling event %+v", e)
+			}
+		case "closed":
+			if e.SessionUsed.Turns != 3 || e.SessionUsed.Tokens != want || e.Route != "sessions" {
+				t.Errorf("closed event %+v", e)
+			}
+		}
+	}
+	if count["opened"] != 1 || count["ceiling"] != 1 || count["closed"] != 1 {
+		t.Errorf("session events %v, want one opened, one ceiling, one closed", count)
+	}
 }
 
 func TestGateway_SessionTokenCeilingReservesTheWorstCase(t *testing.T) {
