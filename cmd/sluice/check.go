@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"text/tabwriter"
 )
 
@@ -54,6 +55,19 @@ func check(args []string) error {
 		}
 		fmt.Println()
 	}
+	tiers := []string{""}
+	for _, t := range cfg.Tiers {
+		tiers = append(tiers, t.Name)
+	}
+	for _, tier := range tiers {
+		model, d, turns, tokens, cost := cfg.SessionTerms(tier)
+		who := "sessions"
+		if tier != "" {
+			who = "sessions of tier " + tier
+		}
+		fmt.Printf("%s: model %s, at most %v, %s turns, %s tokens, %s micro-dollars; %d open per user\n", who, model, d,
+			ceiling(turns), ceiling(tokens), ceiling(cost), cfg.Sessions.MaxOpenPerUser)
+	}
 	if cfg.PreAuthPerMinute > 0 {
 		fmt.Printf("before authentication: %d requests per minute per client address, per replica\n", cfg.PreAuthPerMinute)
 	}
@@ -61,4 +75,12 @@ func check(args []string) error {
 		fmt.Println("warning:", warning)
 	}
 	return nil
+}
+
+// ceiling writes a session ceiling, 0 being none.
+func ceiling(n int64) string {
+	if n == 0 {
+		return "unlimited"
+	}
+	return strconv.FormatInt(n, 10)
 }
