@@ -263,7 +263,7 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r
 			continue
 		}
 		limit, burst, source := p.effective(rule, id, now)
-		if limit == 0 || rule.hasTag && len(id.Tags) == 0 {
+		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
 			continue
 		}
 		r.adm.Charges = append(r.adm.Charges, inproc.Charge{})

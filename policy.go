@@ -73,12 +73,15 @@ func Resolve(layers ...Layer) []Rule {
 // compiledRule is a validated rule with its parsed subject and identity.
 type compiledRule struct {
 	Rule
-	id       uint64
-	kind     inproc.Kind
-	attrs    []attribute
-	hasTag   bool
-	metric   Metric
-	location *time.Location
+	id     uint64
+	kind   inproc.Kind
+	attrs  []attribute
+	hasTag bool
+	// hasSession: the rule counts per session, and applies only to calls
+	// made in one.
+	hasSession bool
+	metric     Metric
+	location   *time.Location
 }
 
 // compileRule validates r and prepares it for admissions.
@@ -106,6 +109,7 @@ func compileRule(r Rule) (*compiledRule, error) {
 	}
 	c.attrs = attrs
 	c.hasTag = slices.Contains(attrs, attrTag)
+	c.hasSession = slices.Contains(attrs, attrSession)
 	if r.Kind == KindConcurrency {
 		if c.metric != MetricConcurrency {
 			return nil, bad("metric", "a concurrency rule counts concurrency, not %q", r.Metric)

@@ -57,7 +57,8 @@ const subjectSeparator = "\x1f"
 
 // subjectValue builds the counter subject of r for id. A missing attribute
 // counts as the empty value, so requests without it share one counter
-// rather than escaping the rule.
+// rather than escaping the rule; tag and session are the exceptions: a rule
+// on them applies only to requests with a tag, or made in a session.
 func subjectValue(r *compiledRule, id *Identity, tag, serverID string) string {
 	if len(r.attrs) == 1 {
 		switch a := r.attrs[0]; a {

@@ -165,3 +165,35 @@ func TestLimiter_ReservationDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLimiter_SessionRulesApplyOnlyInSessions: a rule counted per session
+// leaves calls made outside any session alone (they do not share one
+// counter), as a tag rule leaves untagged calls alone; composites too.
+func TestLimiter_SessionRulesApplyOnlyInSessions(t *testing.T) {
+	ctx := context.Background()
+	l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{
+		{Name: "per_session", Kind: sluice.KindRate, Subject: "session", Limit: 1, Window: time.Hour},
+		{Name: "per_user_session", Kind: sluice.KindRate, Subject: "user+session", Limit: 1, Window: time.Hour},
+	}})
+	for i := range 3 {
+		res, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{User: "ada"}})
+		if err != nil {
+			t.Fatalf("call %d outside sessions: %v", i, err)
+		}
+		if n := len(res.Result().Warnings); res.Result().Rule != "" || n != 0 {
+			t.Fatalf("call outside sessions charged %+v", res.Result())
+		}
+		_ = res.Release(ctx)
+	}
+	in := sluice.Request{Identity: sluice.Identity{User: "ada", Session: "s1"}}
+	if _, err := l.Admit(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Admit(ctx, in); !errors.Is(err, sluice.ErrRateLimited) {
+		t.Fatalf("second call in the session: %v", err)
+	}
+	in.Identity.Session = "s2"
+	if _, err := l.Admit(ctx, in); err != nil {
+		t.Fatalf("another session: %v", err)
+	}
+}

@@ -17,6 +17,10 @@ import (
 // HeaderSession carries the session a call is charged to.
 const HeaderSession = "X-Sluice-Session"
 
+// maxSessionID bounds a session ID read from a client: longer is no
+// session's, and is not looked up.
+const maxSessionID = 64
+
 // SessionStore keeps sessions; catalog.Catalog is one, shared by the
 // replicas that share its database.
 type SessionStore interface {
@@ -146,6 +150,8 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 			writeSession(ctx, status, s)
 		}
 		g.observe(ctx, ev)
+	case id != "" && len(id) > maxSessionID:
+		writeError(ctx, rt, sessionError(catalog.ErrUnknownSession))
 	case id != "" && !strings.Contains(id, "/") && (method == fasthttp.MethodGet || method == fasthttp.MethodDelete):
 		var s catalog.Session
 		var closed bool
@@ -328,6 +334,9 @@ func (c *call) joinSession(id string, m *model) error {
 	if c.g.opts.Sessions == nil {
 		return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "sessions_disabled",
 			message: "This gateway has no sessions; remove the " + HeaderSession + " header."}
+	}
+	if len(id) > maxSessionID {
+		return sessionError(catalog.ErrUnknownSession)
 	}
 	s, err := c.g.opts.Sessions.Store.GetSession(context.Background(), id, c.who.KeyID)
 	if err != nil {

@@ -262,4 +262,14 @@ func TestGateway_SessionSubjectRules(t *testing.T) {
 	if got.Used.Turns != 1 {
 		t.Errorf("session a: %+v", got.Used)
 	}
+	// Calls outside any session are not counted by the rule.
+	for i := range 2 {
+		if r := h.post("/v1/chat/completions", sessionChat, nil); r.status != 200 {
+			t.Fatalf("call %d outside sessions: %d %s", i, r.status, r.body)
+		}
+	}
+	// A session header no session could have is refused before any lookup.
+	if r := h.post("/v1/chat/completions", sessionChat, map[string]string{gateway.HeaderSession: strings.Repeat("x", 300)}); r.status != 404 {
+		t.Fatalf("absurd session id: %d %s", r.status, r.body)
+	}
 }
