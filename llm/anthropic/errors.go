@@ -33,21 +33,32 @@ func ErrorBody(typ, message string, limit any) []byte {
 // CreditBalanceMessage is what Anthropic says when the account has run out of credit.
 const CreditBalanceMessage = "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits."
 
-// IsQuotaError reports whether an upstream answer says the Anthropic account cannot pay, which
-// waiting does not fix. Anthropic documents a billing_error type (HTTP 402) for billing and
-// payment problems, but an exhausted credit balance is in practice answered with HTTP 400,
-// type invalid_request_error and the message "Your credit balance is too low ...". Both are
-// recognised: any status with error.type billing_error, and 400 invalid_request_error whose
-// message mentions the credit balance.
+// IsQuotaError reports whether an upstream answer says the Anthropic account cannot spend any
+// more, which waiting does not fix:
+//   - error.type billing_error (HTTP 402, billing and payment problems);
+//   - HTTP 400 invalid_request_error whose message mentions the credit balance (an exhausted
+//     credit balance, "Your credit balance is too low ...") or the API usage limits (an
+//     organization or workspace spend limit set in the console: "You have reached your
+//     specified API usage limits" / "workspace API usage limits");
+//   - HTTP 429 rate_limit_error whose error.details.error_code is enforced_spend_limit_reached
+//     (the usage tier's monthly cap): the same status and type as a rate limit, but without
+//     retry-after, and retrying fails until the next month.
 func IsQuotaError(status int, body []byte) bool {
 	e := jsonscan.Lookup(body, jsonscan.SkipSpace(body, 0), "error")
 	if e < 0 {
 		return false
 	}
-	typ := jsonscan.StringAt(body, jsonscan.Lookup(body, e, "type"))
-	if string(typ) == "billing_error" {
+	typ := string(jsonscan.StringAt(body, jsonscan.Lookup(body, e, "type")))
+	switch {
+	case typ == "billing_error":
 		return true
+	case status == 400 && typ == "invalid_request_error":
+		msg := bytes.ToLower(jsonscan.StringAt(body, jsonscan.Lookup(body, e, "message")))
+		return bytes.Contains(msg, []byte("credit balance")) || bytes.Contains(msg, []byte("api usage limits"))
+	case status == 429:
+		if d := jsonscan.Lookup(body, e, "details"); d >= 0 {
+			return string(jsonscan.StringAt(body, jsonscan.Lookup(body, d, "error_code"))) == "enforced_spend_limit_reached"
+		}
 	}
-	msg := jsonscan.StringAt(body, jsonscan.Lookup(body, e, "message"))
-	return status == 400 && string(typ) == "invalid_request_error" && bytes.Contains(bytes.ToLower(msg), []byte("credit balance"))
+	return false
 }

@@ -37,10 +37,11 @@ func ErrorBody(message, typ, code, param string, limit any) []byte {
 	return out
 }
 
-// IsQuotaError reports whether an upstream answer is OpenAI's quota-exhausted error: status 429
-// with error.code or error.type "insufficient_quota" (sent when the account's credit or
-// monthly spend limit is used up). Unlike a rate limit it does not clear by waiting, so the
-// gateway passes it on as terminal instead of retrying.
+// IsQuotaError reports whether an upstream answer is one of OpenAI's 429s that waiting does not
+// clear: error.type or error.code insufficient_quota, or one of the billing codes OpenAI documents
+// beside it (credit_balance_exhausted, organization_usage_limit_exceeded,
+// organization_spend_limit_exceeded, project_spend_limit_exceeded: prepaid credit used up, or a
+// usage or hard spend limit reached). The gateway passes these on as terminal instead of retrying.
 func IsQuotaError(status int, body []byte) bool {
 	if status != 429 {
 		return false
@@ -49,6 +50,10 @@ func IsQuotaError(status int, body []byte) bool {
 	if e < 0 {
 		return false
 	}
-	return string(jsonscan.StringAt(body, jsonscan.Lookup(body, e, "code"))) == "insufficient_quota" ||
-		string(jsonscan.StringAt(body, jsonscan.Lookup(body, e, "type"))) == "insufficient_quota"
+	switch string(jsonscan.StringAt(body, jsonscan.Lookup(body, e, "code"))) {
+	case "insufficient_quota", "credit_balance_exhausted", "organization_usage_limit_exceeded",
+		"organization_spend_limit_exceeded", "project_spend_limit_exceeded":
+		return true
+	}
+	return string(jsonscan.StringAt(body, jsonscan.Lookup(body, e, "type"))) == "insufficient_quota"
 }

@@ -147,6 +147,10 @@ func TestIsQuotaError_Classifies(t *testing.T) {
 	}{
 		{"Quota", 429, quota, true},
 		{"QuotaCodeOnly", 429, `{"error":{"code":"insufficient_quota"}}`, true},
+		{"CreditBalanceExhausted", 429, `{"error":{"message":"You have no credits left.","type":"insufficient_quota","code":"credit_balance_exhausted"}}`, true},
+		{"OrgUsageLimit", 429, `{"error":{"message":"Usage limit reached.","type":"requests","code":"organization_usage_limit_exceeded"}}`, true},
+		{"OrgSpendLimit", 429, `{"error":{"message":"Spend limit reached.","type":"tokens","code":"organization_spend_limit_exceeded"}}`, true},
+		{"ProjectSpendLimit", 429, `{"error":{"message":"Project spend limit reached.","code":"project_spend_limit_exceeded"}}`, true},
 		{"RateLimit", 429, rate, false},
 		{"QuotaWrongStatus", 400, quota, false},
 		{"NotJSON", 429, `Too Many Requests`, false},
