@@ -27,11 +27,12 @@ type Session struct {
 	MaxTurns       int64     `json:"max_turns"`
 	MaxTokens      int64     `json:"max_tokens"`
 	MaxCost        int64     `json:"max_cost_micros"`
+	MaxContext     int64     `json:"max_context_tokens"`
 	Turns          int64     `json:"turns"`
 	Tokens         int64     `json:"tokens"`
 	Cost           int64     `json:"cost_micros"`
 	// Ceiling names the ceiling that first refused a call: "wall_clock",
-	// "turns", "tokens" or "cost"; empty while none has.
+	// "turns", "tokens", "cost" or "context"; empty while none has.
 	Ceiling string `json:"ceiling,omitempty"`
 }
 
@@ -51,7 +52,7 @@ var (
 
 // CeilingError is a call refused by one of its session's ceilings.
 type CeilingError struct {
-	Ceiling string // wall_clock, turns, tokens or cost
+	Ceiling string // wall_clock, turns, tokens, cost or context
 	// Limit and Used are in the ceiling's unit (turns, tokens,
 	// micro-dollars; seconds for the wall clock); Want is what the call
 	// would have added.
@@ -67,7 +68,7 @@ func (e *CeilingError) Error() string {
 }
 
 const sessionColumns = `id, key_id, org, workspace, user_id, model, idempotency_key, created_at, expires_at, closed_at,
-	max_turns, max_tokens, max_cost, turns, tokens, cost, ceiling`
+	max_turns, max_tokens, max_cost, max_context, turns, tokens, cost, ceiling`
 
 // newSessionID returns "sess_" and 26 base32 characters (128 random bits).
 func newSessionID() string {
@@ -90,7 +91,7 @@ func (c *Catalog) OpenSession(ctx context.Context, s Session, maxOpen int) (out 
 		return Session{}, false, fmt.Errorf("catalog: open session: %w: model is required", ErrInvalid)
 	case !s.ExpiresAt.After(now):
 		return Session{}, false, fmt.Errorf("catalog: open session: %w: expiry is not in the future", ErrInvalid)
-	case s.MaxTurns < 0 || s.MaxTokens < 0 || s.MaxCost < 0:
+	case s.MaxTurns < 0 || s.MaxTokens < 0 || s.MaxCost < 0 || s.MaxContext < 0:
 		return Session{}, false, fmt.Errorf("catalog: open session: %w: negative ceiling", ErrInvalid)
 	}
 	s.ID = newSessionID()
@@ -131,9 +132,9 @@ func (c *Catalog) OpenSession(ctx context.Context, s Session, maxOpen int) (out 
 		}
 		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO sessions
 			(id, key_id, org, workspace, user_id, model, idempotency_key, created_at, expires_at,
-			 max_turns, max_tokens, max_cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			 max_turns, max_tokens, max_cost, max_context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			s.ID, s.KeyID, s.Org, s.Workspace, s.User, s.Model, idem, dbTime(s.CreatedAt), dbTime(s.ExpiresAt),
-			s.MaxTurns, s.MaxTokens, s.MaxCost); err != nil {
+			s.MaxTurns, s.MaxTokens, s.MaxCost, s.MaxContext); err != nil {
 			return err
 		}
 		out, created = s, true
@@ -163,18 +164,20 @@ func (c *Catalog) GetSession(ctx context.Context, id, keyID string) (Session, er
 
 // ChargeSession charges one call to the session id of the key keyID: a
 // turn, and tokens and cost reserved (its worst case), in one conditional
-// UPDATE, so that the ceilings hold across replicas. A call that would pass
-// a ceiling is refused with a *CeilingError and charges nothing; a closed
+// UPDATE, so that the ceilings hold across replicas; input is the call's
+// input tokens, held against the context ceiling. A call that would pass a
+// ceiling is refused with a *CeilingError and charges nothing; a closed
 // session gives ErrSessionClosed, an unknown one ErrUnknownSession.
 // SettleSession later replaces the reservation with the usage.
-func (c *Catalog) ChargeSession(ctx context.Context, id, keyID string, tokens, cost int64) (Session, error) {
+func (c *Catalog) ChargeSession(ctx context.Context, id, keyID string, tokens, cost, input int64) (Session, error) {
 	now := c.now()
 	res, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET turns = turns + 1, tokens = tokens + ?, cost = cost + ?
 		WHERE id = ? AND key_id = ? AND closed_at IS NULL AND expires_at > ?
+		AND (max_context = 0 OR ? <= max_context)
 		AND (max_turns = 0 OR turns + 1 <= max_turns)
 		AND (max_tokens = 0 OR tokens + ? <= max_tokens)
 		AND (max_cost = 0 OR cost + ? <= max_cost)`),
-		tokens, cost, id, keyID, now.UnixNano(), tokens, cost)
+		tokens, cost, id, keyID, now.UnixNano(), input, tokens, cost)
 	if err != nil {
 		return Session{}, fmt.Errorf("catalog: charge session: %w", err)
 	}
@@ -194,6 +197,8 @@ func (c *Catalog) ChargeSession(ctx context.Context, id, keyID string, tokens, c
 	case !now.Before(s.ExpiresAt):
 		secs := int64(s.ExpiresAt.Sub(s.CreatedAt).Round(time.Second) / time.Second)
 		ce = &CeilingError{Ceiling: "wall_clock", Limit: secs, Used: secs}
+	case s.MaxContext > 0 && input > s.MaxContext:
+		ce = &CeilingError{Ceiling: "context", Limit: s.MaxContext, Used: 0, Want: input}
 	case s.MaxTurns > 0 && s.Turns+1 > s.MaxTurns:
 		ce = &CeilingError{Ceiling: "turns", Limit: s.MaxTurns, Used: s.Turns, Want: 1}
 	case s.MaxTokens > 0 && s.Tokens+tokens > s.MaxTokens:
@@ -256,7 +261,7 @@ func scanSession(row *sql.Row) (Session, error) {
 	var idem, ceiling sql.NullString
 	var created, expires, closed sql.NullInt64
 	err := row.Scan(&s.ID, &s.KeyID, &s.Org, &s.Workspace, &s.User, &s.Model, &idem, &created, &expires, &closed,
-		&s.MaxTurns, &s.MaxTokens, &s.MaxCost, &s.Turns, &s.Tokens, &s.Cost, &ceiling)
+		&s.MaxTurns, &s.MaxTokens, &s.MaxCost, &s.MaxContext, &s.Turns, &s.Tokens, &s.Cost, &ceiling)
 	if err != nil {
 		return Session{}, err
 	}

@@ -28,33 +28,33 @@ func TestCatalog_SessionCeilings(t *testing.T) {
 		if _, err := c.GetSession(ctx, s.ID, "k2"); !errors.Is(err, ErrUnknownSession) {
 			t.Fatalf("another key's GetSession: %v", err)
 		}
-		if _, err := c.ChargeSession(ctx, s.ID, "k2", 1, 1); !errors.Is(err, ErrUnknownSession) {
+		if _, err := c.ChargeSession(ctx, s.ID, "k2", 1, 1, 0); !errors.Is(err, ErrUnknownSession) {
 			t.Fatalf("another key's ChargeSession: %v", err)
 		}
 		// Tokens: a reservation that would pass the ceiling is refused whole.
-		if _, err := c.ChargeSession(ctx, s.ID, "k1", 600, 100); err != nil {
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 600, 100, 0); err != nil {
 			t.Fatal(err)
 		}
 		var ce *CeilingError
-		if _, err := c.ChargeSession(ctx, s.ID, "k1", 500, 100); !errors.As(err, &ce) || ce.Ceiling != "tokens" || ce.Used != 600 || ce.Limit != 1000 || !ce.First {
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 500, 100, 0); !errors.As(err, &ce) || ce.Ceiling != "tokens" || ce.Used != 600 || ce.Limit != 1000 || !ce.First {
 			t.Fatalf("second charge: %v", err)
 		}
 		// Settled at less than reserved: the refund makes room.
 		if err := c.SettleSession(ctx, s.ID, 0, -400, -50); err != nil {
 			t.Fatal(err)
 		}
-		got, err := c.ChargeSession(ctx, s.ID, "k1", 500, 100)
+		got, err := c.ChargeSession(ctx, s.ID, "k1", 500, 100, 0)
 		if err != nil || got.Turns != 2 || got.Tokens != 700 || got.Cost != 150 || got.Ceiling != "tokens" {
 			t.Fatalf("after the refund: %+v, %v", got, err)
 		}
 		// Cost, then turns.
-		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 400); !errors.As(err, &ce) || ce.Ceiling != "cost" || ce.First {
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 400, 0); !errors.As(err, &ce) || ce.Ceiling != "cost" || ce.First {
 			t.Fatalf("cost: %v", err)
 		}
-		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 1); err != nil {
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 1, 0); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 1); !errors.As(err, &ce) || ce.Ceiling != "turns" || ce.Limit != 3 {
+		if _, err := c.ChargeSession(ctx, s.ID, "k1", 1, 1, 0); !errors.As(err, &ce) || ce.Ceiling != "turns" || ce.Limit != 3 {
 			t.Fatalf("fourth turn: %v", err)
 		}
 		// An overrun is charged whole.
@@ -65,13 +65,28 @@ func TestCatalog_SessionCeilings(t *testing.T) {
 			t.Fatalf("after the overrun: %+v", got)
 		}
 
+		// Context: one call's input over the ceiling is refused whatever is
+		// left.
+		sc := testSession(clock)
+		sc.MaxContext = 300
+		sc, _, err = c.OpenSession(ctx, sc, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ChargeSession(ctx, sc.ID, "k1", 400, 1, 301); !errors.As(err, &ce) || ce.Ceiling != "context" || ce.Want != 301 || ce.Limit != 300 {
+			t.Fatalf("context over the ceiling: %v", err)
+		}
+		if got, err := c.ChargeSession(ctx, sc.ID, "k1", 400, 1, 300); err != nil || got.Turns != 1 || got.MaxContext != 300 {
+			t.Fatalf("context at the ceiling: %+v %v", got, err)
+		}
+
 		// Wall clock, and close.
 		s2, _, err := c.OpenSession(ctx, testSession(clock), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		clock.Advance(time.Hour)
-		if _, err := c.ChargeSession(ctx, s2.ID, "k1", 1, 1); !errors.As(err, &ce) || ce.Ceiling != "wall_clock" || ce.Limit != 3600 {
+		if _, err := c.ChargeSession(ctx, s2.ID, "k1", 1, 1, 0); !errors.As(err, &ce) || ce.Ceiling != "wall_clock" || ce.Limit != 3600 {
 			t.Fatalf("expired: %v", err)
 		}
 		s3, _, err := c.OpenSession(ctx, testSession(clock), 0)
@@ -85,7 +100,7 @@ func TestCatalog_SessionCeilings(t *testing.T) {
 		if again, now, err := c.CloseSession(ctx, s3.ID, "k1"); err != nil || now || !again.ClosedAt.Equal(closed.ClosedAt) {
 			t.Fatalf("closed twice: %+v, %v, %v", again, now, err)
 		}
-		if _, err := c.ChargeSession(ctx, s3.ID, "k1", 1, 1); !errors.Is(err, ErrSessionClosed) {
+		if _, err := c.ChargeSession(ctx, s3.ID, "k1", 1, 1, 0); !errors.Is(err, ErrSessionClosed) {
 			t.Fatalf("closed session charged: %v", err)
 		}
 	})
@@ -164,7 +179,7 @@ func TestCatalog_SessionChargesHoldUnderConcurrency(t *testing.T) {
 		admitted := 0
 		for range 32 {
 			wg.Go(func() {
-				_, err := c.ChargeSession(ctx, s.ID, "k1", 100, 0)
+				_, err := c.ChargeSession(ctx, s.ID, "k1", 100, 0, 0)
 				var ce *CeilingError
 				switch {
 				case err == nil:

@@ -258,7 +258,8 @@ type Tier struct {
 }
 
 // Sessions are the terms a session is minted with. A tier's percent scales
-// the turn, token and cost ceilings; its session_model replaces Model.
+// the turn, token, cost and context ceilings; its session_model replaces
+// Model.
 type Sessions struct {
 	// Model is the model sessions use (the first model when empty).
 	Model string `yaml:"model,omitempty"`
@@ -268,13 +269,26 @@ type Sessions struct {
 	MaxTurns  int64   `yaml:"max_turns,omitempty"`
 	MaxTokens int64   `yaml:"max_tokens,omitempty"`
 	MaxCost   Dollars `yaml:"max_cost,omitempty"`
+	// MaxContextTokens bounds the input tokens of any one call in a
+	// session (the transcript it resends); 0 is none.
+	MaxContextTokens int64 `yaml:"max_context_tokens,omitempty"`
 	// MaxOpenPerUser caps a user's open sessions (5; 0 after defaults is
 	// impossible, use a large number for none).
 	MaxOpenPerUser int `yaml:"max_open_per_user,omitempty"`
 }
 
-// SessionTerms returns the model and ceilings of a session for tier.
-func (c *Config) SessionTerms(tier string) (model string, maxDuration time.Duration, maxTurns, maxTokens, maxCost int64) {
+// SessionTerms are the model and ceilings of a session (0: no ceiling).
+type SessionTerms struct {
+	Model       string
+	MaxDuration time.Duration
+	MaxTurns    int64
+	MaxTokens   int64
+	MaxCost     int64 // micro-dollars
+	MaxContext  int64
+}
+
+// SessionTerms returns the terms of a session minted for tier.
+func (c *Config) SessionTerms(tier string) SessionTerms {
 	s := &c.Sessions
 	model, pct := s.Model, int64(100)
 	if i := slices.IndexFunc(c.Tiers, func(t Tier) bool { return t.Name == tier }); i >= 0 {
@@ -292,7 +306,8 @@ func (c *Config) SessionTerms(tier string) (model string, maxDuration time.Durat
 		}
 		return max(1, n*pct/100)
 	}
-	return model, s.MaxDuration, scale(s.MaxTurns), scale(s.MaxTokens), scale(int64(s.MaxCost))
+	return SessionTerms{Model: model, MaxDuration: s.MaxDuration, MaxTurns: scale(s.MaxTurns), MaxTokens: scale(s.MaxTokens),
+		MaxCost: scale(int64(s.MaxCost)), MaxContext: scale(s.MaxContextTokens)}
 }
 
 // Promotion moves an account from one tier to another.

@@ -413,7 +413,7 @@ models:
 tiers:
   - {name: free, percent: 50}
   - {name: pro, percent: 200, session_model: large}
-sessions: {model: s, max_turns: 10, max_cost: 1.5}
+sessions: {model: s, max_turns: 10, max_cost: 1.5, max_context_tokens: 8000}
 `), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -422,16 +422,15 @@ sessions: {model: s, max_turns: 10, max_cost: 1.5}
 		t.Fatalf("defaults: %+v", c.Sessions)
 	}
 	for _, tc := range []struct {
-		tier, model         string
-		turns, tokens, cost int64
+		tier string
+		want SessionTerms
 	}{
-		{"", "small", 10, 0, 1_500_000},
-		{"free", "small", 5, 0, 750_000},
-		{"pro", "large", 20, 0, 3_000_000},
+		{"", SessionTerms{Model: "small", MaxDuration: time.Hour, MaxTurns: 10, MaxCost: 1_500_000, MaxContext: 8000}},
+		{"free", SessionTerms{Model: "small", MaxDuration: time.Hour, MaxTurns: 5, MaxCost: 750_000, MaxContext: 4000}},
+		{"pro", SessionTerms{Model: "large", MaxDuration: time.Hour, MaxTurns: 20, MaxCost: 3_000_000, MaxContext: 16000}},
 	} {
-		model, d, turns, tokens, cost := c.SessionTerms(tc.tier)
-		if model != tc.model || d != time.Hour || turns != tc.turns || tokens != tc.tokens || cost != tc.cost {
-			t.Errorf("tier %q: %s %v %d %d %d, want %+v", tc.tier, model, d, turns, tokens, cost, tc)
+		if got := c.SessionTerms(tc.tier); got != tc.want {
+			t.Errorf("tier %q: %+v, want %+v", tc.tier, got, tc.want)
 		}
 	}
 }

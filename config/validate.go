@@ -108,7 +108,7 @@ func (v *checker) sessions() {
 	if s.MaxDuration < 0 {
 		v.add("sessions.max_duration", "must be positive, got %v", s.MaxDuration)
 	}
-	if s.MaxTurns < 0 || s.MaxTokens < 0 || s.MaxCost < 0 {
+	if s.MaxTurns < 0 || s.MaxTokens < 0 || s.MaxCost < 0 || s.MaxContextTokens < 0 {
 		v.add("sessions", "ceilings must not be negative (0 is none)")
 	}
 	if s.MaxOpenPerUser < 0 {

@@ -48,7 +48,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	p.prepare(req, &c.ctx.Request.Header, c.rt.path, body, apiKey, c.bound.Stream)
-	deadline := time.Now().Add(g.opts.RequestTimeout)
+	deadline := c.deadline
 	resp := fasthttp.AcquireResponse()
 	for attempt := 1; ; attempt++ {
 		if c.gone.Load() {
@@ -79,6 +79,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 			return false, errClientGone()
 		}
 		if errors.Is(err, fasthttp.ErrTimeout) {
+			c.timedOut = true
 			return false, errUpstream(504, err)
 		}
 		return false, errUpstream(502, err)

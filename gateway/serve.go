@@ -52,10 +52,17 @@ type call struct {
 	gone atomic.Bool
 	// session is the session the call is charged to, if any.
 	session sessionCharge
+	// deadline ends the call upstream: RequestTimeout after it arrived,
+	// or its session's end if sooner.
+	deadline time.Time
+	// timedOut is set when the provider did not answer by the deadline:
+	// it may have done the work, so the reservation is charged.
+	timedOut bool
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
-	c := &call{g: g, ctx: ctx, rt: rt, start: time.Now()}
+	now := time.Now()
+	c := &call{g: g, ctx: ctx, rt: rt, start: now, deadline: now.Add(g.opts.RequestTimeout)}
 	c.event.Route = rt.name
 	if err := c.run(); err != nil {
 		c.event.Outcome, c.event.Class = outcomeOf(err)
@@ -147,9 +154,10 @@ func (c *call) run() error {
 		if answered {
 			return nil
 		}
-		if c.gone.Load() {
-			// The client left while the provider worked: what the call
-			// produced is unknown, so the reservation is charged.
+		if c.gone.Load() || c.timedOut {
+			// The client left, or the deadline passed, while the provider
+			// worked: what the call produced is unknown, so the
+			// reservation is charged.
 			c.settle = func() { c.finish(cand, res, llm.Usage{}, false) }
 			c.event.Model = cand.Name
 			return err

@@ -26,7 +26,7 @@ const maxSessionID = 64
 type SessionStore interface {
 	OpenSession(ctx context.Context, s catalog.Session, maxOpen int) (catalog.Session, bool, error)
 	GetSession(ctx context.Context, id, keyID string) (catalog.Session, error)
-	ChargeSession(ctx context.Context, id, keyID string, tokens, cost int64) (catalog.Session, error)
+	ChargeSession(ctx context.Context, id, keyID string, tokens, cost, input int64) (catalog.Session, error)
 	SettleSession(ctx context.Context, id string, turns, tokens, cost int64) error
 	CloseSession(ctx context.Context, id, keyID string) (s catalog.Session, closed bool, err error)
 }
@@ -49,6 +49,9 @@ type SessionTerms struct {
 	MaxTurns    int64
 	MaxTokens   int64
 	MaxCost     int64 // micro-dollars
+	// MaxContext bounds the input tokens of any one call: a conversation
+	// that resends an ever longer transcript stops there.
+	MaxContext int64
 }
 
 // sessionJSON is a session as the client API shows it.
@@ -64,6 +67,7 @@ type sessionJSON struct {
 		Turns            int64 `json:"turns"`
 		Tokens           int64 `json:"tokens"`
 		CostMicros       int64 `json:"cost_micros"`
+		ContextTokens    int64 `json:"context_tokens"`
 	} `json:"ceilings"`
 	Used struct {
 		Turns      int64 `json:"turns"`
@@ -87,6 +91,7 @@ func writeSession(ctx *fasthttp.RequestCtx, status int, s catalog.Session) {
 	}
 	j.Ceilings.WallClockSeconds = int64(s.ExpiresAt.Sub(s.CreatedAt).Round(time.Second) / time.Second)
 	j.Ceilings.Turns, j.Ceilings.Tokens, j.Ceilings.CostMicros = s.MaxTurns, s.MaxTokens, s.MaxCost
+	j.Ceilings.ContextTokens = s.MaxContext
 	j.Used.Turns, j.Used.Tokens, j.Used.CostMicros = s.Turns, s.Tokens, s.Cost
 	j.CeilingReached = s.Ceiling
 	body, _ := json.Marshal(j)
@@ -102,6 +107,7 @@ type sessionRequest struct {
 	MaxTurns           *int64 `json:"max_turns"`
 	MaxTokens          *int64 `json:"max_tokens"`
 	MaxCostMicros      *int64 `json:"max_cost_micros"`
+	MaxContextTokens   *int64 `json:"max_context_tokens"`
 }
 
 // lower applies a requested ceiling to the configured one (0: none).
@@ -214,6 +220,9 @@ func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (catalog.
 	if s.MaxCost, err = lower("max_cost_micros", terms.MaxCost, req.MaxCostMicros); err != nil {
 		return catalog.Session{}, false, err
 	}
+	if s.MaxContext, err = lower("max_context_tokens", terms.MaxContext, req.MaxContextTokens); err != nil {
+		return catalog.Session{}, false, err
+	}
 	if len(who.AllowedModels) > 0 && !slices.Contains(who.AllowedModels, terms.Model) {
 		return catalog.Session{}, false, errModelNotAllowed(terms.Model)
 	}
@@ -284,6 +293,8 @@ func ceilingWords(c string) string {
 		return "wall-clock"
 	case "cost":
 		return "cost (micro-dollars)"
+	case "context":
+		return "context (input tokens of one call)"
 	}
 	return c
 }
@@ -300,7 +311,7 @@ type sessionCharge struct {
 func (c *call) chargeSession(req sluice.Request) error {
 	sc := &c.session
 	sc.tokens, sc.cost = req.Max.InputTokens+req.Max.OutputTokens, req.Max.Cost
-	if _, err := c.g.opts.Sessions.Store.ChargeSession(context.Background(), sc.id, c.who.KeyID, sc.tokens, sc.cost); err != nil {
+	if _, err := c.g.opts.Sessions.Store.ChargeSession(context.Background(), sc.id, c.who.KeyID, sc.tokens, sc.cost, req.Max.InputTokens); err != nil {
 		var ce *catalog.CeilingError
 		if errors.As(err, &ce) && ce.First {
 			c.event.Session, c.event.Ceiling = "ceiling", ce.Ceiling
@@ -347,6 +358,11 @@ func (c *call) joinSession(id string, m *model) error {
 			message: fmt.Sprintf("Session %s serves model %q, not %q.", s.ID, s.Model, c.bound.Model)}
 	}
 	c.session.id = s.ID
+	// The session's wall clock bounds its calls: a call still running
+	// when it ends is cut, as the request deadline would cut it.
+	if s.ExpiresAt.Before(c.deadline) {
+		c.deadline = s.ExpiresAt
+	}
 	return nil
 }
 

@@ -28,6 +28,7 @@ type sessionReply struct {
 		Turns            int64 `json:"turns"`
 		Tokens           int64 `json:"tokens"`
 		CostMicros       int64 `json:"cost_micros"`
+		ContextTokens    int64 `json:"context_tokens"`
 	} `json:"ceilings"`
 	Used struct {
 		Turns      int64 `json:"turns"`
@@ -271,5 +272,53 @@ func TestGateway_SessionSubjectRules(t *testing.T) {
 	// A session header no session could have is refused before any lookup.
 	if r := h.post("/v1/chat/completions", sessionChat, map[string]string{gateway.HeaderSession: strings.Repeat("x", 300)}); r.status != 404 {
 		t.Fatalf("absurd session id: %d %s", r.status, r.body)
+	}
+}
+
+// TestGateway_SessionContextCeiling: one call whose input is over the
+// session's context ceiling is refused, whatever else is left.
+func TestGateway_SessionContextCeiling(t *testing.T) {
+	h := sessionHarness(t, nil)
+	_, s := h.sessionCall("POST", "/v1/sessions", `{"max_context_tokens":50}`, nil)
+	if s.Ceilings.ContextTokens != 50 {
+		t.Fatalf("ceilings %+v", s.Ceilings)
+	}
+	in := map[string]string{gateway.HeaderSession: s.ID}
+	long := `{"model":"mock-small","max_tokens":10,"messages":[{"role":"user","content":"` + strings.Repeat("resent transcript ", 20) + `"}]}`
+	r := h.post("/v1/chat/completions", long, in)
+	if r.status != 429 || !strings.Contains(string(r.body), "context") || r.header.Get("x-should-retry") != "false" {
+		t.Fatalf("long context: %d %s", r.status, r.body)
+	}
+	if r := h.post("/v1/chat/completions", sessionChat, in); r.status != 200 {
+		t.Fatalf("short context: %d %s", r.status, r.body)
+	}
+}
+
+// TestGateway_SessionWallClockEndsTheCall: a call still running when its
+// session's wall clock ends is cut then (504), the provider sees it
+// cancelled, and the reservation is charged: the provider may have done
+// the work.
+func TestGateway_SessionWallClockEndsTheCall(t *testing.T) {
+	h := sessionHarness(t, nil)
+	_, s := h.sessionCall("POST", "/v1/sessions", `{"max_duration_seconds":1}`, nil)
+	slow := `{"model":"mock-small","max_tokens":10,"messages":[{"role":"user","content":"slow [mock delay=5000]"}]}`
+	start := time.Now()
+	r := h.post("/v1/chat/completions", slow, map[string]string{gateway.HeaderSession: s.ID})
+	if took := time.Since(start); r.status != 504 || took > 3*time.Second {
+		t.Fatalf("call past the session's end: %d after %v: %s", r.status, took, r.body)
+	}
+	eventually(t, "the provider to see the call cancelled", func() bool { return h.mock.Stats().CallsCancelled == 1 })
+	rec := h.rec.waitUsage(t, 1)[0]
+	if rec.OutputTokens != 10 || rec.InputTokens <= 0 {
+		t.Errorf("ledger %+v, want the reservation", rec)
+	}
+	eventually(t, "the session to be charged the reservation", func() bool {
+		_, got := h.sessionCall("GET", "/v1/sessions/"+s.ID, "", nil)
+		return got.Used.Turns == 1 && got.Used.Tokens == rec.InputTokens+10
+	})
+	time.Sleep(time.Until(start.Add(1100 * time.Millisecond)))
+	if r := h.post("/v1/chat/completions", sessionChat, map[string]string{gateway.HeaderSession: s.ID}); r.status != 429 ||
+		!strings.Contains(string(r.body), "wall-clock") {
+		t.Fatalf("call after the session's end: %d %s", r.status, r.body)
 	}
 }

@@ -35,7 +35,7 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 	}
 	s := &streamBody{c: c, cand: cand, res: res, resp: resp, upstream: upstream, reader: c.rt.stream(injected),
 		br: br, events: llm.NewEventReader(br), uc: uc, watch: watch}
-	s.deadline = time.AfterFunc(c.g.opts.RequestTimeout, func() { s.closeUpstream(errors.New("request deadline")) })
+	s.deadline = time.AfterFunc(time.Until(c.deadline), func() { s.closeUpstream(errors.New("request deadline")) })
 	c.ctx.SetBodyStream(s, -1)
 }
 

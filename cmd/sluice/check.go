@@ -60,13 +60,14 @@ func check(args []string) error {
 		tiers = append(tiers, t.Name)
 	}
 	for _, tier := range tiers {
-		model, d, turns, tokens, cost := cfg.SessionTerms(tier)
+		t := cfg.SessionTerms(tier)
 		who := "sessions"
 		if tier != "" {
 			who = "sessions of tier " + tier
 		}
-		fmt.Printf("%s: model %s, at most %v, %s turns, %s tokens, %s micro-dollars; %d open per user\n", who, model, d,
-			ceiling(turns), ceiling(tokens), ceiling(cost), cfg.Sessions.MaxOpenPerUser)
+		fmt.Printf("%s: model %s, at most %v, %s turns, %s tokens, %s micro-dollars, %s input tokens per call; %d open per user\n",
+			who, t.Model, t.MaxDuration, ceiling(t.MaxTurns), ceiling(t.MaxTokens), ceiling(t.MaxCost), ceiling(t.MaxContext),
+			cfg.Sessions.MaxOpenPerUser)
 	}
 	if cfg.PreAuthPerMinute > 0 {
 		fmt.Printf("before authentication: %d requests per minute per client address, per replica\n", cfg.PreAuthPerMinute)

@@ -205,8 +205,9 @@ func modelsOf(cfg *config.Config) []gateway.Model {
 // the one serve started with).
 func sessionsOf(cat *catalog.Catalog, live func() *config.Config) *gateway.Sessions {
 	return &gateway.Sessions{Store: cat, MaxOpenPerUser: live().Sessions.MaxOpenPerUser, Terms: func(p gateway.Principal) gateway.SessionTerms {
-		model, d, turns, tokens, cost := live().SessionTerms(p.Tier)
-		return gateway.SessionTerms{Model: model, MaxDuration: d, MaxTurns: turns, MaxTokens: tokens, MaxCost: cost}
+		t := live().SessionTerms(p.Tier)
+		return gateway.SessionTerms{Model: t.Model, MaxDuration: t.MaxDuration, MaxTurns: t.MaxTurns, MaxTokens: t.MaxTokens,
+			MaxCost: t.MaxCost, MaxContext: t.MaxContext}
 	}}
 }
 

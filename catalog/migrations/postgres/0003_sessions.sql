@@ -1,6 +1,7 @@
 -- The PostgreSQL translation of migrations/sqlite/0003_sessions.sql.
 -- Sessions: a gate for long interactive work, minted by POST /v1/sessions,
--- with ceilings on wall clock, turns, tokens and cost. The counters are
+-- with ceilings on wall clock, turns, tokens, cost and the context (input
+-- tokens) of one call. The counters are
 -- charged by one conditional UPDATE per call, so that they hold across
 -- replicas sharing the database.
 
@@ -18,6 +19,7 @@ CREATE TABLE sessions (
 	max_turns       BIGINT  NOT NULL, -- 0: no ceiling
 	max_tokens      BIGINT  NOT NULL,
 	max_cost        BIGINT  NOT NULL, -- micro-dollars
+	max_context     BIGINT  NOT NULL, -- input tokens of one call
 	turns           BIGINT  NOT NULL DEFAULT 0,
 	tokens          BIGINT  NOT NULL DEFAULT 0,
 	cost            BIGINT  NOT NULL DEFAULT 0,

@@ -1,5 +1,6 @@
 -- Sessions: a gate for long interactive work, minted by POST /v1/sessions,
--- with ceilings on wall clock, turns, tokens and cost. The counters are
+-- with ceilings on wall clock, turns, tokens, cost and the context (input
+-- tokens) of one call. The counters are
 -- charged by one conditional UPDATE per call, so that they hold across
 -- replicas sharing the database.
 
@@ -17,6 +18,7 @@ CREATE TABLE sessions (
 	max_turns       INTEGER NOT NULL, -- 0: no ceiling
 	max_tokens      INTEGER NOT NULL,
 	max_cost        INTEGER NOT NULL, -- micro-dollars
+	max_context     INTEGER NOT NULL, -- input tokens of one call
 	turns           INTEGER NOT NULL DEFAULT 0,
 	tokens          INTEGER NOT NULL DEFAULT 0,
 	cost            INTEGER NOT NULL DEFAULT 0,
