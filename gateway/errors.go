@@ -23,6 +23,7 @@ type apiError struct {
 	message   string
 	terminal  bool // x-should-retry: false
 	retryHint time.Duration
+	limit     *sluice.RefusalLimit // the limit object, when a limit refused
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -114,7 +115,7 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 			message = req.Message
 		case errors.As(err, &ae):
 			status, typ, anthType, code, param, message = ae.status, ae.typ, ae.anthType, ae.code, ae.param, ae.message
-			terminal, retryAfter = ae.terminal, ae.retryHint
+			terminal, retryAfter, limit = ae.terminal, ae.retryHint, ae.limit
 		default:
 			status, typ, anthType, code = 500, "server_error", "api_error", "internal_error"
 			message = "Internal error."

@@ -270,7 +270,9 @@ func sessionError(err error) error {
 	switch {
 	case errors.As(err, &ce):
 		return &apiError{status: 429, typ: "insufficient_quota", anthType: "rate_limit_error", code: "session_ceiling_reached", terminal: true,
-			message: fmt.Sprintf("Session %s reached its %s ceiling (%d of %d used); open a new session.", ce.Session.ID, ceilingWords(ce.Ceiling), ce.Used, ce.Limit)}
+			message: fmt.Sprintf("Session %s reached its %s ceiling (%d of %d used); open a new session.", ce.Session.ID, ceilingWords(ce.Ceiling), ce.Used, ce.Limit),
+			limit: &sluice.RefusalLimit{Rule: "session_" + ce.Ceiling, Subject: "session", Metric: ceilingMetric(ce.Ceiling),
+				Limit: ce.Limit, Used: ce.Used, Remaining: max(0, ce.Limit-ce.Used)}}
 	case errors.Is(err, catalog.ErrUnknownSession):
 		return &apiError{status: 404, typ: "invalid_request_error", anthType: "not_found_error", code: "session_not_found",
 			message: "No such session for this key."}
@@ -372,4 +374,20 @@ func (g *Gateway) observe(ctx *fasthttp.RequestCtx, ev Event) {
 		ev.Status = ctx.Response.StatusCode()
 		g.opts.Observer(ev)
 	}
+}
+
+// ceilingMetric is the metric a session ceiling counts, in the words of
+// rules.
+func ceilingMetric(c string) string {
+	switch c {
+	case "wall_clock":
+		return "seconds"
+	case "turns":
+		return "requests"
+	case "cost":
+		return "cost"
+	case "context":
+		return "input_tokens"
+	}
+	return "tokens"
 }

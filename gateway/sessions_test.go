@@ -114,7 +114,8 @@ func TestGateway_SessionTurnsAndTokens(t *testing.T) {
 	var e errorReply
 	_ = json.Unmarshal(r.body, &e)
 	if r.status != 429 || r.header.Get("x-should-retry") != "false" || r.header.Get("Retry-After") != "" ||
-		e.Error.Code == nil || *e.Error.Code != "session_ceiling_reached" || !strings.Contains(e.Error.Message, "turns ceiling") {
+		e.Error.Code == nil || *e.Error.Code != "session_ceiling_reached" || !strings.Contains(e.Error.Message, "turns ceiling") ||
+		e.Error.Limit == nil || e.Error.Limit.Rule != "session_turns" || e.Error.Limit.Limit != 3 || e.Error.Limit.Used != 3 || e.Error.Limit.Remaining != 0 {
 		t.Fatalf("fourth turn: %d %v %s", r.status, r.header, r.body)
 	}
 	if h.mockCalls() != calls {
