@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -321,5 +322,37 @@ func TestGateway_SessionWallClockEndsTheCall(t *testing.T) {
 	if r := h.post("/v1/chat/completions", sessionChat, map[string]string{gateway.HeaderSession: s.ID}); r.status != 429 ||
 		!strings.Contains(string(r.body), "wall-clock") {
 		t.Fatalf("call after the session's end: %d %s", r.status, r.body)
+	}
+}
+
+// failingSessions is a session store whose charges fail, as a database
+// that went away would.
+type failingSessions struct{ gateway.SessionStore }
+
+func (failingSessions) ChargeSession(context.Context, string, string, int64, int64, int64) (catalog.Session, error) {
+	return catalog.Session{}, errors.New("connection refused")
+}
+
+// TestGateway_SessionStoreDown: a call in a session whose store does not
+// answer is refused 503 with Retry-After, and the limiter's admission is
+// given back: nothing is charged.
+func TestGateway_SessionStoreDown(t *testing.T) {
+	cat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, tweak: []func(*gateway.Options){func(o *gateway.Options) {
+		o.Sessions = &gateway.Sessions{Store: failingSessions{cat}, Terms: func(gateway.Principal) gateway.SessionTerms {
+			return gateway.SessionTerms{Model: "mock-small", MaxDuration: time.Hour}
+		}}
+	}}})
+	_, s := h.sessionCall("POST", "/v1/sessions", "", nil)
+	r := h.post("/v1/chat/completions", sessionChat, map[string]string{gateway.HeaderSession: s.ID})
+	if r.status != 503 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("session store down: %d %v %s", r.status, r.header, r.body)
+	}
+	if got := h.used("daily_tokens"); got != 0 || h.mockCalls() != 0 {
+		t.Fatalf("charged %d tokens, %d provider calls", got, h.mockCalls())
 	}
 }
