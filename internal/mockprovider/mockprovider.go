@@ -35,6 +35,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +99,13 @@ type Options struct {
 	// OnStreamEnd, when set, is called at the end of every streamed answer, from the handler's
 	// goroutine, after Stats counts it.
 	OnStreamEnd func(route Route, outcome Outcome)
+	// RateLimitRequests, when positive, is the mock's own rate limit, as the real providers
+	// have one: at most this many model calls per RateLimitWindow (a fixed window; 0 means a
+	// minute), told in every answer's rate-limit headers (OpenAI's x-ratelimit-*-requests,
+	// Anthropic's anthropic-ratelimit-requests-*); a call over it is answered 429 with
+	// retry-after.
+	RateLimitRequests int64
+	RateLimitWindow   time.Duration
 }
 
 // Stats counts what a Server has seen.
@@ -109,6 +117,8 @@ type Stats struct {
 	// CallsCancelled counts answers not streamed that were never sent: the client left while
 	// the answer was delayed.
 	CallsCancelled int64
+	// RateLimited counts calls refused by Options.RateLimitRequests.
+	RateLimited int64
 }
 
 // Server is the mock provider, an http.Handler. It is safe for concurrent use.
@@ -120,6 +130,11 @@ type Server struct {
 	cut       atomic.Int64
 	abandoned atomic.Int64
 	seq       atomic.Int64
+
+	limitMu     sync.Mutex
+	windowStart time.Time
+	windowUsed  int64
+	limited     atomic.Int64
 }
 
 // New returns a Server with the given options.
@@ -143,6 +158,7 @@ func (s *Server) Stats() Stats {
 	st.StreamsCancelled = s.cancelled.Load()
 	st.StreamsCut = s.cut.Load()
 	st.CallsCancelled = s.abandoned.Load()
+	st.RateLimited = s.limited.Load()
 	return st
 }
 
@@ -178,6 +194,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.requests[route].Add(1)
+	if !s.rateLimit(w, route) {
+		return
+	}
 	c, status, msg, param, code := s.parse(w, r, route)
 	if status != 0 {
 		if s.wait(r.Context(), s.opts.Latency) {
@@ -203,6 +222,49 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.respond(w, &c)
 	}
+}
+
+// rateLimit counts one model call against Options.RateLimitRequests and writes the rate-limit
+// headers; over the limit it answers 429 and reports false.
+func (s *Server) rateLimit(w http.ResponseWriter, route Route) bool {
+	limit := s.opts.RateLimitRequests
+	if limit <= 0 {
+		return true
+	}
+	window := s.opts.RateLimitWindow
+	if window <= 0 {
+		window = time.Minute
+	}
+	now := time.Now()
+	s.limitMu.Lock()
+	if now.Sub(s.windowStart) >= window {
+		s.windowStart, s.windowUsed = now, 0
+	}
+	ok := s.windowUsed < limit
+	if ok {
+		s.windowUsed++
+	}
+	remaining, reset := limit-s.windowUsed, s.windowStart.Add(window)
+	s.limitMu.Unlock()
+	h := w.Header()
+	if route == RouteMessages {
+		h.Set("anthropic-ratelimit-requests-limit", strconv.FormatInt(limit, 10))
+		h.Set("anthropic-ratelimit-requests-remaining", strconv.FormatInt(remaining, 10))
+		h.Set("anthropic-ratelimit-requests-reset", reset.UTC().Format(time.RFC3339Nano))
+	} else {
+		h.Set("x-ratelimit-limit-requests", strconv.FormatInt(limit, 10))
+		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(remaining, 10))
+		h.Set("x-ratelimit-reset-requests", reset.Sub(now).Round(time.Millisecond).String())
+	}
+	if ok {
+		return true
+	}
+	s.limited.Add(1)
+	wait := reset.Sub(now)
+	h.Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+	h.Set("retry-after-ms", strconv.FormatInt(wait.Milliseconds()+1, 10))
+	writeError(w, route, http.StatusTooManyRequests, "Rate limit reached for requests.", "", "")
+	return false
 }
 
 // call is one parsed request.

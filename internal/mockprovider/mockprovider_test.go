@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/anthropic"
@@ -223,5 +224,47 @@ func TestServer_StreamingMessages(t *testing.T) {
 	}
 	if u != (llm.Usage{InputTokens: 3, OutputTokens: 9}) || !s.Reported() {
 		t.Errorf("usage %+v", u)
+	}
+}
+
+// TestServer_OwnRateLimit: with RateLimitRequests the mock tells its
+// remaining requests in the provider's headers and refuses past the limit
+// with retry-after, until the window resets.
+func TestServer_OwnRateLimit(t *testing.T) {
+	srv := httptest.NewServer(New(Options{RateLimitRequests: 2, RateLimitWindow: 300 * time.Millisecond}))
+	defer srv.Close()
+	post := func(path, body string) *http.Response {
+		t.Helper()
+		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	chat := `{"model":"mock-small","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+	r1 := post("/v1/chat/completions", chat)
+	if r1.StatusCode != 200 || r1.Header.Get("x-ratelimit-remaining-requests") != "1" || r1.Header.Get("x-ratelimit-limit-requests") != "2" {
+		t.Fatalf("first: %d %v", r1.StatusCode, r1.Header)
+	}
+	if d, err := time.ParseDuration(r1.Header.Get("x-ratelimit-reset-requests")); err != nil || d <= 0 || d > 300*time.Millisecond {
+		t.Fatalf("reset %q: %v", r1.Header.Get("x-ratelimit-reset-requests"), err)
+	}
+	msg := `{"model":"mock-small","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+	r2 := post("/v1/messages", msg)
+	if r2.StatusCode != 200 || r2.Header.Get("anthropic-ratelimit-requests-remaining") != "0" {
+		t.Fatalf("second: %d %v", r2.StatusCode, r2.Header)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, r2.Header.Get("anthropic-ratelimit-requests-reset")); err != nil {
+		t.Fatal(err)
+	}
+	r3 := post("/v1/chat/completions", chat)
+	if r3.StatusCode != 429 || r3.Header.Get("Retry-After") != "1" || r3.Header.Get("retry-after-ms") == "" {
+		t.Fatalf("third: %d %v", r3.StatusCode, r3.Header)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if r := post("/v1/chat/completions", chat); r.StatusCode != 200 {
+		t.Fatalf("after the window: %d", r.StatusCode)
 	}
 }

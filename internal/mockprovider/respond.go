@@ -280,7 +280,7 @@ func writeError(w http.ResponseWriter, route Route, status int, msg, param, code
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	if status == http.StatusTooManyRequests {
+	if status == http.StatusTooManyRequests && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", "1")
 	}
 	w.WriteHeader(status)
