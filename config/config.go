@@ -113,6 +113,9 @@ type Provider struct {
 	// APIKeyEnv names the environment variable holding the provider's key
 	// (OPENAI_API_KEY and ANTHROPIC_API_KEY by default for those kinds).
 	APIKeyEnv string `yaml:"api_key_env,omitempty"`
+	// Pace holds calls the provider's own rate-limit headers say it would
+	// refuse, instead of sending them to be refused 429.
+	Pace bool `yaml:"pace,omitempty"`
 }
 
 // APIKey reads the provider's key from env; "" when it has none.

@@ -45,6 +45,13 @@ func errClientGone() error {
 		message: "The client closed the connection before its answer was sent.", terminal: true}
 }
 
+// errPaced refuses a call that its provider's rate limit would refuse for
+// longer than the gateway holds calls.
+func errPaced(model string, wait time.Duration) error {
+	return &apiError{status: 429, typ: "rate_limit_error", anthType: "rate_limit_error", code: "provider_rate_limited", retryHint: wait,
+		message: fmt.Sprintf("The provider's rate limit for model %s is reached; retry in %v.", model, wait.Round(time.Millisecond))}
+}
+
 func errNotFound(path string) error {
 	return &apiError{status: 404, typ: "invalid_request_error", anthType: "not_found_error", code: "not_found",
 		message: fmt.Sprintf("No route %s on this gateway.", path)}
@@ -199,6 +206,8 @@ func outcomeOf(err error) (outcome, class string) {
 			return "unauthorized", "terminal"
 		case ae.status == 499:
 			return "client_gone", "terminal"
+		case ae.code == "provider_rate_limited":
+			return "rate_limited", "throttled"
 		case ae.code == "session_ceiling_reached":
 			return "session_ceiling", "terminal"
 		case ae.code == "too_many_sessions":

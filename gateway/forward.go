@@ -50,13 +50,22 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	p.prepare(req, &c.ctx.Request.Header, c.rt.path, body, apiKey, c.bound.Stream)
 	deadline := c.deadline
 	resp := fasthttp.AcquireResponse()
+	pc := p.pacerFor(cand.UpstreamName)
 	for attempt := 1; ; attempt++ {
 		if c.gone.Load() {
 			err = errClientGone()
 			break
 		}
+		if pc != nil {
+			if err = c.pace(pc, cand, capPer); err != nil {
+				break
+			}
+		}
 		c.event.Attempts++
 		err = uc.client.DoDeadline(req, resp, deadline)
+		if pc != nil && err == nil {
+			pc.observe(time.Now(), &resp.Header, resp.StatusCode())
+		}
 		status := resp.StatusCode()
 		retryable := err != nil || status == 429 || status >= 500
 		if err == nil && retryable && c.isQuota(resp) {
@@ -77,6 +86,10 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		fasthttp.ReleaseResponse(resp)
 		if c.gone.Load() {
 			return false, errClientGone()
+		}
+		var ae *apiError
+		if errors.As(err, &ae) {
+			return false, err // paced: refused before the provider was called
 		}
 		if errors.Is(err, fasthttp.ErrTimeout) {
 			c.timedOut = true

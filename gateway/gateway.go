@@ -101,6 +101,12 @@ type Provider struct {
 	BaseURL string
 	// APIKey authenticates the gateway to the provider.
 	APIKey string
+	// Pace holds a call, per model, while the provider's own rate-limit
+	// headers (OpenAI's x-ratelimit-*, Anthropic's anthropic-ratelimit-*)
+	// and its last 429's retry-after say it would refuse it, for up to
+	// Options.PaceMaxWait; a longer wait is refused 429 with Retry-After
+	// (or sent to the model's next fallback) without calling the provider.
+	Pace bool
 }
 
 // Options configures a Gateway. Limiter, Keys, Models and Providers are
@@ -125,6 +131,8 @@ type Options struct {
 	// BatchMaxWait is how long a request marked X-Sluice-Priority: batch may
 	// wait for rate and concurrency rules (30 seconds).
 	BatchMaxWait time.Duration
+	// PaceMaxWait is the longest a paced provider's call is held (10 s).
+	PaceMaxWait time.Duration
 	// TrustedProxies are the peers whose X-Forwarded-For is believed for
 	// the ip subject; empty believes none.
 	TrustedProxies []netip.Prefix
@@ -161,6 +169,8 @@ type Event struct {
 	Ceiling string
 	// SessionUsed is what a session closed by its client used.
 	SessionUsed SessionUsage
+	// Paced is how long the call was held for its provider's rate limit.
+	Paced time.Duration
 }
 
 // SessionUsage is what a session used.
@@ -219,6 +229,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.BatchMaxWait <= 0 {
 		opts.BatchMaxWait = 30 * time.Second
+	}
+	if opts.PaceMaxWait <= 0 {
+		opts.PaceMaxWait = 10 * time.Second
 	}
 	g := &Gateway{opts: opts, limiter: opts.Limiter, models: map[string]*model{}, providers: map[string]*provider{}, log: opts.Logger}
 	if g.log == nil {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -13,7 +14,10 @@ import (
 // provider is an upstream with its connection pool.
 type provider struct {
 	Provider
-	conns  upstreamConns
+	conns upstreamConns
+	// pacers, when the provider is paced, map an upstream model name to
+	// its *pacer.
+	pacers sync.Map
 	host   string
 	prefix string
 	tls    bool

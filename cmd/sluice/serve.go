@@ -170,7 +170,7 @@ func everyInterval(ctx context.Context, d time.Duration, fn func()) {
 func providersOf(ctx context.Context, cfg *config.Config, log *slog.Logger) ([]gateway.Provider, error) {
 	var out []gateway.Provider
 	for _, p := range cfg.Providers {
-		gp := gateway.Provider{Name: p.Name, Kind: string(p.Kind), BaseURL: p.BaseURL, APIKey: p.APIKey(os.LookupEnv)}
+		gp := gateway.Provider{Name: p.Name, Kind: string(p.Kind), BaseURL: p.BaseURL, APIKey: p.APIKey(os.LookupEnv), Pace: p.Pace}
 		if p.Kind == config.KindMock && p.BaseURL == "" {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

@@ -33,6 +33,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -100,10 +101,10 @@ type Options struct {
 	// goroutine, after Stats counts it.
 	OnStreamEnd func(route Route, outcome Outcome)
 	// RateLimitRequests, when positive, is the mock's own rate limit, as the real providers
-	// have one: at most this many model calls per RateLimitWindow (a fixed window; 0 means a
-	// minute), told in every answer's rate-limit headers (OpenAI's x-ratelimit-*-requests,
-	// Anthropic's anthropic-ratelimit-requests-*); a call over it is answered 429 with
-	// retry-after.
+	// have one: a bucket of this many model calls refilled continuously over RateLimitWindow
+	// (0 means a minute), told in every answer's rate-limit headers (OpenAI's
+	// x-ratelimit-*-requests, Anthropic's anthropic-ratelimit-requests-*, whose reset is when
+	// the bucket is full again); a call that finds it empty is answered 429 with retry-after.
 	RateLimitRequests int64
 	RateLimitWindow   time.Duration
 }
@@ -131,10 +132,10 @@ type Server struct {
 	abandoned atomic.Int64
 	seq       atomic.Int64
 
-	limitMu     sync.Mutex
-	windowStart time.Time
-	windowUsed  int64
-	limited     atomic.Int64
+	limitMu    sync.Mutex
+	bucketAt   time.Time
+	bucketUsed float64 // calls not yet refilled, at bucketAt
+	limited    atomic.Int64
 }
 
 // New returns a Server with the given options.
@@ -236,16 +237,20 @@ func (s *Server) rateLimit(w http.ResponseWriter, route Route) bool {
 		window = time.Minute
 	}
 	now := time.Now()
+	perCall := float64(window) / float64(limit) // refill time of one call
 	s.limitMu.Lock()
-	if now.Sub(s.windowStart) >= window {
-		s.windowStart, s.windowUsed = now, 0
+	if !s.bucketAt.IsZero() {
+		s.bucketUsed = max(0, s.bucketUsed-float64(now.Sub(s.bucketAt))/perCall)
 	}
-	ok := s.windowUsed < limit
+	s.bucketAt = now
+	ok := s.bucketUsed+1 <= float64(limit)
 	if ok {
-		s.windowUsed++
+		s.bucketUsed++
 	}
-	remaining, reset := limit-s.windowUsed, s.windowStart.Add(window)
+	used := s.bucketUsed
 	s.limitMu.Unlock()
+	remaining := limit - int64(math.Ceil(used))
+	reset := now.Add(time.Duration(used * perCall)) // when the bucket is full again
 	h := w.Header()
 	if route == RouteMessages {
 		h.Set("anthropic-ratelimit-requests-limit", strconv.FormatInt(limit, 10))
@@ -260,7 +265,7 @@ func (s *Server) rateLimit(w http.ResponseWriter, route Route) bool {
 		return true
 	}
 	s.limited.Add(1)
-	wait := reset.Sub(now)
+	wait := time.Duration((used + 1 - float64(limit)) * perCall) // until one call is refilled
 	h.Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
 	h.Set("retry-after-ms", strconv.FormatInt(wait.Milliseconds()+1, 10))
 	writeError(w, route, http.StatusTooManyRequests, "Rate limit reached for requests.", "", "")

@@ -229,7 +229,7 @@ func TestServer_StreamingMessages(t *testing.T) {
 
 // TestServer_OwnRateLimit: with RateLimitRequests the mock tells its
 // remaining requests in the provider's headers and refuses past the limit
-// with retry-after, until the window resets.
+// with retry-after, until the bucket refills.
 func TestServer_OwnRateLimit(t *testing.T) {
 	srv := httptest.NewServer(New(Options{RateLimitRequests: 2, RateLimitWindow: 300 * time.Millisecond}))
 	defer srv.Close()
@@ -263,8 +263,12 @@ func TestServer_OwnRateLimit(t *testing.T) {
 	if r3.StatusCode != 429 || r3.Header.Get("Retry-After") != "1" || r3.Header.Get("retry-after-ms") == "" {
 		t.Fatalf("third: %d %v", r3.StatusCode, r3.Header)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// One call refills in 150 ms.
+	time.Sleep(160 * time.Millisecond)
 	if r := post("/v1/chat/completions", chat); r.StatusCode != 200 {
-		t.Fatalf("after the window: %d", r.StatusCode)
+		t.Fatalf("after one call's refill: %d", r.StatusCode)
+	}
+	if r := post("/v1/chat/completions", chat); r.StatusCode != 429 {
+		t.Fatalf("right after: %d", r.StatusCode)
 	}
 }
