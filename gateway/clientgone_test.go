@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/mockprovider"
 )
 
 // TestGateway_ClientLeavesDuringUpstreamCall: a client that closes its
@@ -80,5 +82,36 @@ func TestGateway_ClientLeavesSilentStream(t *testing.T) {
 	}
 	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
 		t.Fatalf("next call: %d %s", r.status, r.body)
+	}
+}
+
+// TestGateway_ClientLeavesWhileHeldByPacing: a call held for its provider's
+// rate limit whose client leaves is let go at once, never sent, and not
+// charged.
+func TestGateway_ClientLeavesWhileHeldByPacing(t *testing.T) {
+	budget := sluice.Rule{Name: "daily_requests", Kind: sluice.KindBudget, Subject: "workspace", Limit: 100, Period: sluice.PeriodDay}
+	h := startHarness(t, setup{rules: []sluice.Rule{budget}, mock: mockprovider.Options{RateLimitRequests: 1, RateLimitWindow: 3 * time.Second},
+		tweak: []func(*gateway.Options){paced}})
+	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: sluice\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", testKey, len(smallChat), smallChat)
+	time.Sleep(150 * time.Millisecond)
+	left := time.Now()
+	conn.Close()
+	ev := h.rec.waitEvents(t, 2)
+	if took := time.Since(left); took > time.Second || ev[1].Outcome != "client_gone" {
+		t.Fatalf("held call after its client left: %+v after %v", ev[1], took)
+	}
+	if n := h.mock.Stats().Requests[mockprovider.RouteChat]; n != 1 {
+		t.Errorf("the provider was called %d times, want 1", n)
+	}
+	if got := h.used("daily_requests"); got != 1 {
+		t.Errorf("budget charged %d requests, want 1", got)
 	}
 }

@@ -63,6 +63,9 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		}
 		c.event.Attempts++
 		err = uc.client.DoDeadline(req, resp, deadline)
+		if err != nil && c.gone.Load() {
+			c.cut = true // the client left while the provider worked
+		}
 		if pc != nil && err == nil {
 			pc.observe(time.Now(), &resp.Header, resp.StatusCode())
 		}
@@ -92,7 +95,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 			return false, err // paced: refused before the provider was called
 		}
 		if errors.Is(err, fasthttp.ErrTimeout) {
-			c.timedOut = true
+			c.cut = true
 			return false, errUpstream(504, err)
 		}
 		return false, errUpstream(502, err)

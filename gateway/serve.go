@@ -55,9 +55,10 @@ type call struct {
 	// deadline ends the call upstream: RequestTimeout after it arrived,
 	// or its session's end if sooner.
 	deadline time.Time
-	// timedOut is set when the provider did not answer by the deadline:
-	// it may have done the work, so the reservation is charged.
-	timedOut bool
+	// cut is set when the provider's answer was cut short while it worked
+	// (the client left, or the deadline passed): it may have done the
+	// work, so the reservation is charged.
+	cut bool
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
@@ -154,16 +155,18 @@ func (c *call) run() error {
 		if answered {
 			return nil
 		}
-		if c.gone.Load() || c.timedOut {
-			// The client left, or the deadline passed, while the provider
-			// worked: what the call produced is unknown, so the
-			// reservation is charged.
+		if c.cut {
+			// What the call produced is unknown: the reservation is
+			// charged.
 			c.settle = func() { c.finish(cand, res, llm.Usage{}, false) }
 			c.event.Model = cand.Name
 			return err
 		}
 		_ = res.Release(context.Background())
 		c.settleSession(sluice.Usage{}, true)
+		if c.gone.Load() {
+			return errClientGone() // before the provider had the call: nothing charged
+		}
 		last = err
 	}
 	if last == nil {
