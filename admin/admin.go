@@ -128,6 +128,8 @@ func (h *Handler) routes() {
 	m.Handle("GET "+v1+"usage", h.read(h.usage))
 	m.Handle("GET "+v1+"audit", h.read(h.audit))
 	m.Handle("GET "+v1+"reservations", h.adminRead(h.reservations))
+	m.Handle("GET "+v1+"sessions", h.read(h.listSessions))
+	m.Handle("DELETE "+v1+"sessions/{id}", h.write(h.endSession))
 
 	m.Handle("GET "+v1+"tokens", h.adminRead(h.listTokens))
 	m.Handle("POST "+v1+"tokens", h.write(h.createToken))
@@ -135,7 +137,7 @@ func (h *Handler) routes() {
 
 	m.Handle("POST "+v1+"reload", h.write(h.reload))
 	m.Handle(v1, h.read(func(http.ResponseWriter, *http.Request, *principal) error {
-		return errorf(http.StatusNotFound, "not_found", "no such admin route; see /admin/v1/keys, rules, budgets, overrides, effective, usage, audit, reservations, tokens, reload")
+		return errorf(http.StatusNotFound, "not_found", "no such admin route; see /admin/v1/keys, rules, budgets, overrides, effective, usage, audit, reservations, sessions, tokens, reload")
 	}))
 }
 

@@ -47,6 +47,8 @@ func errorOf(err error) *apiError {
 		status, code = http.StatusNotFound, "unknown_override"
 	case errors.Is(err, catalog.ErrUnknownSubject):
 		status, code = http.StatusNotFound, "unknown_subject"
+	case errors.Is(err, catalog.ErrUnknownSession):
+		status, code = http.StatusNotFound, "unknown_session"
 	case errors.Is(err, catalog.ErrUnknownToken):
 		status, code = http.StatusNotFound, "unknown_token"
 	case errors.Is(err, catalog.ErrRuleExists):

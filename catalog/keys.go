@@ -49,6 +49,7 @@ const (
 	ActionKeyRotate      = "key.rotate"
 	ActionOverrideSet    = "override.set"
 	ActionOverrideDelete = "override.delete"
+	ActionSessionClose   = "session.close"
 )
 
 // A secret is "sk-sluice-" + key ID + "-" + 32 random bytes in base62:

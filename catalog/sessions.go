@@ -256,7 +256,80 @@ func (c *Catalog) CloseSession(ctx context.Context, id, keyID string) (s Session
 	return s, n == 1 && err == nil, err
 }
 
-func scanSession(row *sql.Row) (Session, error) {
+// ListSessions returns up to limit sessions, newest first: of workspace
+// (all when empty), open ones only when open is set.
+func (c *Catalog) ListSessions(ctx context.Context, workspace string, open bool, limit int) ([]Session, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	q := `SELECT ` + sessionColumns + ` FROM sessions WHERE (? = '' OR workspace = ?)`
+	args := []any{workspace, workspace}
+	if open {
+		q += ` AND closed_at IS NULL AND expires_at > ?`
+		args = append(args, c.now().UnixNano())
+	}
+	q += ` ORDER BY created_at DESC, id LIMIT ?`
+	args = append(args, limit)
+	rows, err := c.db.QueryContext(ctx, c.d.q(q), args...)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: list sessions: %w", err)
+	}
+	defer rows.Close()
+	out := []Session{}
+	for rows.Next() {
+		s, err := scanSession(rows)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: list sessions: %w", err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("catalog: list sessions: %w", err)
+	}
+	return out, nil
+}
+
+// EndSession closes session id for an operator (actor), whatever key it
+// belongs to, and audits it: the kill switch of a runaway session.
+// Closing a closed session changes nothing and audits nothing.
+func (c *Catalog) EndSession(ctx context.Context, id, actor string) (Session, error) {
+	if actor == "" {
+		return Session{}, fmt.Errorf("catalog: end session: %w: actor is required", ErrInvalid)
+	}
+	now := c.now()
+	var out Session
+	err := c.inTx(ctx, func(tx *sql.Tx) error {
+		before, err := scanSession(tx.QueryRowContext(ctx, c.d.q(`SELECT `+sessionColumns+` FROM sessions WHERE id = ?`), id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrUnknownSession
+		}
+		if err != nil {
+			return err
+		}
+		out = before
+		if !before.ClosedAt.IsZero() {
+			return nil
+		}
+		out.ClosedAt = now.UTC().Round(0)
+		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE sessions SET closed_at = ? WHERE id = ?`), dbTime(out.ClosedAt), id); err != nil {
+			return err
+		}
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionSessionClose, Target: "session/" + id,
+			Before: before, After: out, Workspace: before.Workspace}, now)
+	})
+	if err != nil {
+		if errors.Is(err, ErrUnknownSession) {
+			return Session{}, err
+		}
+		return Session{}, fmt.Errorf("catalog: end session: %w", err)
+	}
+	return out, nil
+}
+
+// rowScanner is a *sql.Row or *sql.Rows.
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanSession(row rowScanner) (Session, error) {
 	var s Session
 	var idem, ceiling sql.NullString
 	var created, expires, closed sql.NullInt64

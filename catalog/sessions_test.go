@@ -199,3 +199,60 @@ func TestCatalog_SessionChargesHoldUnderConcurrency(t *testing.T) {
 		}
 	})
 }
+
+func TestCatalog_ListAndEndSessions(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		var ids []string
+		for i, ws := range []string{"acme", "acme", "other"} {
+			s := testSession(clock)
+			s.Workspace = ws
+			s, _, err := c.OpenSession(ctx, s, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, s.ID)
+			clock.Advance(time.Duration(i+1) * time.Second)
+		}
+		all, err := c.ListSessions(ctx, "", false, 0)
+		if err != nil || len(all) != 3 || all[0].ID != ids[2] || all[2].ID != ids[0] {
+			t.Fatalf("all sessions, newest first: %+v %v", all, err)
+		}
+		acme, _ := c.ListSessions(ctx, "acme", false, 0)
+		if len(acme) != 2 {
+			t.Fatalf("acme: %+v", acme)
+		}
+		ended, err := c.EndSession(ctx, ids[1], "admin")
+		if err != nil || ended.ClosedAt.IsZero() {
+			t.Fatalf("end: %+v %v", ended, err)
+		}
+		if _, err := c.EndSession(ctx, ids[1], "admin"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.EndSession(ctx, "sess_nope", "admin"); !errors.Is(err, ErrUnknownSession) {
+			t.Fatalf("unknown: %v", err)
+		}
+		open, _ := c.ListSessions(ctx, "acme", true, 0)
+		if len(open) != 1 || open[0].ID != ids[0] {
+			t.Fatalf("open acme sessions: %+v", open)
+		}
+		// The owner's calls are refused once an operator ended it.
+		if _, err := c.ChargeSession(ctx, ids[1], "k1", 1, 1, 0); !errors.Is(err, ErrSessionClosed) {
+			t.Fatalf("charge after end: %v", err)
+		}
+		entries, err := c.ListAudit(ctx, AuditQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range entries {
+			if e.Action == ActionSessionClose && e.Target == "session/"+ids[1] && e.Actor == "admin" && e.Workspace == "acme" {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d audit entries for the end, want 1: %+v", n, entries)
+		}
+	})
+}

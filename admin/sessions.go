@@ -1,0 +1,49 @@
+package admin
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/sluicehq/sluice/catalog"
+)
+
+// listSessions is GET /admin/v1/sessions?workspace=W&open=true&limit=N:
+// sessions newest first, those of the workspaces the token may read.
+func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request, p *principal) error {
+	q := r.URL.Query()
+	ws := q.Get("workspace")
+	if ws != "" && !p.canRead(ws) {
+		return forbiddenWorkspace(ws)
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || n > 1000 {
+			return errorf(http.StatusBadRequest, "invalid", "limit must be 1 to 1000, not %q", v)
+		}
+		limit = n
+	}
+	sessions, err := h.cat.ListSessions(r.Context(), ws, q.Get("open") == "true", limit)
+	if err != nil {
+		return err
+	}
+	out := make([]catalog.Session, 0, len(sessions))
+	for _, s := range sessions {
+		if p.canRead(s.Workspace) {
+			out = append(out, s)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+	return nil
+}
+
+// endSession is DELETE /admin/v1/sessions/{id}: an operator closes a
+// session (a runaway agent); its calls are refused from then on. Audited.
+func (h *Handler) endSession(w http.ResponseWriter, r *http.Request, p *principal) error {
+	s, err := h.cat.EndSession(r.Context(), r.PathValue("id"), p.actor)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"session": s})
+	return nil
+}
