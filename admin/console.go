@@ -117,6 +117,8 @@ func (c *console) routes(m *http.ServeMux) {
 	m.Handle("GET /ui/rules", c.page(c.rules))
 	m.Handle("GET /ui/overrides", c.page(c.overrides))
 	m.Handle("GET /ui/reservations", c.page(c.reservations))
+	m.Handle("GET /ui/sessions", c.page(c.sessionsPage))
+	m.Handle("POST /ui/sessions/{id}/end", c.page(c.endSessionForm))
 	m.Handle("GET /ui/audit", c.page(c.audit))
 	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusSeeOther) })
 }

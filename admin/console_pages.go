@@ -255,6 +255,36 @@ func (c *console) reservations(w http.ResponseWriter, r *http.Request, p *princi
 	return http.StatusOK, "reservations", nil
 }
 
+func (c *console) sessionsPage(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	list, err := c.h.cat.ListSessions(r.Context(), "", true, 200)
+	if err != nil {
+		return 0, "", err
+	}
+	visible := list[:0]
+	for _, s := range list {
+		if p.canRead(s.Workspace) {
+			visible = append(visible, s)
+		}
+	}
+	v.Title, v.Nav, v.Data = "Sessions", "sessions", visible
+	if ended := r.URL.Query().Get("ended"); ended != "" {
+		v.Notice = "Session " + ended + " ended."
+	}
+	return http.StatusOK, "sessions", nil
+}
+
+func (c *console) endSessionForm(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	if !p.isAdmin() {
+		return 0, "", errorf(http.StatusForbidden, "forbidden", "ending a session needs an admin token")
+	}
+	s, err := c.h.cat.EndSession(r.Context(), r.PathValue("id"), p.actor)
+	if err != nil {
+		return 0, "", err
+	}
+	http.Redirect(w, r, "/ui/sessions?ended="+url.QueryEscape(s.ID), http.StatusSeeOther)
+	return 0, "", nil
+}
+
 // auditRow is an audit entry as the console shows it.
 type auditRow struct {
 	catalog.AuditEntry

@@ -174,3 +174,45 @@ func TestConsole_LoginCookieAndPages(t *testing.T) {
 		t.Fatal("signed out, the console still answers")
 	}
 }
+
+// TestConsole_Sessions: the sessions page lists the open sessions a token
+// may read; an admin ends one with its button (audited), a viewer sees no
+// button and cannot post.
+func TestConsole_Sessions(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var ids []string
+	for _, ws := range []string{"acme", "globex"} {
+		s, _, err := e.cat.OpenSession(ctx, catalog.Session{KeyID: "k1", Workspace: ws, User: "ada", Model: "mock-small",
+			ExpiresAt: time.Now().Add(time.Hour), MaxTurns: 20, MaxCost: 2_000_000}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	b := e.browser()
+	b.post("/ui/login", url.Values{"token": {rootToken}})
+	status, page := b.get("/ui/sessions")
+	if status != http.StatusOK || !strings.Contains(page, ids[0]) || !strings.Contains(page, ids[1]) || !strings.Contains(page, "0 / 20") {
+		t.Fatalf("admin's sessions page = %d:\n%s", status, page)
+	}
+	status, page = b.post("/ui/sessions/"+ids[0]+"/end", url.Values{"csrf": {csrfOf(t, page)}})
+	if status != http.StatusOK || !strings.Contains(page, "Session "+ids[0]+" ended") || strings.Contains(page, "<td>"+ids[0]+"</td>") {
+		t.Fatalf("end = %d:\n%s", status, page)
+	}
+	if s, _ := e.cat.GetSession(ctx, ids[0], "k1"); s.ClosedAt.IsZero() {
+		t.Fatal("the session is still open")
+	}
+
+	viewer := e.token("viewer", "globex")
+	v := e.browser()
+	v.post("/ui/login", url.Values{"token": {viewer}})
+	status, page = v.get("/ui/sessions")
+	if status != http.StatusOK || !strings.Contains(page, ids[1]) || strings.Contains(page, "end-session") {
+		t.Fatalf("viewer's sessions page = %d:\n%s", status, page)
+	}
+	csrf := csrfOf(t, page)
+	if status, _ := v.post("/ui/sessions/"+ids[1]+"/end", url.Values{"csrf": {csrf}}); status != http.StatusForbidden {
+		t.Fatalf("viewer ending a session = %d", status)
+	}
+}

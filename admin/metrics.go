@@ -30,7 +30,7 @@ var (
 	knownOutcomes = []string{"admitted", "rate_limited", "busy", "budget_exceeded", "too_large", "store_error",
 		"upstream_error", "bad_request", "unauthorized", "client_gone", "session_ceiling", "too_many_sessions"}
 	knownClasses  = []string{"throttled", "terminal", "transient"}
-	knownCeilings = []string{"wall_clock", "turns", "tokens", "cost"}
+	knownCeilings = []string{"wall_clock", "turns", "tokens", "cost", "context"}
 )
 
 // Metrics holds Sluice's Prometheus series, named sluice_*. Labels are
