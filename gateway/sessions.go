@@ -75,9 +75,14 @@ type sessionJSON struct {
 		CostMicros int64 `json:"cost_micros"`
 	} `json:"used"`
 	CeilingReached string `json:"ceiling_reached,omitempty"`
+	// LoweredBy names the budgets that could not fund the configured
+	// ceilings at the mint, and lowered them to what they have left.
+	LoweredBy []string `json:"lowered_by,omitempty"`
 }
 
-func writeSession(ctx *fasthttp.RequestCtx, status int, s catalog.Session) {
+// lowered names the budgets that lowered the ceilings of a session just
+// minted.
+func writeSession(ctx *fasthttp.RequestCtx, status int, s catalog.Session, lowered []string) {
 	var j sessionJSON
 	j.ID, j.Object, j.Model = s.ID, "session", s.Model
 	j.CreatedAt, j.ExpiresAt = s.CreatedAt.Unix(), s.ExpiresAt.Unix()
@@ -94,6 +99,7 @@ func writeSession(ctx *fasthttp.RequestCtx, status int, s catalog.Session) {
 	j.Ceilings.ContextTokens = s.MaxContext
 	j.Used.Turns, j.Used.Tokens, j.Used.CostMicros = s.Turns, s.Tokens, s.Cost
 	j.CeilingReached = s.Ceiling
+	j.LoweredBy = lowered
 	body, _ := json.Marshal(j)
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
@@ -142,7 +148,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	id := strings.TrimPrefix(strings.TrimPrefix(path, "/v1/sessions"), "/")
 	switch {
 	case id == "" && method == fasthttp.MethodPost:
-		s, created, err := g.mintSession(ctx, who)
+		s, created, lowered, err := g.mintSession(ctx, who)
 		ev := Event{Route: "sessions", Model: s.Model, Outcome: "admitted"}
 		if err != nil {
 			writeError(ctx, rt, err)
@@ -153,7 +159,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 				status = 201
 				ev.Session = "opened"
 			}
-			writeSession(ctx, status, s)
+			writeSession(ctx, status, s, lowered)
 		}
 		g.observe(ctx, ev)
 	case id != "" && len(id) > maxSessionID:
@@ -170,7 +176,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 			writeError(ctx, rt, sessionError(err))
 			return
 		}
-		writeSession(ctx, 200, s)
+		writeSession(ctx, 200, s, nil)
 		if closed {
 			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: "admitted", Session: "closed",
 				SessionUsed: SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost}})
@@ -188,12 +194,12 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 // mintSession is POST /v1/sessions: the gate of long interactive work. It
 // refuses when a budget that applies to the key is already spent, picks
 // the model for the key's tier, and opens the session with its ceilings.
-func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (catalog.Session, bool, error) {
+func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (s catalog.Session, created bool, lowered []string, err error) {
 	so := g.opts.Sessions
 	terms := so.Terms(who)
 	if _, ok := g.models[terms.Model]; !ok || terms.MaxDuration <= 0 {
 		g.log.Error("session terms name no model this gateway serves, or no duration", "model", terms.Model, "max_duration", terms.MaxDuration)
-		return catalog.Session{}, false, &apiError{status: 500, typ: "server_error", anthType: "api_error", code: "session_terms",
+		return catalog.Session{}, false, nil, &apiError{status: 500, typ: "server_error", anthType: "api_error", code: "session_terms",
 			message: "Sessions are misconfigured on this gateway."}
 	}
 	var req sessionRequest
@@ -201,67 +207,100 @@ func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (catalog.
 		dec := json.NewDecoder(strings.NewReader(string(body)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return catalog.Session{}, false, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+			return catalog.Session{}, false, nil, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
 				code: "invalid_json", message: "The session request is not valid JSON: " + err.Error()}
 		}
 	}
 	secs, err := lower("max_duration_seconds", int64(terms.MaxDuration/time.Second), req.MaxDurationSeconds)
 	if err != nil {
-		return catalog.Session{}, false, err
+		return catalog.Session{}, false, nil, err
 	}
-	s := catalog.Session{KeyID: who.KeyID, Org: who.Org, Workspace: who.Workspace, User: who.User, Model: terms.Model,
+	s = catalog.Session{KeyID: who.KeyID, Org: who.Org, Workspace: who.Workspace, User: who.User, Model: terms.Model,
 		IdempotencyKey: string(ctx.Request.Header.Peek("Idempotency-Key")), ExpiresAt: time.Now().Add(time.Duration(secs) * time.Second)}
 	if s.MaxTurns, err = lower("max_turns", terms.MaxTurns, req.MaxTurns); err != nil {
-		return catalog.Session{}, false, err
+		return catalog.Session{}, false, nil, err
 	}
 	if s.MaxTokens, err = lower("max_tokens", terms.MaxTokens, req.MaxTokens); err != nil {
-		return catalog.Session{}, false, err
+		return catalog.Session{}, false, nil, err
 	}
 	if s.MaxCost, err = lower("max_cost_micros", terms.MaxCost, req.MaxCostMicros); err != nil {
-		return catalog.Session{}, false, err
+		return catalog.Session{}, false, nil, err
 	}
 	if s.MaxContext, err = lower("max_context_tokens", terms.MaxContext, req.MaxContextTokens); err != nil {
-		return catalog.Session{}, false, err
+		return catalog.Session{}, false, nil, err
 	}
 	if len(who.AllowedModels) > 0 && !slices.Contains(who.AllowedModels, terms.Model) {
-		return catalog.Session{}, false, errModelNotAllowed(terms.Model)
+		return catalog.Session{}, false, nil, errModelNotAllowed(terms.Model)
 	}
 	if len(s.IdempotencyKey) > 255 {
-		return catalog.Session{}, false, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+		return catalog.Session{}, false, nil, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
 			code: "invalid_value", param: "Idempotency-Key", message: "Idempotency-Key is longer than 255 bytes."}
 	}
-	if err := g.budgetsLeft(who, terms.Model); err != nil {
-		return catalog.Session{}, false, err
-	}
-	out, created, err := so.Store.OpenSession(context.Background(), s, so.MaxOpenPerUser)
+	left, err := g.budgetsLeft(who, terms.Model)
 	if err != nil {
-		return catalog.Session{}, false, sessionError(err)
+		return catalog.Session{}, false, nil, err
 	}
-	return out, created, nil
+	// Shorten rather than refuse: a session the budgets cannot fund in
+	// full gets the ceilings they can, and the client is told so up front.
+	if left.tokens >= 0 && (s.MaxTokens == 0 || left.tokens < s.MaxTokens) {
+		s.MaxTokens = left.tokens
+		lowered = append(lowered, left.tokensRule)
+	}
+	if left.cost >= 0 && (s.MaxCost == 0 || left.cost < s.MaxCost) {
+		s.MaxCost = left.cost
+		lowered = append(lowered, left.costRule)
+	}
+	s, created, err = so.Store.OpenSession(context.Background(), s, so.MaxOpenPerUser)
+	if err != nil {
+		return catalog.Session{}, false, nil, sessionError(err)
+	}
+	if !created {
+		lowered = nil // the session minted earlier, as it was then
+	}
+	return s, created, lowered, nil
+}
+
+// fundable is what the budgets that apply to a session's calls have left:
+// the least remaining tokens and cost (-1 when no budget counts them), and
+// the rule that has it.
+type fundable struct {
+	tokens, cost         int64
+	tokensRule, costRule string
 }
 
 // budgetsLeft refuses, as the budget itself would, when a budget that
 // applies to who calling model is spent: a session must not open on a
-// budget that cannot serve its first turn.
-func (g *Gateway) budgetsLeft(who Principal, model string) error {
+// budget that cannot serve its first turn. Otherwise it says what the
+// token and cost budgets have left.
+func (g *Gateway) budgetsLeft(who Principal, model string) (fundable, error) {
+	left := fundable{tokens: -1, cost: -1}
 	id := sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User, Key: who.KeyID, Model: model, Tier: who.Tier}
 	eff, err := g.limiter.Effective(context.Background(), id)
 	if err != nil {
-		return err
+		return left, err
 	}
 	rules := g.limiter.Policy().Rules
 	for _, e := range eff {
-		if e.Kind != sluice.KindBudget || e.Mode == sluice.ModeShadow || e.Limit <= 0 || e.Remaining > 0 {
+		if e.Kind != sluice.KindBudget || e.Mode == sluice.ModeShadow || e.Limit <= 0 {
+			continue
+		}
+		if e.Remaining > 0 {
+			switch {
+			case e.Metric == sluice.MetricTokens && (left.tokens < 0 || e.Remaining < left.tokens):
+				left.tokens, left.tokensRule = e.Remaining, e.Rule
+			case e.Metric == sluice.MetricCost && (left.cost < 0 || e.Remaining < left.cost):
+				left.cost, left.costRule = e.Remaining, e.Rule
+			}
 			continue
 		}
 		var period sluice.Period
 		if i := slices.IndexFunc(rules, func(r sluice.Rule) bool { return r.Name == e.Rule }); i >= 0 {
 			period = rules[i].Period
 		}
-		return &sluice.BudgetError{Refusal: sluice.Refusal{Rule: e.Rule, Subject: e.Subject, Kind: e.Kind, Metric: e.Metric,
+		return left, &sluice.BudgetError{Refusal: sluice.Refusal{Rule: e.Rule, Subject: e.Subject, Kind: e.Kind, Metric: e.Metric,
 			Limit: e.Limit, Used: e.Used, Period: period, ResetAt: e.ResetAt}}
 	}
-	return nil
+	return left, nil
 }
 
 // sessionError turns a session store error into the client's answer.

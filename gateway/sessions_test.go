@@ -36,7 +36,8 @@ type sessionReply struct {
 		Tokens     int64 `json:"tokens"`
 		CostMicros int64 `json:"cost_micros"`
 	} `json:"used"`
-	CeilingReached string `json:"ceiling_reached"`
+	CeilingReached string   `json:"ceiling_reached"`
+	LoweredBy      []string `json:"lowered_by"`
 }
 
 // sessionHarness is a gateway with sessions kept in a SQLite catalog: the
@@ -354,5 +355,27 @@ func TestGateway_SessionStoreDown(t *testing.T) {
 	}
 	if got := h.used("daily_tokens"); got != 0 || h.mockCalls() != 0 {
 		t.Fatalf("charged %d tokens, %d provider calls", got, h.mockCalls())
+	}
+}
+
+// TestGateway_SessionShortenedToWhatTheBudgetFunds: a session minted on a
+// budget that cannot fund its configured ceilings gets the ceilings the
+// budget can, says which budget lowered them, and then holds them.
+func TestGateway_SessionShortenedToWhatTheBudgetFunds(t *testing.T) {
+	budget := sluice.Rule{Name: "daily_tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 2000, Period: sluice.PeriodDay}
+	h := sessionHarness(t, []sluice.Rule{budget})
+	if r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":500,"messages":[{"role":"user","content":"spend some"}]}`, nil); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	h.rec.waitUsage(t, 1)
+	eventually(t, "the spend to settle", func() bool { return h.used("daily_tokens") > 500 })
+	left := 2000 - h.used("daily_tokens")
+	r, s := h.sessionCall("POST", "/v1/sessions", "", nil) // configured: 10,000 tokens
+	if r.status != 201 || s.Ceilings.Tokens != left || len(s.LoweredBy) != 1 || s.LoweredBy[0] != "daily_tokens" {
+		t.Fatalf("mint with %d tokens left in the budget: %s", left, r.body)
+	}
+	// Asked for less than the budget has: not lowered.
+	if r, s := h.sessionCall("POST", "/v1/sessions", `{"max_tokens":100}`, nil); s.Ceilings.Tokens != 100 || len(s.LoweredBy) != 0 {
+		t.Fatalf("a smaller session: %s", r.body)
 	}
 }
