@@ -18,7 +18,6 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 		return 0, err
 	}
 	r := &Reservation{limiter: l}
-	r.adm.Charges = r.inline[:0]
 	now := l.clock.Now()
 	if err := l.build(l.policy.Load(), &req, now, r); err != nil {
 		if _, tooLarge := err.(*TooLargeError); !tooLarge {
@@ -123,7 +122,6 @@ type Effective struct {
 // that match a model or route apply only when id names it.
 func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, error) {
 	r := &Reservation{limiter: l}
-	r.adm.Charges = r.inline[:0]
 	now := l.clock.Now()
 	req := Request{Identity: id}
 	if err := l.buildCharges(l.policy.Load(), &req, now, r, false); err != nil {

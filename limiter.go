@@ -160,17 +160,16 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	if err := req.Expected.validate(); err != nil {
 		return nil, err
 	}
-	r := &Reservation{limiter: l}
-	r.adm.Charges = r.inline[:0]
+	p := l.policy.Load()
+	r := &Reservation{limiter: l, policy: p}
 	r.adm.ID = l.ids.take()
 	now := l.clock.Now()
-	p := l.policy.Load()
 	if err := l.build(p, &req, now, r); err != nil {
 		l.refused.Add(1)
 		return nil, err
 	}
 	if req.MaxWait > 0 && l.waiters.active() {
-		if key, ok := l.waiters.existing(r.adm.Charges); ok {
+		if key, ok := l.waiters.existing(&r.adm); ok {
 			return l.wait(ctx, &req, r, key, now)
 		}
 	}
@@ -187,8 +186,11 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 
 // try runs one admission attempt at now.
 func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now time.Time) error {
-	deadline := now.Add(l.timeout(req) + l.expirySlack)
-	r.adm.Deadline = deadline.UnixNano()
+	at := now.UnixNano()
+	r.adm.Deadline = at + int64(l.timeout(req)+l.expirySlack)
+	if r.adm.Deadline < at {
+		r.adm.Deadline = 1<<63 - 1
+	}
 	if len(r.adm.Charges) == 0 {
 		r.state.Store(stateOpen)
 		l.admitted.add(r.adm.ID)
@@ -196,10 +198,10 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	}
 	var ok bool
 	if l.local != nil {
-		ok = l.local.AdmitLocal(now.UnixNano(), &r.adm)
+		ok = l.local.AdmitLocal(at, &r.adm)
 	} else {
 		b := r.toBatch()
-		b.Deadline = deadline
+		b.Deadline = time.Unix(0, r.adm.Deadline)
 		var err error
 		ok, err = l.store.Admit(ctx, now, b)
 		if err != nil {
@@ -221,7 +223,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	if !ok {
 		return l.refusal(r)
 	}
-	r.admittedAt = now.UnixNano()
+	r.admittedAt = at
 	r.state.Store(stateOpen)
 	l.admitted.add(r.adm.ID)
 	return nil
@@ -254,31 +256,42 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 // buildCharges is build; without checkFit, a charge too large for its rule
 // is kept rather than refused (to look at a subject's limits).
 func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r *Reservation, checkFit bool) error {
-	r.policy = p
-	r.batch = nil
-	r.adm.Charges = r.adm.Charges[:0]
+	// Pointers are stored only when they change: on the admission path a
+	// store of a pointer into the heap costs a write barrier while the
+	// collector runs.
+	if r.policy != p {
+		r.policy = p
+	}
+	if r.batch != nil {
+		r.batch = nil
+	}
+	charges, subjects := r.inline[:0], r.subject[:0]
 	id := &req.Identity
-	for i, rule := range p.rules {
-		if rule.Disabled || rule.Limit == 0 && len(p.overrides) == 0 || !rule.matches(id) {
+	for _, i := range p.candidates {
+		rule := p.rules[i]
+		if rule.hasMatch && !rule.matches(id) {
 			continue
 		}
-		limit, burst, source := p.effective(rule, id, now)
+		limit, burst, source := rule.Limit, rule.Burst, fromRule
+		if !p.plain {
+			limit, burst, source = p.effective(rule, id, now)
+		}
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
 			continue
 		}
-		r.adm.Charges = append(r.adm.Charges, inproc.Charge{})
-		c := &r.adm.Charges[len(r.adm.Charges)-1]
-		c.Kind, c.Limit, c.Burst, c.Window = rule.kind, limit, burst, int64(rule.Window)
-		c.Shadow, c.Release = rule.Mode == ModeShadow, rule.OnExpiry == ExpiryRelease
-		c.RuleIndex, c.Source = uint16(i), uint8(source)
-		c.Rule = rule.id
-		c.Amount = rule.reserveAmount(req)
-		switch rule.Kind {
-		case KindRate:
+		charges = append(charges, inproc.Charge{
+			Rule: rule.id, Window: int64(rule.Window), Limit: limit, Burst: burst,
+			Amount: rule.reserveAmount(req), Kind: rule.kind,
+			Shadow: rule.Mode == ModeShadow, Release: rule.OnExpiry == ExpiryRelease,
+			RuleIndex: i, Source: uint8(source),
+		})
+		c := &charges[len(charges)-1]
+		switch rule.kind {
+		case inproc.Rate:
 			if checkFit && !c.Shadow && c.Amount > c.Capacity() {
 				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: c.Capacity()}
 			}
-		case KindBudget:
+		case inproc.Budget:
 			if checkFit && !c.Shadow && c.Amount > limit {
 				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: limit}
 			}
@@ -287,22 +300,47 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r
 			c.PeriodEnd = end.UnixNano()
 		}
 		if !rule.hasTag {
-			c.Subject = subjectValue(rule, id, "", l.serverID)
+			c.Subject, subjects = l.subjectOf(p, rule, id, charges[:len(charges)-1], subjects)
 			continue
 		}
 		// One charge per distinct tag.
-		first := len(r.adm.Charges) - 1
+		first := len(charges) - 1
 		for i, tag := range id.Tags {
 			if slices.Contains(id.Tags[:i], tag) {
 				continue
 			}
 			if i > 0 {
-				r.adm.Charges = append(r.adm.Charges, r.adm.Charges[first])
+				charges = append(charges, charges[first])
 			}
-			r.adm.Charges[len(r.adm.Charges)-1].Subject = subjectValue(rule, id, tag, l.serverID)
+			charges[len(charges)-1].Subject, subjects = addSubject(subjects, subjectValue(rule, id, tag, l.serverID))
 		}
 	}
+	r.adm.Charges, r.adm.Subjects = charges, subjects
 	return nil
+}
+
+// subjectOf returns the index in subjects of rule's subject for id, adding
+// it when it is new. A rule whose subject is built from the same
+// attributes as one of the charges before reuses its subject, so that a
+// composite subject is joined once per admission.
+func (l *Limiter) subjectOf(p *compiledPolicy, rule *compiledRule, id *Identity, before []inproc.Charge, subjects []string) (uint32, []string) {
+	for i := range before {
+		if p.rules[before[i].RuleIndex].group == rule.group {
+			return before[i].Subject, subjects
+		}
+	}
+	return addSubject(subjects, subjectValue(rule, id, "", l.serverID))
+}
+
+// addSubject returns the index of subject in subjects, appending it when
+// it is not there.
+func addSubject(subjects []string, subject string) (uint32, []string) {
+	for i, s := range subjects {
+		if s == subject {
+			return uint32(i), subjects
+		}
+	}
+	return uint32(len(subjects)), append(subjects, subject)
 }
 
 func (r *compiledRule) matches(id *Identity) bool {
@@ -314,8 +352,7 @@ func (r *compiledRule) matches(id *Identity) bool {
 
 // reserveAmount is what r charges at admission for req.
 func (r *compiledRule) reserveAmount(req *Request) int64 {
-	switch r.metric {
-	case MetricRequests, MetricConcurrency:
+	if r.measure == measureOne {
 		return 1
 	}
 	switch r.Reserve {
@@ -323,10 +360,10 @@ func (r *compiledRule) reserveAmount(req *Request) int64 {
 		return r.ReserveAmount
 	case ReserveEstimate:
 		if !req.Expected.IsZero() {
-			return req.Expected.amount(r.metric)
+			return req.Expected.amountOf(r.measure, r.metric)
 		}
 	}
-	return req.Max.amount(r.metric)
+	return req.Max.amountOf(r.measure, r.metric)
 }
 
 // refusal builds the error for a refused admission: a budget wins over a

@@ -82,6 +82,43 @@ type compiledRule struct {
 	hasSession bool
 	metric     Metric
 	location   *time.Location
+
+	// What admissions would otherwise work out on every call:
+	// measure is metric as a switch value; hasMatch says Match is not
+	// empty; group is the same for rules whose subjects are built from the
+	// same attributes (-1 with a tag), so that an admission builds each
+	// subject once.
+	measure  measure
+	hasMatch bool
+	group    int
+}
+
+// measure is a Metric as a small integer, for the admission path.
+type measure uint8
+
+const (
+	measureCustom measure = iota
+	measureOne
+	measureInput
+	measureOutput
+	measureTokens
+	measureCost
+)
+
+func measureOf(m Metric) measure {
+	switch m {
+	case MetricRequests, MetricConcurrency:
+		return measureOne
+	case MetricInputTokens:
+		return measureInput
+	case MetricOutputTokens:
+		return measureOutput
+	case MetricTokens:
+		return measureTokens
+	case MetricCost:
+		return measureCost
+	}
+	return measureCustom
 }
 
 // compileRule validates r and prepares it for admissions.
@@ -191,6 +228,9 @@ func compileRule(r Rule) (*compiledRule, error) {
 		return nil, bad("fit", "must be clamp or empty, not %q", r.Fit)
 	}
 	c.id = fingerprint(&r, c.metric)
+	c.measure = measureOf(c.metric)
+	c.hasMatch = len(r.Match.Models) > 0 || len(r.Match.Tiers) > 0 || len(r.Match.Routes) > 0
+	c.group = -1
 	return c, nil
 }
 
@@ -223,6 +263,11 @@ type compiledPolicy struct {
 	// first.
 	overrideAttrs []attribute
 	tiers         map[string]int64
+	// candidates lists the rules an admission looks at: enabled, and
+	// with a limit or an override that may give one.
+	candidates []uint16
+	// plain is set when no tier or override can change a rule's limit.
+	plain bool
 }
 
 // overrideOrder ranks attributes from the most specific.
@@ -237,6 +282,7 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		return nil, fmt.Errorf("sluice: policy: %d rules, at most %d", len(p.Rules), maxRules)
 	}
 	cp := &compiledPolicy{source: p, byName: map[string]*compiledRule{}}
+	groups := map[string]int{}
 	for _, r := range p.Rules {
 		c, err := compileRule(r)
 		if err != nil {
@@ -244,6 +290,15 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		}
 		if _, dup := cp.byName[r.Name]; dup {
 			return nil, &RuleError{Rule: r.Name, Field: "name", Message: "is used by two rules"}
+		}
+		if !c.hasTag {
+			attrs := string(c.attrs)
+			g, ok := groups[attrs]
+			if !ok {
+				g = len(groups)
+				groups[attrs] = g
+			}
+			c.group = g
 		}
 		cp.byName[r.Name] = c
 		cp.rules = append(cp.rules, c)
@@ -283,6 +338,12 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		}
 		cp.tiers[t.Name] = t.Percent
 	}
+	for i, r := range cp.rules {
+		if !r.Disabled && (r.Limit != 0 || len(cp.overrides) > 0) {
+			cp.candidates = append(cp.candidates, uint16(i))
+		}
+	}
+	cp.plain = len(cp.tiers) == 0 && len(cp.overrides) == 0
 	return cp, nil
 }
 

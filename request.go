@@ -141,6 +141,23 @@ func (u *Usage) amount(m Metric) int64 {
 	return u.Custom[string(m)]
 }
 
+// amountOf is amount for a metric whose measure is known.
+func (u *Usage) amountOf(m measure, metric Metric) int64 {
+	switch m {
+	case measureOne:
+		return 1
+	case measureInput:
+		return u.InputTokens
+	case measureOutput:
+		return u.OutputTokens
+	case measureTokens:
+		return saturatingAdd(u.InputTokens, u.OutputTokens)
+	case measureCost:
+		return u.Cost
+	}
+	return u.Custom[string(metric)]
+}
+
 func saturatingAdd(a, b int64) int64 {
 	s := a + b
 	if s < a {

@@ -48,6 +48,8 @@ type Warning struct {
 // Release it when the call never reached the model; settling twice charges
 // once. It is safe for concurrent use.
 type Reservation struct {
+	// The pointers come first and are few: a Reservation is allocated on
+	// every admission, and the collector scans no further than the last.
 	limiter *Limiter
 	// policy is the policy the charges were built from; a charge's
 	// RuleIndex is its rule's place in policy.rules.
@@ -56,6 +58,8 @@ type Reservation struct {
 	// them in place; nil with an in-process store.
 	batch *Batch
 	adm   inproc.Admission
+	// subject holds adm.Subjects when there is one.
+	subject [1]string
 	// admittedAt is the admission's clock reading (Unix ns), which a
 	// settlement without an overrun can use instead of reading the clock
 	// again.
@@ -116,7 +120,7 @@ func (r *Reservation) Result() Result {
 			least, leastRoom = c, room
 		}
 		if c.Kind == inproc.Budget {
-			if w, ok := warningOf(r.rule(c), c); ok {
+			if w, ok := warningOf(r.rule(c), r.adm.SubjectOf(c), c); ok {
 				res.Warnings = append(res.Warnings, w)
 			}
 		}
@@ -152,7 +156,7 @@ func (r *Reservation) toBatch() *Batch {
 	for i := range r.adm.Charges {
 		c, out := &r.adm.Charges[i], &b.Charges[i]
 		rule := r.rule(c)
-		out.Key = CounterKey{Rule: c.Rule, Subject: c.Subject, Period: c.Period}
+		out.Key = CounterKey{Rule: c.Rule, Subject: r.adm.SubjectOf(c), Period: c.Period}
 		out.Kind, out.Limit, out.Burst, out.Window = rule.Kind, c.Limit, c.Burst, rule.Window
 		out.Amount, out.OnExpiry, out.Shadow = c.Amount, rule.OnExpiry, c.Shadow
 		out.source, out.rule = limitSource(c.Source), rule
@@ -179,8 +183,8 @@ func (r *Reservation) resultsFrom(b *Batch) {
 }
 
 // warningOf reports the highest warning a budget charge has reached.
-func warningOf(rule *compiledRule, c *inproc.Charge) (Warning, bool) {
-	w := Warning{Rule: rule.Name, Subject: c.Subject, Used: c.Used, Limit: c.Limit}
+func warningOf(rule *compiledRule, subject string, c *inproc.Charge) (Warning, bool) {
+	w := Warning{Rule: rule.Name, Subject: subject, Used: c.Used, Limit: c.Limit}
 	found := false
 	for _, f := range rule.WarnAt {
 		if float64(c.Used) >= f*float64(c.Limit) && f > w.Threshold {
@@ -237,7 +241,8 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error 
 		case !reported || c.Kind == inproc.Concurrency:
 			c.Actual = c.Amount
 		default:
-			c.Actual = u.amount(r.rule(c).metric)
+			rule := r.rule(c)
+			c.Actual = u.amountOf(rule.measure, rule.metric)
 		}
 		if r.uncertain && c.Kind == inproc.Rate {
 			// A failed settlement may have moved the bucket already, and
@@ -268,7 +273,7 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error 
 		if c := &charges[i]; c.Actual > c.Amount && c.Kind != inproc.Concurrency {
 			l.overruns.Add(1)
 			if l.onOverrun != nil {
-				l.onOverrun(Overrun{Rule: r.rule(c).Name, Subject: c.Subject, Reserved: c.Amount, Actual: c.Actual})
+				l.onOverrun(Overrun{Rule: r.rule(c).Name, Subject: r.adm.SubjectOf(c), Reserved: c.Amount, Actual: c.Actual})
 			}
 		}
 	}

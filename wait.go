@@ -29,14 +29,14 @@ type waiter struct {
 func (w *waitQueues) active() bool { return w.count.Load() > 0 }
 
 // existing returns the key of a queue that one of charges would join.
-func (w *waitQueues) existing(charges []inproc.Charge) (CounterKey, bool) {
+func (w *waitQueues) existing(a *inproc.Admission) (CounterKey, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for i := range charges {
-		if charges[i].Kind == inproc.Budget {
+	for i := range a.Charges {
+		if a.Charges[i].Kind == inproc.Budget {
 			continue
 		}
-		if key := keyOf(&charges[i]); len(w.queues[key]) > 0 {
+		if key := keyOf(a, &a.Charges[i]); len(w.queues[key]) > 0 {
 			return key, true
 		}
 	}
@@ -124,14 +124,14 @@ func decidingKey(r *Reservation) CounterKey {
 	for i := range r.adm.Charges {
 		c := &r.adm.Charges[i]
 		if !c.Allowed && !c.Shadow && c.Kind != inproc.Budget && c.RetryAfter > longest {
-			key, longest = keyOf(c), c.RetryAfter
+			key, longest = keyOf(&r.adm, c), c.RetryAfter
 		}
 	}
 	return key
 }
 
-func keyOf(c *inproc.Charge) CounterKey {
-	return CounterKey{Rule: c.Rule, Subject: c.Subject, Period: c.Period}
+func keyOf(a *inproc.Admission, c *inproc.Charge) CounterKey {
+	return CounterKey{Rule: c.Rule, Subject: a.SubjectOf(c), Period: c.Period}
 }
 
 // wait queues the admission behind the earlier waiters on key and retries

@@ -17,12 +17,14 @@ const (
 )
 
 // Charge is one rule's part of an admission. Times are Unix nanoseconds
-// and durations nanoseconds; a zero time means none.
+// and durations nanoseconds; a zero time means none. It holds no pointer,
+// so that a reservation holding charges inline is cheap for the garbage
+// collector.
 type Charge struct {
-	// Subject, Rule and Period name the counter, as sluice.CounterKey.
-	Subject string
-	Rule    uint64
-	Period  int64
+	// The admission's Subjects[Subject], Rule and Period name the counter,
+	// as sluice.CounterKey.
+	Rule   uint64
+	Period int64
 	// Window is a rate rule's refill window.
 	Window int64
 	// Limit and Burst are the effective values; a Burst of 0 means Limit.
@@ -48,10 +50,19 @@ type Charge struct {
 	Release bool
 	Allowed bool
 
+	// Subject indexes the admission's Subjects.
+	Subject uint32
+
 	// RuleIndex and Source are the engine's: which rule of its policy the
 	// charge belongs to and where its limit came from. Stores ignore them.
 	RuleIndex uint16
 	Source    uint8
+
+	// Shard and Ref are the store's: where it found the charge's counter
+	// at admission, so that settling finds it again without looking the
+	// subject up. The engine leaves them alone; zero means unknown.
+	Shard uint16
+	Ref   uint64
 }
 
 // Capacity returns a rate charge's bucket size.
@@ -70,7 +81,12 @@ type Admission struct {
 	// leases expire (Unix nanoseconds).
 	Deadline int64
 	Charges  []Charge
+	// Subjects are the distinct subjects of Charges.
+	Subjects []string
 }
+
+// SubjectOf returns the subject of charge c of a.
+func (a *Admission) SubjectOf(c *Charge) string { return a.Subjects[c.Subject] }
 
 // HasBudget reports whether a carries a budget charge, which the sweep must
 // settle if nobody does.

@@ -9,12 +9,15 @@ import (
 
 // slot is one counter of a subject: the rest of its sluice.CounterKey, its
 // state, and the subject's next slot (noSlot if none). It holds no
-// pointer.
+// pointer. gen counts the times the slot was given back, so that a
+// reference to it taken at admission can tell whether it still holds the
+// same counter.
 type slot struct {
 	rule   uint64
 	period int64
 	counter
 	next uint32
+	gen  uint32
 }
 
 // counter is the state of one CounterKey. A key belongs to one rule, so

@@ -119,3 +119,35 @@ func TestStore_EvictionWaitsForGrace(t *testing.T) {
 		t.Fatalf("%d counters left after the grace period, want 0", got)
 	}
 }
+
+// A reservation settled after its counter was evicted, and the counter's
+// place taken by another subject, settles on its own subject: the refund
+// of one subject never lands in another's bucket.
+func TestStore_SettleAfterEvictionLeavesOtherSubjects(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1, EvictEvery: 1, EvictScan: 100, EvictIdle: time.Nanosecond})
+	clock := storetest.NewClock(storetest.Start)
+	l := newLimiter(t, s, clock, sluice.Rule{Name: "rph", Kind: sluice.KindRate, Subject: "key", Limit: 2, Window: time.Hour})
+	ctx := context.Background()
+	held, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{Key: "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	if _, err := l.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Len(); got != 0 {
+		t.Fatalf("%d counters after the sweep, want 0", got)
+	}
+	for range 2 {
+		if _, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{Key: "b"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{Key: "b"}}); !errors.Is(err, sluice.ErrRateLimited) {
+		t.Fatalf("third admission of b: %v, want rate limited (a's refund went to b)", err)
+	}
+}

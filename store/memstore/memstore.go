@@ -12,6 +12,8 @@ package memstore
 
 import (
 	"context"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -91,13 +93,13 @@ func (s *Store) shardOf(k subjectKey) int {
 
 // Admit checks every charge of b and applies all of them or none.
 func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
-	var buf [inlineCharges]inproc.Charge
-	a := inproc.Admission{ID: b.ID, Deadline: b.Deadline.UnixNano(), Charges: fromBatch(b, buf[:0])}
+	var buf batchBuf
+	a := fromBatch(b, &buf)
 	ok := s.admit(now.UnixNano(), &a)
 	toBatch(a.Charges, b)
 	if ok && a.HasBudget() {
 		// The sweep keeps its own copy: a is on the stack.
-		kept := &inproc.Admission{ID: a.ID, Deadline: a.Deadline, Charges: append([]inproc.Charge(nil), a.Charges...)}
+		kept := &inproc.Admission{ID: a.ID, Deadline: a.Deadline, Charges: slices.Clone(a.Charges), Subjects: slices.Clone(a.Subjects)}
 		s.addOpen(openAdmission{adm: kept, batch: b})
 	}
 	return ok, nil
@@ -122,9 +124,9 @@ func (s *Store) LocalStore() sluice.Store { return s }
 
 func (s *Store) admit(now int64, a *inproc.Admission) bool {
 	var p plan
-	s.plan(&p, a.Charges)
-	s.lock(&p)
-	defer s.unlock(&p)
+	s.plan(&p, a)
+	s.lock(&p.lockSet)
+	defer s.unlock(&p.lockSet)
 	ok := s.admitLocked(now, a, &p)
 	if !p.all {
 		for _, j := range p.idx[:p.n] {
@@ -135,13 +137,13 @@ func (s *Store) admit(now int64, a *inproc.Admission) bool {
 }
 
 func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
-	s.resolve(p, a.Charges, true)
+	s.resolve(p, a, true)
 	var tats [inlineCharges][2]int64
 	admit := true
 	for i := range a.Charges {
 		ch := &a.Charges[i]
 		ch.Allowed, ch.RetryAfter = false, 0
-		c, sh := s.counter(p, i)
+		c, sh := s.counter(p, a, i)
 		switch ch.Kind {
 		case inproc.Rate:
 			tat, frac := bucketOf(ch).check(c, ch, now)
@@ -162,8 +164,9 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 	}
 	for i := range a.Charges {
 		ch := &a.Charges[i]
-		c, sh := s.counter(p, i)
+		c, sh := s.counter(p, a, i)
 		c.touched = now
+		s.setRef(ch, p.subject(ch.Subject).shard, p.charge(i).slot)
 		switch ch.Kind {
 		case inproc.Rate:
 			if ch.Allowed && i < len(tats) {
@@ -194,8 +197,8 @@ func (s *Store) Settle(_ context.Context, now time.Time, b *sluice.Batch) error 
 // SettleOpen is Settle, reporting whether the batch was applied (false when
 // the sweep had already settled it), for a durable store built on this one.
 func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
-	var buf [inlineCharges]inproc.Charge
-	a := inproc.Admission{ID: b.ID, Deadline: b.Deadline.UnixNano(), Charges: fromBatch(b, buf[:0])}
+	var buf batchBuf
+	a := fromBatch(b, &buf)
 	return s.settle(now.UnixNano(), &a), nil
 }
 
@@ -210,11 +213,54 @@ func (s *Store) settle(now int64, a *inproc.Admission) bool {
 	if a.HasBudget() && !s.takeOpen(a.ID) {
 		return false
 	}
+	if s.settleByRef(now, a) {
+		return true
+	}
 	var p plan
-	s.plan(&p, a.Charges)
-	s.lock(&p)
+	s.plan(&p, a)
+	s.lock(&p.lockSet)
 	s.applyLocked(now, a, &p, nil)
-	s.unlock(&p)
+	s.unlock(&p.lockSet)
+	return true
+}
+
+// setRef keeps in ch where its counter is, for settleByRef: the slot and
+// its generation, which changes when the slot is given back.
+func (s *Store) setRef(ch *inproc.Charge, shard int, slot uint32) {
+	if shard > math.MaxUint16 {
+		return
+	}
+	ch.Shard = uint16(shard)
+	ch.Ref = uint64(s.shards[shard].at(slot).gen)<<32 | uint64(slot+1)
+}
+
+// settleByRef settles a through the counters its charges found at
+// admission, without hashing or looking up subjects, and reports whether
+// it could: not when a charge has no reference, or when one of the
+// counters was evicted since (its slot's generation moved on), in which
+// case nothing is applied.
+func (s *Store) settleByRef(now int64, a *inproc.Admission) bool {
+	var ls lockSet
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		if ch.Ref == 0 {
+			return false
+		}
+		ls.add(int(ch.Shard))
+	}
+	s.lock(&ls)
+	defer s.unlock(&ls)
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		if sl := s.shards[ch.Shard].at(uint32(ch.Ref) - 1); sl.gen != uint32(ch.Ref>>32) {
+			return false
+		}
+	}
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		sh := &s.shards[ch.Shard].shard
+		s.applyOne(now, a.ID, ch, &sh.at(uint32(ch.Ref)-1).counter, sh, ch.Actual)
+	}
 	return true
 }
 
@@ -240,44 +286,53 @@ func (s *Store) takeOpen(id uint64) bool {
 // applyLocked settles a locked admission at the Actual amounts, or at
 // actual when it is not nil.
 func (s *Store) applyLocked(now int64, a *inproc.Admission, p *plan, actual []int64) {
-	s.resolve(p, a.Charges, true)
+	s.resolve(p, a, true)
 	for i := range a.Charges {
 		ch := &a.Charges[i]
-		c, sh := s.counter(p, i)
+		c, sh := s.counter(p, a, i)
+		// Actual only without actual: when the sweep settles, the
+		// engine may be writing it.
 		var amount int64
 		if actual != nil {
 			amount = actual[i]
 		} else {
 			amount = ch.Actual
 		}
-		c.touched = max(c.touched, now)
-		switch ch.Kind {
-		case inproc.Rate:
-			bucketOf(ch).adjust(c, amount-ch.Amount, now)
-		case inproc.Budget:
-			c.reserved = max(0, c.reserved-ch.Amount)
-			c.used += amount
-			c.end = ch.PeriodEnd
-		case inproc.Concurrency:
-			if c.lease != 0 {
-				dropLease(sh.leasesOf(c, false), a.ID)
-			}
+		s.applyOne(now, a.ID, ch, c, sh, amount)
+	}
+}
+
+// applyOne settles charge ch of admission id at amount on its counter c,
+// in shard sh, locked.
+func (s *Store) applyOne(now int64, id uint64, ch *inproc.Charge, c *counter, sh *shard, amount int64) {
+	c.touched = max(c.touched, now)
+	switch ch.Kind {
+	case inproc.Rate:
+		bucketOf(ch).adjust(c, amount-ch.Amount, now)
+	case inproc.Budget:
+		c.reserved = max(0, c.reserved-ch.Amount)
+		c.used += amount
+		c.end = ch.PeriodEnd
+	case inproc.Concurrency:
+		if c.lease != 0 {
+			dropLease(sh.leasesOf(c, false), id)
 		}
 	}
 }
 
 // Peek fills the result fields of b's charges without charging.
 func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
-	var buf [inlineCharges]inproc.Charge
-	charges := fromBatch(b, buf[:0])
+	var buf batchBuf
+	a := fromBatch(b, &buf)
+	charges := a.Charges
 	n := now.UnixNano()
 	var p plan
-	s.plan(&p, charges)
-	s.lock(&p)
-	s.resolve(&p, charges, false)
+	s.plan(&p, &a)
+	s.lock(&p.lockSet)
+	s.resolve(&p, &a, false)
 	for i := range charges {
 		ch := &charges[i]
-		c, sh := s.counter(&p, i)
+		c, sh := s.counter(&p, &a, i)
 		if c == nil {
 			c = &counter{}
 		}
@@ -295,7 +350,7 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 		}
 		ch.Amount = saved
 	}
-	s.unlock(&p)
+	s.unlock(&p.lockSet)
 	toBatch(charges, b)
 	return nil
 }

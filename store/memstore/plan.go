@@ -15,103 +15,112 @@ const inlineCharges = 8
 // more locks every shard.
 const maxLockSet = 8
 
-// plan is where one call's charges live, and the shards to lock, in
-// ascending order so that two calls never deadlock. Each subject is hashed
-// and looked up once per call.
+// plan is where one call's charges live, and the shards to lock. Each
+// subject is hashed and looked up once per call.
 type plan struct {
-	charges [inlineCharges]planned
-	more    []planned // charges past inlineCharges
+	subjects     [inlineCharges]plannedSubject
+	moreSubjects []plannedSubject // subjects past inlineCharges
+	charges      [inlineCharges]plannedCharge
+	moreCharges  []plannedCharge // charges past inlineCharges
+	lockSet
+}
 
+// plannedSubject is one subject of a plan.
+type plannedSubject struct {
+	key   subjectKey
+	shard int
+	// head is the first of the subject's slots; last is the slot last
+	// found for one of its charges: the next charge most likely has the
+	// next slot.
+	head, last uint32
+}
+
+// plannedCharge is one charge of a resolved plan: its slot, and the slot's
+// counter, nil if none.
+type plannedCharge struct {
+	c    *counter
+	slot uint32
+}
+
+func (p *plan) subject(i uint32) *plannedSubject {
+	if i < inlineCharges {
+		return &p.subjects[i]
+	}
+	return &p.moreSubjects[i-inlineCharges]
+}
+
+func (p *plan) charge(i int) *plannedCharge {
+	if i < inlineCharges {
+		return &p.charges[i]
+	}
+	return &p.moreCharges[i-inlineCharges]
+}
+
+// lockSet is the shards one call locks, in ascending order so that two
+// calls never deadlock; all of them past maxLockSet.
+type lockSet struct {
 	idx [maxLockSet]int
 	n   int
 	all bool
 }
 
-// planned is one charge of a plan.
-type planned struct {
-	// shard holds the charge's subject; first is the first charge on the
-	// same subject, whose map entry it shares.
-	shard, first int
-	// c is the charge's counter, nil if none.
-	c *counter
-	// last is, for the first charge on each subject, the slot last found
-	// for a charge on it: the next charge most likely has the next slot.
-	last uint32
-	// key is, for the first charge on each subject, the subject's key,
-	// and head the first of its slots.
-	key  subjectKey
-	head uint32
+// add puts shard j in the set.
+func (ls *lockSet) add(j int) {
+	if ls.all {
+		return
+	}
+	pos := 0
+	for pos < ls.n && ls.idx[pos] < j {
+		pos++
+	}
+	if pos < ls.n && ls.idx[pos] == j {
+		return
+	}
+	if ls.n == maxLockSet {
+		ls.all = true
+		return
+	}
+	copy(ls.idx[pos+1:ls.n+1], ls.idx[pos:ls.n])
+	ls.idx[pos] = j
+	ls.n++
 }
 
-func (p *plan) at(i int) *planned {
-	if i < inlineCharges {
-		return &p.charges[i]
+// plan hashes each subject of a once and works out the shards to lock.
+func (s *Store) plan(p *plan, a *inproc.Admission) {
+	if n := len(a.Subjects); n > inlineCharges {
+		p.moreSubjects = make([]plannedSubject, n-inlineCharges)
 	}
-	return &p.more[i-inlineCharges]
-}
-
-// plan hashes each distinct subject of charges once and works out the
-// shards to lock.
-func (s *Store) plan(p *plan, charges []inproc.Charge) {
-	if n := len(charges); n > inlineCharges {
-		p.more = make([]planned, n-inlineCharges)
+	if n := len(a.Charges); n > inlineCharges {
+		p.moreCharges = make([]plannedCharge, n-inlineCharges)
 	}
-	for i := range charges {
-		pc := p.at(i)
-		pc.first = i
-		for j := range i {
-			if p.at(j).first == j && charges[j].Subject == charges[i].Subject {
-				pc.first = j
-				break
-			}
-		}
-		if pc.first != i {
-			pc.shard = p.at(pc.first).shard
-			continue
-		}
-		pc.key = s.hash.key(charges[i].Subject)
-		j := s.shardOf(pc.key)
-		pc.shard = j
-		if p.all {
-			continue
-		}
-		pos := 0
-		for pos < p.n && p.idx[pos] < j {
-			pos++
-		}
-		if pos < p.n && p.idx[pos] == j {
-			continue
-		}
-		if p.n == maxLockSet {
-			p.all = true
-			continue
-		}
-		copy(p.idx[pos+1:p.n+1], p.idx[pos:p.n])
-		p.idx[pos] = j
-		p.n++
+	for i, subject := range a.Subjects {
+		ps := p.subject(uint32(i))
+		ps.key = s.hash.key(subject)
+		ps.shard = s.shardOf(ps.key)
+		p.add(ps.shard)
 	}
 }
 
-func (s *Store) lock(p *plan) {
-	if p.all {
+func (s *Store) lock(ls *lockSet) {
+	if ls.all {
 		for j := range s.shards {
 			s.shards[j].mu.Lock()
 		}
 		return
 	}
-	for _, j := range p.idx[:p.n] {
+	for _, j := range ls.idx[:ls.n] {
 		s.shards[j].mu.Lock()
 	}
 }
 
-func (s *Store) unlock(p *plan) {
-	if p.all {
+func (s *Store) unlock(ls *lockSet) {
+	if ls.all {
 		for j := range s.shards {
 			s.shards[j].mu.Unlock()
 		}
 		return
 	}
-	for _, j := range p.idx[:p.n] {
+	for _, j := range ls.idx[:ls.n] {
 		s.shards[j].mu.Unlock()
 	}
 }
@@ -119,19 +128,19 @@ func (s *Store) unlock(p *plan) {
 // resolve finds the slot of every charge of a locked plan, adding the
 // missing ones when create is set. A slot does not move, so the addresses
 // counter returns stay good until the shards are unlocked.
-func (s *Store) resolve(p *plan, charges []inproc.Charge, create bool) {
-	for i := range charges {
-		pc := p.at(i)
-		sh := &s.shards[pc.shard].shard
-		if pc.first == i {
-			pc.head = sh.subjects.get(pc.key)
-			pc.last = noSlot
-		}
-		owner := p.at(pc.first)
-		ch := &charges[i]
+func (s *Store) resolve(p *plan, a *inproc.Admission, create bool) {
+	for i := range a.Subjects {
+		ps := p.subject(uint32(i))
+		ps.head = s.shards[ps.shard].subjects.get(ps.key)
+		ps.last = noSlot
+	}
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		ps := p.subject(ch.Subject)
+		sh := &s.shards[ps.shard].shard
 		k := noSlot
-		if owner.last != noSlot {
-			if next := sh.at(owner.last).next; next != noSlot {
+		if ps.last != noSlot {
+			if next := sh.at(ps.last).next; next != noSlot {
 				if sl := sh.at(next); sl.rule == ch.Rule && sl.period == ch.Period {
 					k = next
 				}
@@ -139,41 +148,60 @@ func (s *Store) resolve(p *plan, charges []inproc.Charge, create bool) {
 		}
 		if k == noSlot {
 			var last uint32
-			k, last = sh.find(owner.head, ch.Rule, ch.Period)
+			k, last = sh.find(ps.head, ch.Rule, ch.Period)
 			if k == noSlot && create {
-				k = sh.add(owner.key, last, ch.Rule, ch.Period)
+				k = sh.add(ps.key, last, ch.Rule, ch.Period)
 				if last == noSlot {
-					owner.head = k
+					ps.head = k
 				}
 			}
 		}
-		pc.c = nil
+		pc := p.charge(i)
+		pc.c, pc.slot = nil, k
 		if k != noSlot {
 			pc.c = &sh.at(k).counter
-			owner.last = k
+			ps.last = k
 		}
 	}
 }
 
 // counter returns the counter of charge i of a resolved plan, nil if it has
 // none, and its shard.
-func (s *Store) counter(p *plan, i int) (*counter, *shard) {
-	pc := p.at(i)
-	return pc.c, &s.shards[pc.shard].shard
+func (s *Store) counter(p *plan, a *inproc.Admission, i int) (*counter, *shard) {
+	return p.charge(i).c, &s.shards[p.subject(a.Charges[i].Subject).shard].shard
 }
 
-// fromBatch appends b's charges to buf in the engine's in-process form.
-func fromBatch(b *sluice.Batch, buf []inproc.Charge) []inproc.Charge {
+// batchBuf holds on the stack the admission of a typical Batch.
+type batchBuf struct {
+	charges  [inlineCharges]inproc.Charge
+	subjects [inlineCharges]string
+}
+
+// fromBatch returns b as an admission in the engine's in-process form,
+// held in buf when it fits.
+func fromBatch(b *sluice.Batch, buf *batchBuf) inproc.Admission {
+	a := inproc.Admission{ID: b.ID, Deadline: b.Deadline.UnixNano(), Charges: buf.charges[:0], Subjects: buf.subjects[:0]}
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		buf = append(buf, inproc.Charge{
-			Subject: c.Key.Subject, Rule: c.Key.Rule, Period: c.Key.Period,
+		subject := -1
+		for j, s := range a.Subjects {
+			if s == c.Key.Subject {
+				subject = j
+				break
+			}
+		}
+		if subject < 0 {
+			subject = len(a.Subjects)
+			a.Subjects = append(a.Subjects, c.Key.Subject)
+		}
+		a.Charges = append(a.Charges, inproc.Charge{
+			Subject: uint32(subject), Rule: c.Key.Rule, Period: c.Key.Period,
 			Window: int64(c.Window), Limit: c.Limit, Burst: c.Burst,
 			Amount: c.Amount, Actual: c.Actual, PeriodEnd: unixNano(c.PeriodEnd),
 			Kind: kindOf(c.Kind), Shadow: c.Shadow, Release: c.OnExpiry == sluice.ExpiryRelease,
 		})
 	}
-	return buf
+	return a
 }
 
 // toBatch copies the results of charges to b's charges.

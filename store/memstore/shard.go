@@ -99,7 +99,8 @@ func (sh *shard) add(k subjectKey, last uint32, rule uint64, period int64) uint3
 		}
 		sh.used++
 	}
-	*sh.at(i) = slot{rule: rule, period: period, next: noSlot}
+	sl := sh.at(i)
+	*sl = slot{rule: rule, period: period, next: noSlot, gen: sl.gen}
 	if last == noSlot {
 		sh.subjects.set(k, i)
 	} else {
@@ -116,7 +117,9 @@ func (sh *shard) release(i uint32) {
 		sh.leases[j] = sh.leases[j][:0]
 		sh.freeLeases = append(sh.freeLeases, j)
 	}
-	*sl = slot{next: sh.free}
+	// A new generation: a reservation that found the slot before no
+	// longer takes it for its counter.
+	*sl = slot{next: sh.free, gen: sl.gen + 1}
 	sh.free = i
 }
 

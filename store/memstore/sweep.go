@@ -57,10 +57,10 @@ func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
 			}
 		}
 		var p plan
-		s.plan(&p, a.Charges)
-		s.lock(&p)
+		s.plan(&p, a)
+		s.lock(&p.lockSet)
 		s.applyLocked(n, a, &p, e.Actual)
-		s.unlock(&p)
+		s.unlock(&p.lockSet)
 		if e.Batch == nil {
 			e.Batch = batchOf(a)
 		}
@@ -76,7 +76,7 @@ func batchOf(a *inproc.Admission) *sluice.Batch {
 	for i := range a.Charges {
 		ch := &a.Charges[i]
 		c := &b.Charges[i]
-		c.Key = sluice.CounterKey{Rule: ch.Rule, Subject: ch.Subject, Period: ch.Period}
+		c.Key = sluice.CounterKey{Rule: ch.Rule, Subject: a.SubjectOf(ch), Period: ch.Period}
 		c.Kind, c.Limit, c.Burst, c.Window = kindName(ch.Kind), ch.Limit, ch.Burst, time.Duration(ch.Window)
 		c.Amount, c.Shadow = ch.Amount, ch.Shadow
 		c.OnExpiry = sluice.ExpiryCharge
