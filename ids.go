@@ -34,15 +34,19 @@ func (s *idSource) take() uint64 {
 }
 
 // stripedCounter is a counter written by every admission, spread over
-// cache lines so that two cores counting at once do not contend.
+// cache lines so that two cores counting at once do not contend. The
+// leading pad keeps the first stripe off the line of the fields before it,
+// which every admission reads.
 type stripedCounter struct {
+	_       [64]byte
 	stripes [8]struct {
 		n atomic.Int64
 		_ [56]byte
 	}
 }
 
-// add counts one, in the stripe picked by hint.
+// add counts one, in the stripe picked by hint: an id, whose block of
+// idBlockSize ids, all taken by one P, picks the stripe.
 func (c *stripedCounter) add(hint uint64) { c.stripes[hint/idBlockSize%8].n.Add(1) }
 
 func (c *stripedCounter) sum() int64 {

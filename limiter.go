@@ -118,7 +118,9 @@ func New(opts Options) (*Limiter, error) {
 	}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
-	l.ids.next.Store(binary.LittleEndian.Uint64(seed[:]) &^ (1 << 63))
+	// Blocks of ids start at a multiple of idBlockSize, so that each block
+	// counts its admissions in one stripe of l.admitted.
+	l.ids.next.Store(binary.LittleEndian.Uint64(seed[:]) &^ (1 << 63) &^ (idBlockSize - 1))
 	rules := append(opts.Simple.Rules(), opts.Rules...)
 	if err := l.SetPolicy(Policy{Rules: rules, Overrides: opts.Overrides, Tiers: opts.Tiers}); err != nil {
 		return nil, err
