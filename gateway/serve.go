@@ -228,12 +228,19 @@ func (c *call) request(cand *model, capPer int64) sluice.Request {
 func (c *call) admit(cand *model) (*sluice.Reservation, int64, bool, error) {
 	capPer := c.outputCap(cand)
 	req := c.request(cand, capPer)
-	ctx, cancel := context.WithTimeout(context.Background(), c.maxWait+c.g.opts.RequestTimeout)
-	defer cancel()
+	ctx := context.Background()
 	t0 := time.Now()
 	var stop func()
-	if c.maxWait > 0 && c.ctx.Conn() != nil {
-		stop = watchClient(c.ctx.Conn(), cancel)
+	if c.maxWait > 0 {
+		// Batch work may wait: bounded, and given up when the client goes.
+		// A call that does not wait needs neither (the stores bound their
+		// own calls), nor the timer a deadline costs on every admission.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.maxWait+c.g.opts.RequestTimeout)
+		defer cancel()
+		if c.ctx.Conn() != nil {
+			stop = watchClient(c.ctx.Conn(), cancel)
+		}
 	}
 	res, err := c.g.limiter.Admit(ctx, req)
 	if stop != nil {
