@@ -360,3 +360,60 @@ func TestSettle_RetryAfterLostReply(t *testing.T) {
 		})
 	}
 }
+
+// SettleAsync settles as Settle does and tells done: before it returns over
+// the memory store; from a goroutine over a store that cannot settle
+// asynchronously, with the store's error, after which it may be retried.
+func TestReservation_SettleAsync(t *testing.T) {
+	settleAsync := func(r *sluice.Reservation, u sluice.Usage) error {
+		done := make(chan error, 1)
+		r.SettleAsync(context.Background(), u, func(err error) { done <- err })
+		return <-done
+	}
+	t.Run("memory", func(t *testing.T) {
+		l, _ := withRules(t, daily(sluice.MetricTokens, 1000))
+		r := admit(t, l, tokens("k", 100, 200))
+		called := false
+		r.SettleAsync(context.Background(), sluice.Usage{InputTokens: 100, OutputTokens: 50}, func(err error) {
+			if err != nil {
+				t.Errorf("settle: %v", err)
+			}
+			called = true
+		})
+		if !called {
+			t.Fatal("done was not called before SettleAsync returned")
+		}
+		if err := settleAsync(r, sluice.Usage{InputTokens: 900}); err != nil {
+			t.Fatalf("settling again: %v", err)
+		}
+		if used := effective(t, l, ident("k"), "daily").Used; used != 150 {
+			t.Fatalf("used %d, want 150 settled once", used)
+		}
+	})
+	t.Run("store error then retry", func(t *testing.T) {
+		down := errors.New("i/o timeout")
+		s := newFlakyStore()
+		l, _ := newLimiter(t, sluice.Options{Store: s, Rules: []sluice.Rule{daily(sluice.MetricTokens, 1000), inFlight(1)}})
+		r := admit(t, l, tokens("k", 100, 200))
+		s.fail(nil, down, nil, nil)
+		var se *sluice.StoreError
+		if err := settleAsync(r, sluice.Usage{InputTokens: 100, OutputTokens: 50}); !errors.Is(err, down) || !errors.As(err, &se) || se.Op != "settle" {
+			t.Fatalf("settle with the store down: %#v", err)
+		}
+		s.fail(nil, nil, nil, nil)
+		if err := settleAsync(r, sluice.Usage{InputTokens: 100, OutputTokens: 50}); err != nil {
+			t.Fatalf("retried settle: %v", err)
+		}
+		if used := effective(t, l, ident("k"), "daily").Used; used != 150 {
+			t.Fatalf("used %d after the retried settle, want 150", used)
+		}
+		admit(t, l, tokens("k", 1, 1)) // the lease is free
+	})
+	t.Run("invalid usage", func(t *testing.T) {
+		l, _ := withRules(t, daily(sluice.MetricTokens, 1000))
+		r := admit(t, l, tokens("k", 10, 10))
+		if err := settleAsync(r, sluice.Usage{InputTokens: -1}); !errors.Is(err, sluice.ErrInvalidUsage) {
+			t.Fatalf("negative usage: %v, want ErrInvalidUsage", err)
+		}
+	})
+}

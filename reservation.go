@@ -220,14 +220,64 @@ func (r *Reservation) Release(ctx context.Context) error {
 }
 
 func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error {
-	if !r.state.CompareAndSwap(stateOpen, stateSettling) {
+	now, ok := r.beginSettle(u, release)
+	if !ok {
 		return nil
+	}
+	l := r.limiter
+	if l.local != nil {
+		l.local.SettleLocal(now, &r.adm)
+		return r.endSettle(nil)
+	}
+	r.copyActuals()
+	return r.endSettle(l.store.Settle(ctx, time.Unix(0, now), r.batch))
+}
+
+// SettleAsync is Settle for a caller that must not wait for the store: it
+// settles with u and calls done with what Settle would have returned, once
+// the settlement is as durable as Settle's return would make it. Over a
+// store in this process done runs before SettleAsync returns; a store that
+// journals its settlements (an AsyncSettler) applies the settlement at once
+// and calls done from its own goroutine after the commit; any other store
+// is settled on a goroutine of its own. done must not block, nor call the
+// store.
+func (r *Reservation) SettleAsync(ctx context.Context, u Usage, done func(error)) {
+	if err := u.validate(); err != nil {
+		done(fmt.Errorf("settle: %w", err))
+		return
+	}
+	now, ok := r.beginSettle(&u, false)
+	if !ok {
+		done(nil)
+		return
+	}
+	l := r.limiter
+	if l.local != nil {
+		l.local.SettleLocal(now, &r.adm)
+		done(r.endSettle(nil))
+		return
+	}
+	r.copyActuals()
+	at := time.Unix(0, now)
+	if as, ok := l.store.(AsyncSettler); ok {
+		as.SettleAsync(ctx, at, r.batch, func(err error) { done(r.endSettle(err)) })
+		return
+	}
+	go func() { done(r.endSettle(l.store.Settle(ctx, at, r.batch))) }()
+}
+
+// beginSettle claims the reservation for a settlement and sets each
+// charge's Actual; it returns the time to settle at, or false when there
+// is nothing to settle (settled already, or no charges).
+func (r *Reservation) beginSettle(u *Usage, release bool) (int64, bool) {
+	if !r.state.CompareAndSwap(stateOpen, stateSettling) {
+		return 0, false
 	}
 	l := r.limiter
 	charges := r.adm.Charges
 	if len(charges) == 0 {
 		r.state.Store(stateDone)
-		return nil
+		return 0, false
 	}
 	reported := u != nil && !u.IsZero()
 	// Refunds need no fresh time: a bucket refunded below the admission
@@ -257,18 +307,27 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error 
 	if overrun {
 		now = l.clock.Now().UnixNano()
 	}
-	if l.local != nil {
-		l.local.SettleLocal(now, &r.adm)
-	} else {
-		for i := range charges {
-			r.batch.Charges[i].Actual = charges[i].Actual
-		}
-		if err := l.store.Settle(ctx, time.Unix(0, now), r.batch); err != nil {
-			r.uncertain = true
-			r.state.Store(stateOpen)
-			return &StoreError{Op: "settle", Err: err}
-		}
+	return now, true
+}
+
+// copyActuals copies each charge's Actual to the Batch the store admitted.
+func (r *Reservation) copyActuals() {
+	for i := range r.adm.Charges {
+		r.batch.Charges[i].Actual = r.adm.Charges[i].Actual
 	}
+}
+
+// endSettle finishes a settlement the store answered with err: on success
+// it counts the overruns and marks the reservation settled; on failure the
+// reservation is open again, for a retry.
+func (r *Reservation) endSettle(err error) error {
+	if err != nil {
+		r.uncertain = true
+		r.state.Store(stateOpen)
+		return &StoreError{Op: "settle", Err: err}
+	}
+	l := r.limiter
+	charges := r.adm.Charges
 	for i := range charges {
 		if c := &charges[i]; c.Actual > c.Amount && c.Kind != inproc.Concurrency {
 			l.overruns.Add(1)

@@ -33,6 +33,16 @@ type Store interface {
 	Close() error
 }
 
+// AsyncSettler is a Store that can settle without its caller waiting for
+// the settlement to be durable (a store that journals to disk).
+// SettleAsync applies b at once as Settle does, and calls done with what
+// Settle would have returned once the settlement is as durable as Settle's
+// return would make it: before SettleAsync returns, or later from the
+// store's own goroutine. done must not block, nor call the store.
+type AsyncSettler interface {
+	SettleAsync(ctx context.Context, now time.Time, b *Batch, done func(error))
+}
+
 // localStore is a Store that keeps its counters in this process and reads
 // the engine's charges in place (memstore): an admission through it builds
 // no Batch and allocates nothing but its Reservation. Its Admit, Settle and

@@ -19,7 +19,10 @@ type instrumentedStore struct {
 	open map[uint64]*openBatch
 }
 
-var _ sluice.Store = (*instrumentedStore)(nil)
+var (
+	_ sluice.Store        = (*instrumentedStore)(nil)
+	_ sluice.AsyncSettler = (*instrumentedStore)(nil)
+)
 
 type openBatch struct {
 	admitted time.Time
@@ -60,6 +63,26 @@ func (s *instrumentedStore) Settle(ctx context.Context, now time.Time, b *sluice
 		s.mu.Unlock()
 	}
 	return err
+}
+
+// SettleAsync passes SettleAsync on to a store that has it, timed until
+// done; any other store is settled on a goroutine of its own.
+func (s *instrumentedStore) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch, done func(error)) {
+	start := time.Now()
+	finish := func(err error) {
+		s.m.observeStore(opSettle, start, err)
+		if err == nil {
+			s.mu.Lock()
+			delete(s.open, b.ID)
+			s.mu.Unlock()
+		}
+		done(err)
+	}
+	if as, ok := s.Store.(sluice.AsyncSettler); ok {
+		as.SettleAsync(ctx, now, b, finish)
+		return
+	}
+	go func() { finish(s.Store.Settle(ctx, now, b)) }()
 }
 
 func (s *instrumentedStore) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {

@@ -191,6 +191,9 @@ type Gateway struct {
 	// preAuth counts requests per client address before authentication;
 	// nil when Options.PreAuthPerMinute is 0.
 	preAuth *sluice.Limiter
+	// after runs the settlements of the calls served by Server once their
+	// response is written.
+	after afterResponse
 }
 
 // PreAuthRule names the per-address limit checked before authentication.
@@ -284,8 +287,17 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// Handler is the fasthttp handler of the client API.
-func (g *Gateway) Handler(ctx *fasthttp.RequestCtx) {
+// Handler is the fasthttp handler of the client API. Mounted in a server
+// of the caller's, it settles each call on a goroutine of its own; the
+// server of Server settles on the connection's goroutine instead, once the
+// response is written.
+func (g *Gateway) Handler(ctx *fasthttp.RequestCtx) { g.handle(ctx, false) }
+
+// handleServed is the handler of Server, whose ConnState hook runs
+// g.after.
+func (g *Gateway) handleServed(ctx *fasthttp.RequestCtx) { g.handle(ctx, true) }
+
+func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 	path := string(ctx.Path())
 	method := string(ctx.Method())
 	switch {
@@ -313,7 +325,7 @@ func (g *Gateway) Handler(ctx *fasthttp.RequestCtx) {
 		}
 		g.inFlight.add()
 		defer g.inFlight.done()
-		g.serve(ctx, rt)
+		g.serve(ctx, rt, served)
 	}
 }
 

@@ -59,11 +59,14 @@ type call struct {
 	// (the client left, or the deadline passed): it may have done the
 	// work, so the reservation is charged.
 	cut bool
+	// served is set when the call came through Server, whose ConnState
+	// hook runs g.after.
+	served bool
 }
 
-func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
+func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 	now := time.Now()
-	c := &call{g: g, ctx: ctx, rt: rt, start: now, deadline: now.Add(g.opts.RequestTimeout)}
+	c := &call{g: g, ctx: ctx, rt: rt, start: now, deadline: now.Add(g.opts.RequestTimeout), served: served}
 	c.event.Route = rt.name
 	if err := c.run(); err != nil {
 		c.event.Outcome, c.event.Class = outcomeOf(err)
@@ -71,17 +74,11 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
 	}
 	c.event.Status = ctx.Response.StatusCode()
 	if c.settle != nil {
-		// Settle once the answer is on its way: the client does not wait
+		// Settle once the answer is written out: the client does not wait
 		// for the store (a durable store commits the settlement), and
-		// Drain still waits for it.
+		// Drain still waits for it (finish tells inFlight).
 		g.inFlight.add()
-		go func() {
-			defer g.inFlight.done()
-			c.settle()
-			if g.opts.Observer != nil {
-				g.opts.Observer(c.event)
-			}
-		}()
+		c.whenAnswered(c.settle)
 		return
 	}
 	if g.opts.Observer != nil && !c.streaming() {
@@ -90,6 +87,17 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route) {
 }
 
 func (c *call) streaming() bool { return c.ctx.Response.IsBodyStream() }
+
+// whenAnswered runs f once the response is written out: on the
+// connection's goroutine, from the ConnState hook, when the call came
+// through Server; on a goroutine of its own otherwise.
+func (c *call) whenAnswered(f func()) {
+	if conn := c.ctx.Conn(); c.served && conn != nil {
+		c.g.after.add(conn, f)
+		return
+	}
+	go f()
+}
 
 // run authenticates, bounds, admits and forwards the request. An error
 // returned has not been answered yet.
@@ -266,15 +274,21 @@ func (c *call) request(cand *model, capPer int64) sluice.Request {
 func (c *call) admit(cand *model) (*sluice.Reservation, int64, bool, error) {
 	capPer := c.outputCap(cand)
 	req := c.request(cand, capPer)
-	ctx, cancel := context.WithTimeout(context.Background(), c.maxWait+c.g.opts.RequestTimeout)
-	defer cancel()
+	ctx := context.Background()
 	t0 := time.Now()
 	var w *clientWatch
-	if c.maxWait > 0 && c.ctx.Conn() != nil {
-		// A batch call may wait up to BatchMaxWait in the engine's queue:
-		// a client that gives up meanwhile must not have its call
-		// admitted, charged or sent upstream.
-		w = watchClient(c.ctx.Conn(), 0, cancel)
+	if c.maxWait > 0 {
+		// Batch work may wait: bounded, and given up when the client goes
+		// (a client that gives up must not have its call admitted, charged
+		// or sent upstream). A call that does not wait needs neither (the
+		// stores bound their own calls), nor the timer a deadline costs on
+		// every admission.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.maxWait+c.g.opts.RequestTimeout)
+		defer cancel()
+		if c.ctx.Conn() != nil {
+			w = watchClient(c.ctx.Conn(), 0, cancel)
+		}
 	}
 	res, err := c.g.limiter.Admit(ctx, req)
 	if w != nil {
@@ -399,25 +413,38 @@ func (c *call) settleUsage(cand *model, u llm.Usage) sluice.Usage {
 }
 
 // finish settles the reservation with usage (or the estimate when nothing
-// was reported) and records it in the ledger.
+// was reported). Once the settlement is durable it records the call in the
+// ledger, tells the Observer, and marks the call done for Drain (the
+// caller added it to g.inFlight). With a journaling store that happens
+// later, on the store's goroutine: nothing there may touch c.ctx, which
+// serves the connection's next request by then.
 func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reported bool) {
 	var su sluice.Usage // zero: nothing reported, the reservation is charged
 	if reported {
 		su = c.settleUsage(cand, u)
 	}
-	if err := res.Settle(context.Background(), su); err != nil {
-		c.g.log.Error("settle failed", "route", c.rt.name, "model", cand.Name, "err", err)
-	}
-	if su.IsZero() {
+	charged := su
+	if charged.IsZero() {
 		// What the reservation charged: the output cap sent, clamped or not.
-		su = c.request(cand, c.capPer).Max
+		charged = c.request(cand, c.capPer).Max
 	}
-	c.settleSession(su, false)
-	c.event.Usage = su
-	if c.g.opts.Usage != nil {
-		c.g.opts.Usage.RecordUsage(UsageRecord{At: time.Now(), Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
-			InputTokens: su.InputTokens, OutputTokens: su.OutputTokens, CachedInputTokens: su.CachedInputTokens, Cost: su.Cost, Tags: c.tags})
-	}
+	// The session's counters are in the catalog, not the limit store:
+	// settled here, on the connection's goroutine after the answer.
+	c.settleSession(charged, false)
+	res.SettleAsync(context.Background(), su, func(err error) {
+		if err != nil {
+			c.g.log.Error("settle failed", "route", c.rt.name, "model", cand.Name, "err", err)
+		}
+		c.event.Usage = charged
+		if c.g.opts.Usage != nil {
+			c.g.opts.Usage.RecordUsage(UsageRecord{At: time.Now(), Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
+				InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags})
+		}
+		if c.g.opts.Observer != nil {
+			c.g.opts.Observer(c.event)
+		}
+		c.g.inFlight.done()
+	})
 }
 
 // setResultHeaders writes the admission's headers on a response.

@@ -11,10 +11,12 @@ import (
 
 // Server returns a fasthttp server for the client API: bodies over
 // MaxBodyBytes are answered 413 from their Content-Length, before the body
-// is read.
+// is read. Its calls are settled on the connection's goroutine once their
+// response is written out, by its ConnState hook (see afterResponse): a
+// caller that sets its own ConnState must call the one it replaces.
 func (g *Gateway) Server() *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler:               g.Handler,
+		Handler:               g.handleServed,
 		ErrorHandler:          g.serverError,
 		Name:                  "sluice",
 		MaxRequestBodySize:    g.opts.MaxBodyBytes,
@@ -23,6 +25,7 @@ func (g *Gateway) Server() *fasthttp.Server {
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
 		Logger:                serverLog{g.log},
+		ConnState:             g.after.connState,
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Response, injected bool, uc *upstreamConn, watch *clientWatch) {
 	c.ctx.SetStatusCode(200)
 	c.ctx.Response.Header.Set("Cache-Control", "no-cache")
-	c.g.inFlight.add() // until the stream is settled; done by CloseWithError
+	c.g.inFlight.add() // until the stream is settled; done by finish
 	upstream := resp.BodyStream()
 	br, _ := upstreamReaders.Get().(*bufio.Reader)
 	if br == nil {
@@ -156,9 +156,8 @@ func (s *streamBody) next() {
 // CloseWithError is called by fasthttp once the body is written, or could
 // not be: werr is the error that stopped it (the provider's, or the
 // client's connection failing), nil after a clean end. The call is settled
-// on a goroutine of its own: fasthttp sends the stream's final chunk only
-// after this returns, and settling may wait for a journal commit. Drain
-// still waits for it.
+// once the stream's final chunk is written out (fasthttp sends it only
+// after this returns); Drain still waits for it.
 func (s *streamBody) CloseWithError(werr error) error {
 	c := s.c
 	s.deadline.Stop()
@@ -195,14 +194,8 @@ func (s *streamBody) CloseWithError(werr error) error {
 		u.InputTokens = max(u.InputTokens, c.bound.InputTokens)
 		reported = true
 	}
-	go func() {
-		defer c.g.inFlight.done()
-		c.finish(s.cand, s.res, u, reported)
-		if c.g.opts.Observer != nil {
-			c.event.Status = 200
-			c.g.opts.Observer(c.event)
-		}
-	}()
+	c.event.Status = 200
+	c.whenAnswered(func() { c.finish(s.cand, s.res, u, reported) })
 	return nil
 }
 

@@ -17,12 +17,17 @@ import (
 	"github.com/sluicehq/sluice/store/sqlitestore"
 )
 
-const crashChildEnv = "SLUICE_SQLITESTORE_CRASH_CHILD"
+const (
+	crashChildEnv = "SLUICE_SQLITESTORE_CRASH_CHILD"
+	// crashAsyncEnv makes the child settle as the gateway does: with
+	// SettleAsync, settlements held for a group, acknowledged in done.
+	crashAsyncEnv = "SLUICE_SQLITESTORE_CRASH_ASYNC"
+)
 
 // TestMain lets the crash test re-run this binary as the process it kills.
 func TestMain(m *testing.M) {
 	if path := os.Getenv(crashChildEnv); path != "" {
-		crashChild(path)
+		crashChild(path, os.Getenv(crashAsyncEnv) != "")
 		return
 	}
 	os.Exit(m.Run())
@@ -40,9 +45,10 @@ var crashID = sluice.Identity{Workspace: "w", Key: "k"}
 // crashChild opens the store, holds one reservation of 1000 tokens open,
 // and settles reservations of 100 tokens at 7 from four goroutines until it
 // is killed. It prints L once the long reservation is held, A after each
-// admission and S after each settlement returns.
-func crashChild(path string) {
-	s, err := sqlitestore.Open(sqlitestore.Options{Path: path})
+// admission and S after each settlement returns (with async, when
+// SettleAsync calls done, the worker going on meanwhile).
+func crashChild(path string, async bool) {
+	s, err := sqlitestore.Open(sqlitestore.Options{Path: path, HoldSettlements: async})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
@@ -73,6 +79,16 @@ func crashChild(path string) {
 					os.Exit(3)
 				}
 				say("A")
+				if async {
+					r.SettleAsync(ctx, sluice.Usage{InputTokens: 7}, func(err error) {
+						if err != nil {
+							fmt.Fprintln(os.Stderr, err)
+							os.Exit(3)
+						}
+						say("S")
+					})
+					continue
+				}
 				if err := r.Settle(ctx, sluice.Usage{InputTokens: 7}); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(3)
@@ -88,12 +104,22 @@ func crashChild(path string) {
 // SIGKILL at random moments and checks, after each restart, that every
 // acknowledged settlement is counted, the reservation held open is charged
 // by the restart, and nothing is counted beyond what was reserved.
-func TestCrash_KillNineLosesNoSettledUsage(t *testing.T) {
+func TestCrash_KillNineLosesNoSettledUsage(t *testing.T) { killNineRounds(t, false) }
+
+// TestCrash_KillNineLosesNoAsyncSettlement is the same with settlements
+// made through SettleAsync and held for a group, as the gateway makes
+// them: a settlement acknowledged by done survives the kill.
+func TestCrash_KillNineLosesNoAsyncSettlement(t *testing.T) { killNineRounds(t, true) }
+
+func killNineRounds(t *testing.T, async bool) {
 	path := filepath.Join(t.TempDir(), "store.db")
 	var admitted, settled, rounds int64
 	for round := range 5 {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+path)
+		if async {
+			cmd.Env = append(cmd.Env, crashAsyncEnv+"=1")
+		}
 		cmd.Stderr = os.Stderr
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {

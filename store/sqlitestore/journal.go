@@ -24,6 +24,9 @@ type op struct {
 	batch *sluice.Batch
 	// actual overrides the batch's Actual amounts (the sweep's decision).
 	actual []int64
+	// done, when set, is told once the op is committed, or the journal
+	// failed (SettleAsync).
+	done func(error)
 }
 
 func (o *op) actualOf(i int) int64 {

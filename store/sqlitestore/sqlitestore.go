@@ -37,7 +37,12 @@ import (
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
 )
 
-var _ sluice.Store = (*Store)(nil)
+var (
+	_ sluice.Store        = (*Store)(nil)
+	_ sluice.AsyncSettler = (*Store)(nil)
+)
+
+var errClosed = errors.New("sqlitestore: closed")
 
 // Options configures a Store. Path is required.
 type Options struct {
@@ -261,6 +266,26 @@ func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) erro
 	return s.wait(ctx, s.enqueue(op{kind: opSettle, batch: b}))
 }
 
+// SettleAsync settles in memory at once and calls done once the settlement
+// is committed, from the journal's goroutine: the caller does not wait for
+// the commit, and no goroutine waits for it per call.
+func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch, done func(error)) {
+	if err := s.failed(); err != nil {
+		done(err)
+		return
+	}
+	if !hasBudget(b) {
+		done(s.mem.Settle(ctx, now, b))
+		return
+	}
+	applied, err := s.mem.SettleOpen(now, b)
+	if err != nil || !applied {
+		done(err)
+		return
+	}
+	s.enqueue(op{kind: opSettle, batch: b, done: done})
+}
+
 // Peek reads the in-memory counters.
 func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
 	return s.mem.Peek(ctx, now, b)
@@ -300,7 +325,7 @@ func (s *Store) failed() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return errors.New("sqlitestore: closed")
+		return errClosed
 	}
 	return s.err
 }
@@ -308,6 +333,16 @@ func (s *Store) failed() error {
 // enqueue adds o to the next journal group and returns its sequence number.
 func (s *Store) enqueue(o op) uint64 {
 	s.mu.Lock()
+	if o.done != nil && (s.closing || s.err != nil) {
+		// The writer may be gone: the op would never be committed.
+		err := s.err
+		if err == nil {
+			err = errClosed
+		}
+		s.mu.Unlock()
+		o.done(err)
+		return 0
+	}
 	s.pending = append(s.pending, o)
 	endsHold := o.kind == opSettle && !s.holdSettlements
 	if endsHold {

@@ -14,7 +14,7 @@ func (s *Store) writer() {
 	ctx := context.Background()
 	w, err := newJournalWriter(ctx, s.db)
 	if err != nil {
-		s.fail(err)
+		s.fail(err, nil)
 		return
 	}
 	defer w.close()
@@ -60,23 +60,43 @@ func (s *Store) writer() {
 			g.add(&ops[i])
 		}
 		err := w.commit(ctx, g)
-		clear(ops)
 		if err != nil {
-			s.fail(err)
+			s.fail(err, ops)
 			return
 		}
 		s.mu.Lock()
 		s.done = upto
 		s.committed.Broadcast()
 		s.mu.Unlock()
+		// The settlements of SettleAsync are told here, on this goroutine,
+		// once per group: no goroutine per call waits for the commit.
+		for i := range ops {
+			if ops[i].done != nil {
+				ops[i].done(nil)
+			}
+		}
+		clear(ops)
 	}
 }
 
-func (s *Store) fail(err error) {
+// fail makes the journal's failure sticky and tells the asynchronous
+// settlements that will never be committed: those of the failed group
+// (taken) and those still pending.
+func (s *Store) fail(err error, taken []op) {
 	s.mu.Lock()
 	s.err = fmt.Errorf("sqlitestore: journal: %w", err)
 	s.committed.Broadcast()
+	pending := s.pending
+	s.pending = nil
+	err = s.err
 	s.mu.Unlock()
+	for _, ops := range [][]op{taken, pending} {
+		for i := range ops {
+			if ops[i].done != nil {
+				ops[i].done(err)
+			}
+		}
+	}
 }
 
 // journalWriter holds the writer's connection and prepared statements.
