@@ -189,12 +189,14 @@ func (sh *shard) evict(e uint64, now, grace int64) (dropped bool) {
 }
 
 // evictScan runs evict on up to n subjects from the shard's cursor on,
-// looking at no more than 4n entries.
+// looking at no more than 4n entries, and on each subject at most once: n
+// is capped at the subjects the shard holds.
 func (sh *shard) evictScan(n int, now, grace int64) {
 	t := &sh.subjects
 	if t.n == 0 {
 		return
 	}
+	n = min(n, t.n)
 	m := t.mask()
 	for probes := 0; n > 0 && probes < 4*n; probes++ {
 		i := sh.cursor & m
