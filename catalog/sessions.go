@@ -171,22 +171,23 @@ func (c *Catalog) GetSession(ctx context.Context, id, keyID string) (Session, er
 // SettleSession later replaces the reservation with the usage.
 func (c *Catalog) ChargeSession(ctx context.Context, id, keyID string, tokens, cost, input int64) (Session, error) {
 	now := c.now()
-	res, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET turns = turns + 1, tokens = tokens + ?, cost = cost + ?
+	// One statement admits and returns the row (RETURNING: SQLite 3.35+
+	// and PostgreSQL); only a refusal reads the row again, to say why.
+	s, err := scanSession(c.db.QueryRowContext(ctx, c.d.q(`UPDATE sessions SET turns = turns + 1, tokens = tokens + ?, cost = cost + ?
 		WHERE id = ? AND key_id = ? AND closed_at IS NULL AND expires_at > ?
 		AND (max_context = 0 OR ? <= max_context)
 		AND (max_turns = 0 OR turns + 1 <= max_turns)
 		AND (max_tokens = 0 OR tokens + ? <= max_tokens)
-		AND (max_cost = 0 OR cost + ? <= max_cost)`),
-		tokens, cost, id, keyID, now.UnixNano(), input, tokens, cost)
-	if err != nil {
+		AND (max_cost = 0 OR cost + ? <= max_cost)
+		RETURNING `+sessionColumns),
+		tokens, cost, id, keyID, now.UnixNano(), input, tokens, cost))
+	if err == nil {
+		return s, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
 		return Session{}, fmt.Errorf("catalog: charge session: %w", err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return Session{}, fmt.Errorf("catalog: charge session: %w", err)
-	}
-	s, err := c.GetSession(ctx, id, keyID)
-	if err != nil || n == 1 {
+	if s, err = c.GetSession(ctx, id, keyID); err != nil {
 		return s, err
 	}
 	// Refused: say why, and remember the first ceiling reached.
