@@ -124,24 +124,8 @@ func (u *Usage) validate() error {
 	return nil
 }
 
-// amount returns how much of metric m u holds.
-func (u *Usage) amount(m Metric) int64 {
-	switch m {
-	case MetricRequests, MetricConcurrency:
-		return 1
-	case MetricInputTokens:
-		return u.InputTokens
-	case MetricOutputTokens:
-		return u.OutputTokens
-	case MetricTokens:
-		return saturatingAdd(u.InputTokens, u.OutputTokens)
-	case MetricCost:
-		return u.Cost
-	}
-	return u.Custom[string(m)]
-}
-
-// amountOf is amount for a metric whose measure is known.
+// amountOf returns how much of metric u holds; m is the metric's measure
+// (measureOf), worked out once per rule.
 func (u *Usage) amountOf(m measure, metric Metric) int64 {
 	switch m {
 	case measureOne:
