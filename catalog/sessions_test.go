@@ -3,6 +3,8 @@ package catalog
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -255,4 +257,47 @@ func TestCatalog_ListAndEndSessions(t *testing.T) {
 			t.Fatalf("%d audit entries for the end, want 1: %+v", n, entries)
 		}
 	})
+}
+
+// BenchmarkSessionCall measures what a call in a session adds on the
+// catalog (the model check, the charge, the settlement: three statements),
+// against the peer measured beside it, one plain single-row UPDATE on the
+// same database: the cheapest write a call could make. PostgreSQL runs
+// when SLUICE_TEST_POSTGRES_URL is set.
+func BenchmarkSessionCall(b *testing.B) {
+	backends := []*backend{{name: "sqlite", d: sqliteDialect, path: filepath.Join(b.TempDir(), "catalog.db")}}
+	if os.Getenv("SLUICE_TEST_POSTGRES_URL") != "" {
+		backends = append(backends, &backend{name: "postgres", d: postgresDialect, url: testSchemaURL(b)})
+	}
+	for _, be := range backends {
+		c, clock := be.openTest(b)
+		ctx := context.Background()
+		s := testSession(clock)
+		s.MaxTurns, s.MaxTokens, s.MaxCost = 0, 0, 0
+		s, _, err := c.OpenSession(ctx, s, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(be.name+"/session", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := c.GetSession(ctx, s.ID, "k1"); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.ChargeSession(ctx, s.ID, "k1", 300, 20, 100); err != nil {
+					b.Fatal(err)
+				}
+				if err := c.SettleSession(ctx, s.ID, 0, -50, -3); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(be.name+"/plain-update", func(b *testing.B) {
+			q := c.d.q(`UPDATE sessions SET turns = turns + 1 WHERE id = ?`)
+			for b.Loop() {
+				if _, err := c.db.ExecContext(ctx, q, s.ID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
