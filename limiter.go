@@ -199,27 +199,30 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		return nil
 	}
 	var ok bool
+	var err error
+	var b *Batch
 	if l.local != nil {
-		ok = l.local.AdmitLocal(at, &r.adm)
+		ok, err = l.local.AdmitLocal(at, &r.adm)
 	} else {
-		b := r.toBatch()
+		b = r.toBatch()
 		b.Deadline = time.Unix(0, r.adm.Deadline)
-		var err error
 		ok, err = l.store.Admit(ctx, now, b)
-		if err != nil {
-			if !r.failOpen() {
-				return &StoreError{Op: "admit", Err: err}
-			}
-			// Every rule in play says on_store_error: open: admit, charge
-			// nothing, and say so.
-			r.adm.Charges = r.adm.Charges[:0]
-			r.batch = nil
-			r.failedOpen = true
-			r.state.Store(stateOpen)
-			l.admitted.add(r.adm.ID)
-			l.failedOpen.Add(1)
-			return nil
+	}
+	if err != nil {
+		if !r.failOpen() {
+			return &StoreError{Op: "admit", Err: err}
 		}
+		// Every rule in play says on_store_error: open: admit, charge
+		// nothing, and say so.
+		r.adm.Charges = r.adm.Charges[:0]
+		r.batch = nil
+		r.failedOpen = true
+		r.state.Store(stateOpen)
+		l.admitted.add(r.adm.ID)
+		l.failedOpen.Add(1)
+		return nil
+	}
+	if b != nil {
 		r.resultsFrom(b)
 	}
 	if !ok {

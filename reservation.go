@@ -226,8 +226,7 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error 
 	}
 	l := r.limiter
 	if l.local != nil {
-		l.local.SettleLocal(now, &r.adm)
-		return r.endSettle(nil)
+		return r.endSettle(l.local.SettleLocal(ctx, now, &r.adm))
 	}
 	r.copyActuals()
 	return r.endSettle(l.store.Settle(ctx, time.Unix(0, now), r.batch))
@@ -253,8 +252,11 @@ func (r *Reservation) SettleAsync(ctx context.Context, u Usage, done func(error)
 	}
 	l := r.limiter
 	if l.local != nil {
-		l.local.SettleLocal(now, &r.adm)
-		done(r.endSettle(nil))
+		if as, ok := l.local.(localAsyncSettler); ok {
+			as.SettleLocalAsync(now, &r.adm, func(err error) { done(r.endSettle(err)) })
+			return
+		}
+		done(r.endSettle(l.local.SettleLocal(ctx, now, &r.adm)))
 		return
 	}
 	r.copyActuals()

@@ -44,21 +44,29 @@ type AsyncSettler interface {
 }
 
 // localStore is a Store that keeps its counters in this process and reads
-// the engine's charges in place (memstore): an admission through it builds
-// no Batch and allocates nothing but its Reservation. Its Admit, Settle and
-// Sweep work on the same counters, with the same semantics, as the Store
-// methods.
+// the engine's charges in place (memstore, and sqlitestore, which journals
+// what memstore holds): an admission through it builds no Batch and
+// allocates nothing but its Reservation. Its Admit, Settle and Sweep work
+// on the same counters, with the same semantics, as the Store methods, and
+// fail as they do (sqlitestore's journal failing).
 type localStore interface {
 	// AdmitLocal is Store.Admit at now (Unix ns). A budget admission is
-	// kept by pointer for the sweep until settled.
-	AdmitLocal(now int64, a *inproc.Admission) bool
+	// kept by pointer, for the sweep (and a journal), until settled: a
+	// must not change until then, except each charge's Actual.
+	AdmitLocal(now int64, a *inproc.Admission) (bool, error)
 	// SettleLocal is Store.Settle at now, with each charge's Actual.
-	SettleLocal(now int64, a *inproc.Admission)
+	SettleLocal(ctx context.Context, now int64, a *inproc.Admission) error
 	// LocalStore returns the store whose methods these are. A type that
 	// embeds one has them too, but its own Admit and Settle must run: the
 	// engine reads charges in place only when LocalStore is the Store
 	// itself.
 	LocalStore() Store
+}
+
+// localAsyncSettler is a localStore with AsyncSettler's SettleAsync for
+// charges read in place.
+type localAsyncSettler interface {
+	SettleLocalAsync(now int64, a *inproc.Admission, done func(error))
 }
 
 // SweepResult counts what a sweep did.

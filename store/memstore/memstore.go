@@ -109,12 +109,12 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 // it checks every charge of a and applies all of them or none, filling
 // each charge's results. A budget admission is kept, by pointer, for the
 // sweep, so a must not change until settled (except Actual).
-func (s *Store) AdmitLocal(now int64, a *inproc.Admission) bool {
+func (s *Store) AdmitLocal(now int64, a *inproc.Admission) (bool, error) {
 	ok := s.admit(now, a)
 	if ok && a.HasBudget() {
 		s.addOpen(openAdmission{adm: a})
 	}
-	return ok
+	return ok, nil
 }
 
 // LocalStore returns s. A Limiter reads its charges in place, through
@@ -205,8 +205,16 @@ func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
 // SettleLocal is Settle for an admission of AdmitLocal: each charge's
 // Actual replaces its Amount, and the leases are freed. An admission the
 // sweep already settled is left alone.
-func (s *Store) SettleLocal(now int64, a *inproc.Admission) {
+func (s *Store) SettleLocal(_ context.Context, now int64, a *inproc.Admission) error {
 	s.settle(now, a)
+	return nil
+}
+
+// SettleLocalOpen is SettleLocal, reporting whether the admission was
+// applied (false when the sweep had already settled it), for a durable
+// store built on this one.
+func (s *Store) SettleLocalOpen(now int64, a *inproc.Admission) bool {
+	return s.settle(now, a)
 }
 
 func (s *Store) settle(now int64, a *inproc.Admission) bool {

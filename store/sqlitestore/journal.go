@@ -3,9 +3,9 @@ package sqlitestore
 import (
 	"encoding/binary"
 	"errors"
-	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // opKind is what a journal entry records.
@@ -16,12 +16,15 @@ const (
 	opSettle                   // a reservation settled, released or swept
 )
 
-// op is one journal entry. It points at the batch rather than copying it:
-// the fields it reads (keys, amounts, deadline, and Actual once settled)
-// no longer change after the store call that queued it.
+// op is one journal entry: a Batch (from Admit, Settle and the sweep) or an
+// admission the engine reads in place (AdmitLocal, SettleLocal). It points
+// at it rather than copying it: the fields it reads (keys, amounts,
+// deadline, and Actual once settled) no longer change after the store call
+// that queued it.
 type op struct {
 	kind  opKind
 	batch *sluice.Batch
+	adm   *inproc.Admission
 	// actual overrides the batch's Actual amounts (the sweep's decision).
 	actual []int64
 	// done, when set, is told once the op is committed, or the journal
@@ -29,11 +32,55 @@ type op struct {
 	done func(error)
 }
 
-func (o *op) actualOf(i int) int64 {
-	if o.actual != nil {
-		return o.actual[i]
+func (o *op) id() uint64 {
+	if o.adm != nil {
+		return o.adm.ID
 	}
-	return o.batch.Charges[i].Actual
+	return o.batch.ID
+}
+
+func (o *op) deadline() int64 {
+	if o.adm != nil {
+		return o.adm.Deadline
+	}
+	return o.batch.Deadline.UnixNano()
+}
+
+// budgets calls f for each budget charge of o, and, for a settlement, its
+// Actual (the settled amount) as o says. An admission's Actual is not read:
+// the engine may be writing it.
+func (o *op) budgets(f func(c storedCharge, actual int64)) {
+	settled := o.kind == opSettle
+	if a := o.adm; a != nil {
+		for i := range a.Charges {
+			ch := &a.Charges[i]
+			if ch.Kind != inproc.Budget {
+				continue
+			}
+			var actual int64
+			if settled {
+				actual = ch.Actual
+			}
+			f(storedCharge{key: sluice.CounterKey{Rule: ch.Rule, Subject: a.SubjectOf(ch), Period: ch.Period},
+				periodEnd: ch.PeriodEnd, amount: ch.Amount, release: ch.Release}, actual)
+		}
+		return
+	}
+	for i := range o.batch.Charges {
+		c := &o.batch.Charges[i]
+		if c.Kind != sluice.KindBudget {
+			continue
+		}
+		var actual int64
+		switch {
+		case o.actual != nil:
+			actual = o.actual[i]
+		case settled:
+			actual = c.Actual
+		}
+		f(storedCharge{key: c.Key, periodEnd: c.PeriodEnd.UnixNano(), amount: c.Amount,
+			release: c.OnExpiry == sluice.ExpiryRelease}, actual)
+	}
 }
 
 // storedCharge is a budget charge as the reservations table keeps it: what
@@ -45,25 +92,21 @@ type storedCharge struct {
 	release   bool
 }
 
-// encodeCharges encodes the budget charges of b.
-func encodeCharges(buf []byte, b *sluice.Batch) []byte {
-	for i := range b.Charges {
-		c := &b.Charges[i]
-		if c.Kind != sluice.KindBudget {
-			continue
-		}
-		buf = binary.AppendUvarint(buf, c.Key.Rule)
-		buf = binary.AppendUvarint(buf, uint64(len(c.Key.Subject)))
-		buf = append(buf, c.Key.Subject...)
-		buf = binary.AppendVarint(buf, c.Key.Period)
-		buf = binary.AppendVarint(buf, c.PeriodEnd.UnixNano())
-		buf = binary.AppendVarint(buf, c.Amount)
+// encodeCharges encodes the budget charges of o.
+func encodeCharges(buf []byte, o *op) []byte {
+	o.budgets(func(c storedCharge, _ int64) {
+		buf = binary.AppendUvarint(buf, c.key.Rule)
+		buf = binary.AppendUvarint(buf, uint64(len(c.key.Subject)))
+		buf = append(buf, c.key.Subject...)
+		buf = binary.AppendVarint(buf, c.key.Period)
+		buf = binary.AppendVarint(buf, c.periodEnd)
+		buf = binary.AppendVarint(buf, c.amount)
 		release := byte(0)
-		if c.OnExpiry == sluice.ExpiryRelease {
+		if c.release {
 			release = 1
 		}
 		buf = append(buf, release)
-	}
+	})
 	return buf
 }
 
@@ -109,14 +152,14 @@ type delta struct {
 // group is what one journal transaction writes: reservations opened and
 // closed, and the net change of each budget counter.
 type group struct {
-	opened  map[uint64]*sluice.Batch
+	opened  map[uint64]*op
 	closed  []uint64
 	deltas  map[sluice.CounterKey]delta
 	scratch []byte
 }
 
 func newGroup() *group {
-	return &group{opened: map[uint64]*sluice.Batch{}, deltas: map[sluice.CounterKey]delta{}}
+	return &group{opened: map[uint64]*op{}, deltas: map[sluice.CounterKey]delta{}}
 }
 
 func (g *group) reset() {
@@ -126,28 +169,24 @@ func (g *group) reset() {
 }
 
 // add folds one op into the group. A reservation opened and closed in the
-// same group is never written.
+// same group is never written. o must stay where it is until the group is
+// committed.
 func (g *group) add(o *op) {
+	id := o.id()
 	switch o.kind {
 	case opAdmit:
-		g.opened[o.batch.ID] = o.batch
+		g.opened[id] = o
 	case opSettle:
-		if _, ok := g.opened[o.batch.ID]; ok {
-			delete(g.opened, o.batch.ID)
+		if _, ok := g.opened[id]; ok {
+			delete(g.opened, id)
 		} else {
-			g.closed = append(g.closed, o.batch.ID)
+			g.closed = append(g.closed, id)
 		}
-		for i := range o.batch.Charges {
-			c := &o.batch.Charges[i]
-			if c.Kind != sluice.KindBudget {
-				continue
-			}
-			d := g.deltas[c.Key]
-			d.periodEnd = c.PeriodEnd.UnixNano()
-			d.used += o.actualOf(i)
-			g.deltas[c.Key] = d
-		}
+		o.budgets(func(c storedCharge, actual int64) {
+			d := g.deltas[c.key]
+			d.periodEnd = c.periodEnd
+			d.used += actual
+			g.deltas[c.key] = d
+		})
 	}
 }
-
-func unixNano(t time.Time) int64 { return t.UnixNano() }

@@ -148,9 +148,9 @@ func (w *journalWriter) commit(ctx context.Context, g *group) (err error) {
 			_, _ = w.conn.ExecContext(ctx, "ROLLBACK")
 		}
 	}()
-	for id, b := range g.opened {
-		g.scratch = encodeCharges(g.scratch[:0], b)
-		if _, err := w.insert.ExecContext(ctx, int64(id), unixNano(b.Deadline), g.scratch); err != nil {
+	for id, o := range g.opened {
+		g.scratch = encodeCharges(g.scratch[:0], o)
+		if _, err := w.insert.ExecContext(ctx, int64(id), o.deadline(), g.scratch); err != nil {
 			return fmt.Errorf("insert reservation: %w", err)
 		}
 	}
