@@ -22,7 +22,7 @@ func BenchmarkAdmitSettle(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			rules := []sluice.Rule{baseRules[1], baseRules[2]} // the budget and the in-flight cap: every call admitted
-			rules[0].Limit = 1 << 50 // never spent, however long the benchmark runs
+			rules[0].Limit = 1 << 50                           // never spent, however long the benchmark runs
 			rules[1].Limit = 1 << 20
 			l, err := sluice.New(sluice.Options{Store: tc.store(), Rules: rules, ServerID: "bench"})
 			if err != nil {

@@ -161,10 +161,13 @@ func (m *Metrics) Handler() http.Handler {
 // Store wraps s so that its latency, sweeps and open reservations are
 // measured. Give the wrapped store to the Limiter.
 func (m *Metrics) Store(s sluice.Store) sluice.Store {
-	is := &instrumentedStore{Store: s, m: m, open: map[uint64]*openBatch{}}
+	is := &instrumentedStore{Store: s, m: m, open: map[uint64]openBatch{}}
 	m.mu.Lock()
 	m.stores = append(m.stores, is)
 	m.mu.Unlock()
+	if ls, ok := s.(localStore); ok && ls.LocalStore() == s {
+		return &instrumentedLocal{instrumentedStore: is, local: ls}
+	}
 	return is
 }
 
