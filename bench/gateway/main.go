@@ -34,6 +34,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
 // options are the harness's flags.
@@ -99,7 +101,7 @@ func run(ctx context.Context, o options) error {
 	src := o.src
 	if src == "" {
 		var err error
-		if src, err = moduleRoot(); err != nil {
+		if src, err = proc.ModuleRoot(); err != nil {
 			return err
 		}
 	}
@@ -127,7 +129,7 @@ func run(ctx context.Context, o options) error {
 		// -src or -rev: it is not what is measured.
 		root := src
 		if o.src != "" {
-			if root, err = moduleRoot(); err != nil {
+			if root, err = proc.ModuleRoot(); err != nil {
 				return err
 			}
 		}
@@ -136,29 +138,29 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	ports, err := freePorts(5)
+	ports, err := proc.FreePorts(5)
 	if err != nil {
 		return err
 	}
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	mockAddr, pacedAddr, gwAddr, adminAddr, bareAddr := addr(0), addr(1), addr(2), addr(3), addr(4)
 
-	env := childEnv()
-	mock, err := start("mock", tmp, bin, env, "mock", "--listen", mockAddr)
+	env := proc.ChildEnv()
+	mock, err := proc.Start("mock", tmp, bin, env, "mock", "--listen", mockAddr)
 	if err != nil {
 		return err
 	}
-	defer mock.stop(5 * time.Second)
-	paced, err := start("paced-mock", tmp, bin, env, "mock", "--listen", pacedAddr, "--chunk-interval", o.chunkInterval.String())
+	defer mock.Stop(5 * time.Second)
+	paced, err := proc.Start("paced-mock", tmp, bin, env, "mock", "--listen", pacedAddr, "--chunk-interval", o.chunkInterval.String())
 	if err != nil {
 		return err
 	}
-	defer paced.stop(5 * time.Second)
+	defer paced.Stop(5 * time.Second)
 	for _, m := range []struct {
-		c    *child
+		c    *proc.Child
 		addr string
 	}{{mock, mockAddr}, {paced, pacedAddr}} {
-		if err := waitHTTP(m.c, "http://"+m.addr+"/v1/models", 30*time.Second); err != nil {
+		if err := proc.WaitHTTP(m.c, "http://"+m.addr+"/v1/models", 30*time.Second); err != nil {
 			return err
 		}
 	}
@@ -176,39 +178,39 @@ func run(ctx context.Context, o options) error {
 	if o.store != "" {
 		gwVars = append(gwVars, "SLUICE_STORE="+o.store)
 	}
-	gwEnv := childEnv(gwVars...)
+	gwEnv := proc.ChildEnv(gwVars...)
 	key, err := createKey(ctx, bin, cfgPath, gwEnv)
 	if err != nil {
 		return err
 	}
-	gw, err := start("gateway", tmp, bin, gwEnv, "serve", "--config", cfgPath)
+	gw, err := proc.Start("gateway", tmp, bin, gwEnv, "serve", "--config", cfgPath)
 	if err != nil {
 		return err
 	}
-	defer gw.stop(10 * time.Second)
-	if err := waitHTTP(gw, "http://"+gwAddr+"/healthz", 30*time.Second); err != nil {
+	defer gw.Stop(10 * time.Second)
+	if err := proc.WaitHTTP(gw, "http://"+gwAddr+"/healthz", 30*time.Second); err != nil {
 		return err
 	}
 	logf("mock on %s (pid %d), paced mock on %s (pid %d), gateway on %s (pid %d)",
-		mockAddr, mock.pid(), pacedAddr, paced.pid(), gwAddr, gw.pid())
+		mockAddr, mock.Pid(), pacedAddr, paced.Pid(), gwAddr, gw.Pid())
 
 	b := &bench{o: o, hz: clockTicks(), gw: gw,
 		direct:  newTarget("direct", mockAddr, "Bearer "+key, o.conns),
 		gateway: newTarget("gateway", gwAddr, "Bearer "+key, o.conns),
-		p:       procs{gateway: gw.pid(), mock: mock.pid()},
+		p:       procs{gateway: gw.Pid(), mock: mock.Pid()},
 	}
 	if bareBin != "" {
-		bare, err := start("bareproxy", tmp, bareBin, childEnv(), "-listen", bareAddr, "-upstream", mockAddr)
+		bare, err := proc.Start("bareproxy", tmp, bareBin, proc.ChildEnv(), "-listen", bareAddr, "-upstream", mockAddr)
 		if err != nil {
 			return err
 		}
-		defer bare.stop(5 * time.Second)
-		if err := waitHTTP(bare, "http://"+bareAddr+"/v1/models", 30*time.Second); err != nil {
+		defer bare.Stop(5 * time.Second)
+		if err := proc.WaitHTTP(bare, "http://"+bareAddr+"/v1/models", 30*time.Second); err != nil {
 			return err
 		}
-		logf("bare fasthttp proxy on %s (pid %d), in front of the mock", bareAddr, bare.pid())
+		logf("bare fasthttp proxy on %s (pid %d), in front of the mock", bareAddr, bare.Pid())
 		b.bare = newTarget("bare", bareAddr, "Bearer "+key, o.conns)
-		b.p.bare = bare.pid()
+		b.p.bare = bare.Pid()
 	}
 	b.pacedDirect = &target{name: "direct", addr: pacedAddr, path: "/v1/chat/completions", auth: b.direct.auth}
 	b.pacedGateway = &target{name: "gateway", addr: gwAddr, path: "/v1/chat/completions", auth: b.gateway.auth}
@@ -218,9 +220,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	if err := b.measure(ctx); err != nil {
-		return fmt.Errorf("%w\ngateway log:\n%s", err, gw.tail(20))
+		return fmt.Errorf("%w\ngateway log:\n%s", err, gw.Tail(20))
 	}
-	rss, hwm, err := memKiB(gw.pid())
+	rss, hwm, err := memKiB(gw.Pid())
 	if err != nil {
 		return fmt.Errorf("gateway memory: %w", err)
 	}
@@ -232,8 +234,8 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	b.report(os.Stdout)
-	if gw.exited() {
-		return fmt.Errorf("the gateway exited during the run:\n%s", gw.tail(20))
+	if gw.Exited() {
+		return fmt.Errorf("the gateway exited during the run:\n%s", gw.Tail(20))
 	}
 	return nil
 }
@@ -242,7 +244,7 @@ func run(ctx context.Context, o options) error {
 type bench struct {
 	o            options
 	hz           int64
-	gw           *child
+	gw           *proc.Child
 	p            procs
 	direct       *target
 	gateway      *target

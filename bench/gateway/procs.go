@@ -6,15 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
 // The quick knobs are set high, not to 0: the three default rules stay on
@@ -25,40 +23,15 @@ var knobs = []string{
 	"SLUICE_MAX_IN_FLIGHT=100000",
 }
 
-// child is a process the harness started, in its own process group so that
-// stopping it also stops anything it started.
-type child struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
 // buildSluice builds the sluice binary from the module at src into dir.
 func buildSluice(ctx context.Context, src, dir string) (string, error) {
-	bin := filepath.Join(dir, "sluice")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/sluice")
-	cmd.Dir = src
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/sluice: %w\n%s", err, out.String())
-	}
-	return bin, nil
+	return proc.Build(ctx, src, "./cmd/sluice", filepath.Join(dir, "sluice"))
 }
 
-// buildBareProxy builds the bare fasthttp proxy (./bench/gateway/bareproxy)
-// of the module at src into dir.
+// buildBareProxy builds the bare fasthttp proxy from the module at src into
+// dir.
 func buildBareProxy(ctx context.Context, src, dir string) (string, error) {
-	bin := filepath.Join(dir, "bareproxy")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./bench/gateway/bareproxy")
-	cmd.Dir = src
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./bench/gateway/bareproxy: %w\n%s", err, out.String())
-	}
-	return bin, nil
+	return proc.Build(ctx, src, "./bench/gateway/bareproxy", filepath.Join(dir, "bareproxy"))
 }
 
 // exportRev writes the tree of git revision rev of the repository at src
@@ -92,139 +65,6 @@ func exportRev(ctx context.Context, src, rev, dir string) (string, error) {
 		return "", fmt.Errorf("git archive %s: %w\n%s", rev, err, errs.String())
 	}
 	return strings.TrimSpace(string(hash)), nil
-}
-
-// moduleRoot returns the directory of the main module's go.mod.
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("not inside a Go module: run from the repository")
-	}
-	return filepath.Dir(mod), nil
-}
-
-// childEnv is the harness's environment without any SLUICE_ variable, plus
-// extra.
-func childEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SLUICE_") {
-			env = append(env, kv)
-		}
-	}
-	return append(env, extra...)
-}
-
-// start runs bin with args, its output in a log file under dir.
-func start(name, dir, bin string, env []string, args ...string) (*child, error) {
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = f, f
-	// Pdeathsig is a backstop for a harness killed with SIGKILL; the
-	// deferred stop is the normal way out.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(c.done)
-	}()
-	return c, nil
-}
-
-func (c *child) pid() int { return c.cmd.Process.Pid }
-
-// exited reports whether the process has ended.
-func (c *child) exited() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM to the process group, and SIGKILL if it is still
-// there after grace.
-func (c *child) stop(grace time.Duration) {
-	if c == nil || c.exited() {
-		return
-	}
-	pgid := -c.pid()
-	_ = syscall.Kill(pgid, syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(grace):
-		_ = syscall.Kill(pgid, syscall.SIGKILL)
-		select {
-		case <-c.done:
-		case <-time.After(grace):
-		}
-	}
-}
-
-// tail returns the last lines of the child's log, for error messages.
-func (c *child) tail(lines int) string {
-	data, _ := os.ReadFile(c.log)
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
-}
-
-// waitHTTP polls url until it answers 200, the child exits or timeout
-// passes.
-func waitHTTP(c *child, url string, timeout time.Duration) error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if c.exited() {
-			return fmt.Errorf("%s exited before it answered %s:\n%s", c.name, url, c.tail(20))
-		}
-		resp, err := client.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not answer %s within %s:\n%s", c.name, url, timeout, c.tail(20))
-}
-
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // writeConfig writes the gateway's config: the mock at mockAddr serving

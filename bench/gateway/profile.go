@@ -19,7 +19,7 @@ func (b *bench) profile(ctx context.Context, path string) error {
 	if _, err := exec.LookPath("perf"); err != nil {
 		return fmt.Errorf("-perf: perf is not installed: %w", err)
 	}
-	rec := exec.Command("perf", "record", "-F", "999", "-g", "-o", path, "-p", strconv.Itoa(b.gw.pid()))
+	rec := exec.Command("perf", "record", "-F", "999", "-g", "-o", path, "-p", strconv.Itoa(b.gw.Pid()))
 	var out bytes.Buffer
 	rec.Stdout, rec.Stderr = &out, &out
 	rec.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

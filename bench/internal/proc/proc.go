@@ -1,0 +1,179 @@
+// Package proc starts and stops the processes of the benchmark harnesses:
+// each in its own process group, its output in a log file, stopped by its
+// harness on every path out.
+package proc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Build builds the main package pkg of the module at src into out.
+func Build(ctx context.Context, src, pkg, out string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = src
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, buf.String())
+	}
+	return out, nil
+}
+
+// Kill9 kills the process group at once, as a crash would.
+func (c *Child) Kill9() {
+	_ = syscall.Kill(-c.Pid(), syscall.SIGKILL)
+	<-c.done
+}
+
+// Child is a process the harness started, in its own process group so that
+// stopping it also stops anything it started.
+type Child struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// ModuleRoot returns the directory of the main module's go.mod.
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside a Go module: run from the repository")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// ChildEnv is the harness's environment without any SLUICE_ variable, plus
+// extra.
+func ChildEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SLUICE_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// Start runs bin with args, its output in a log file under dir.
+func Start(name, dir, bin string, env []string, args ...string) (*Child, error) {
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = f, f
+	// Pdeathsig is a backstop for a harness killed with SIGKILL; the
+	// deferred stop is the normal way out.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	c := &Child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// Exited reports whether the process has ended.
+func (c *Child) Exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop sends SIGTERM to the process group, and SIGKILL if it is still
+// there after grace.
+func (c *Child) Stop(grace time.Duration) {
+	if c == nil || c.Exited() {
+		return
+	}
+	pgid := -c.Pid()
+	_ = syscall.Kill(pgid, syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(pgid, syscall.SIGKILL)
+		select {
+		case <-c.done:
+		case <-time.After(grace):
+		}
+	}
+}
+
+// Tail returns the last lines of the child's log, for error messages.
+func (c *Child) Tail(lines int) string {
+	data, _ := os.ReadFile(c.log)
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// WaitHTTP polls url until it answers 200, the child exits or timeout
+// passes.
+func WaitHTTP(c *Child, url string, timeout time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if c.Exited() {
+			return fmt.Errorf("%s exited before it answered %s:\n%s", c.name, url, c.Tail(20))
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer %s within %s:\n%s", c.name, url, timeout, c.Tail(20))
+}
+
+// FreePorts returns n loopback ports that were free a moment ago.
+func FreePorts(n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
