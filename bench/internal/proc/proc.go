@@ -30,6 +30,12 @@ func Build(ctx context.Context, src, pkg, out string) (string, error) {
 	return out, nil
 }
 
+// Done is closed once the process has ended.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// ExitCode is the process's exit status, once Done is closed.
+func (c *Child) ExitCode() int { return c.cmd.ProcessState.ExitCode() }
+
 // Kill9 kills the process group at once, as a crash would.
 func (c *Child) Kill9() {
 	_ = syscall.Kill(-c.Pid(), syscall.SIGKILL)
