@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// watchClient starts watching conn after delay (at once when delay is 0)
-// and calls gone if the client closes it. It returns nil when conn cannot
+// watchClient starts watching conn after delay (at once when delay is 0;
+// otherwise on the shared watcher's first tick after delay) and calls gone
+// if the client closes it. It returns nil when conn cannot
 // be watched (not a socket).
 func watchClient(conn net.Conn, delay time.Duration, gone func()) *clientWatch {
 	sc, ok := conn.(syscall.Conn)
@@ -20,7 +21,7 @@ func watchClient(conn net.Conn, delay time.Duration, gone func()) *clientWatch {
 	}
 	w := &clientWatch{conn: conn, raw: raw, gone: gone}
 	if delay > 0 {
-		w.timer = time.AfterFunc(delay, w.start)
+		lateWatches.add(w, delay)
 	} else {
 		go w.start()
 	}
