@@ -210,7 +210,7 @@ func (r *rig) restartRedis() error {
 		if c.Exited() {
 			return fmt.Errorf("redis-server exited:\n%s", c.Tail(10))
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 	return fmt.Errorf("redis-server did not answer:\n%s", c.Tail(10))
 }
@@ -494,7 +494,7 @@ func (r *rig) overhead(ctx context.Context, rep *report) error {
 // budget: the clients spend a daily token budget to the end; halfway, the
 // Redis server is stopped and started again.
 func (r *rig) budget(ctx context.Context, rep *report) error {
-	const limit = 30000
+	const limit = 150000
 	rep.budgetLimit = limit
 	if err := r.writeConfig([]string{
 		fmt.Sprintf(`{name: proof_budget, kind: budget, subject: workspace, metric: tokens, limit: %d, period: day}`, limit),
@@ -509,8 +509,8 @@ func (r *rig) budget(ctx context.Context, rep *report) error {
 	defer cancel()
 	t := newTally()
 	var outage sync.Once
-	// restarted is when Redis answered again (Unix ns); back[i] is when
-	// replica i first served a call sent after that.
+	// restarted is when the new Redis process was started (Unix ns);
+	// back[i] is when replica i first served a call sent after that.
 	var restarted atomic.Int64
 	back := make([]atomic.Int64, len(r.addrs))
 	outageDone := make(chan error, 1)
@@ -529,8 +529,11 @@ func (r *rig) budget(ctx context.Context, rep *report) error {
 					logf("budget: stopping Redis")
 					r.redis.Stop(5 * time.Second)
 					time.Sleep(time.Second)
-					err := r.restartRedis()
+					// Recovery is timed from the start of the new Redis
+					// process: its own start-up (reading the append-only
+					// file) counts.
 					restarted.Store(time.Now().UnixNano())
+					err := r.restartRedis()
 					logf("budget: Redis back")
 					outageDone <- err
 				}()
@@ -544,8 +547,8 @@ func (r *rig) budget(ctx context.Context, rep *report) error {
 		if err != nil {
 			return err
 		}
-	default:
-		return errors.New("budget: the budget ran out before the Redis restart")
+	case <-time.After(15 * time.Second):
+		return fmt.Errorf("budget: Redis was not restarted (%s)", t)
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("budget: not spent within the phase's deadline: %s", t)
@@ -708,7 +711,7 @@ func (p *report) markdown() string {
 	fmt.Fprintf(&b, "| budget overshoot, Redis restarted halfway | %d tokens served in %d calls (overshoot %d) | %d | %s |\n",
 		p.budgetServed, p.budgetCalls, max(over, 0), p.budgetLimit, verdict(over <= 0))
 	fmt.Fprintf(&b, "| budget use | %.1f%% of the budget served | | |\n", 100*float64(p.budgetServed)/float64(p.budgetLimit))
-	fmt.Fprintf(&b, "| first call served after Redis answered again (the outage answered 503, fail closed) | %s | | |\n", p.budgetRecovery)
+	fmt.Fprintf(&b, "| first call served after the new Redis process started (the outage answered 503, fail closed) | %s | | |\n", p.budgetRecovery)
 	fmt.Fprintf(&b, "| rate overshoot | %d admitted in %s | %d (burst %d + refill) | %s |\n",
 		p.rateAdmitted, p.rateElapsed.Round(time.Millisecond), p.rateBound, p.rateLimit, verdict(p.rateAdmitted <= p.rateBound))
 	fmt.Fprintf(&b, "| rate refusals without Retry-After | %d | 0 | %s |\n", p.rateNoRetryAfter, verdict(p.rateNoRetryAfter == 0))
