@@ -268,3 +268,20 @@ func TestParse_EnvValuesAreValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestParse_SQLiteWithoutFile: SLUICE_STORE=sqlite:// names the default
+// file under the data directory, as the docs say; a database or store URL
+// with no host is still refused.
+func TestParse_SQLiteWithoutFile(t *testing.T) {
+	c, err := Parse(nil, envOf(map[string]string{VarStore: "sqlite://"}))
+	if err != nil {
+		t.Fatalf("SLUICE_STORE=sqlite://: %v", err)
+	}
+	if c.StoreURL() != "sqlite://" {
+		t.Errorf("store %q", c.StoreURL())
+	}
+	_, err = Parse(nil, envOf(map[string]string{VarStore: "redis://"}))
+	if err == nil || !strings.Contains(err.Error(), `"redis://": names no host or file`) {
+		t.Errorf("SLUICE_STORE=redis://: error %v", err)
+	}
+}

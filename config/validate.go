@@ -171,8 +171,9 @@ func (v *checker) address(path, addr string) {
 	}
 }
 
-// stateURL checks the scheme of a store or database URL; empty means the
-// embedded SQLite.
+// stateURL checks the scheme of a store or database URL; empty, or
+// sqlite:// with no file, means the embedded SQLite under the data
+// directory.
 func (v *checker) stateURL(path, s string, schemes ...string) {
 	if s == "" {
 		return
@@ -182,7 +183,7 @@ func (v *checker) stateURL(path, s string, schemes ...string) {
 		v.add(path, "%q: the scheme must be one of %s://", redactURL(s), strings.Join(schemes, "://, "))
 		return
 	}
-	if rest == "" && scheme != "memory" {
+	if rest == "" && scheme != "memory" && scheme != "sqlite" {
 		v.add(path, "%q: names no host or file", s)
 	}
 }
