@@ -43,6 +43,10 @@ type Config struct {
 	// RequestTimeout is the model deadline of a call (10m), written as a Go
 	// duration ("90s", "10m").
 	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// ExpirySlack is added to a call's deadline before its reservation and
+	// its concurrency leases expire (30s): how long after request_timeout
+	// the places of a replica that died with calls in flight come back.
+	ExpirySlack time.Duration `yaml:"expiry_slack"`
 	// Env is "development" (the default) or "production".
 	Env string `yaml:"env"`
 	// UpstreamRetries bounds the retries of a provider's 429 or 5xx before

@@ -285,3 +285,21 @@ func TestParse_SQLiteWithoutFile(t *testing.T) {
 		t.Errorf("SLUICE_STORE=redis://: error %v", err)
 	}
 }
+
+// TestParse_ExpirySlack: 30s unless set; from 1s to 1h.
+func TestParse_ExpirySlack(t *testing.T) {
+	c, err := Parse(nil, nil)
+	if err != nil || c.ExpirySlack != 30*time.Second {
+		t.Fatalf("default: %v, %v", c.ExpirySlack, err)
+	}
+	c, err = Parse([]byte("expiry_slack: 5s\n"), nil)
+	if err != nil || c.ExpirySlack != 5*time.Second {
+		t.Fatalf("5s: %v, %v", c.ExpirySlack, err)
+	}
+	for _, bad := range []string{"500ms", "2h", "-1s"} {
+		_, err := Parse([]byte("expiry_slack: "+bad+"\n"), nil)
+		if err == nil || !strings.Contains(err.Error(), "expiry_slack: must be from 1s to 1h") {
+			t.Errorf("expiry_slack %s: error %v", bad, err)
+		}
+	}
+}

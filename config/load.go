@@ -21,6 +21,7 @@ const (
 	DefaultDataDir          = "./.sluice"
 	DefaultMaxBodyBytes     = 8 << 20
 	DefaultRequestTimeout   = 10 * time.Minute
+	DefaultExpirySlack      = 30 * time.Second
 	DefaultUpstreamRetries  = 2
 	DefaultOpenAIBaseURL    = "https://api.openai.com/v1"
 	DefaultAnthropicBaseURL = "https://api.anthropic.com"
@@ -229,6 +230,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.ExpirySlack == 0 {
+		c.ExpirySlack = DefaultExpirySlack
 	}
 	if c.UpstreamRetries == nil {
 		n := DefaultUpstreamRetries

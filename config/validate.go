@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -138,6 +139,11 @@ func (v *checker) server() {
 	}
 	if c.RequestTimeout <= 0 {
 		v.add("request_timeout", "must be positive, got %v", c.RequestTimeout)
+	}
+	if c.ExpirySlack < time.Second || c.ExpirySlack > time.Hour {
+		// Below a second, a settlement delayed by a busy store could find
+		// its reservation already swept.
+		v.add("expiry_slack", "must be from 1s to 1h, got %v", c.ExpirySlack)
 	}
 	if c.Env != EnvDevelopment && c.Env != EnvProduction {
 		v.add(v.top("env"), "must be development or production, not %q", c.Env)

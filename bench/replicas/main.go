@@ -14,8 +14,9 @@
 //   - rate: a requests-per-minute bucket hammered for a few seconds;
 //   - concurrency: a cap on calls in flight across replicas, seen from the
 //     provider's side;
-//   - crash: a replica killed with kill -9 while it holds every place of the
-//     cap; how long until another replica may use them again.
+//   - crash: a replica killed with kill -9 while it holds every place of a
+//     cap; how long until another replica may use them again (the calls'
+//     request_timeout plus expiry_slack, 3 s and 2 s here).
 //
 // The mock provider runs in this process, so that it can count the calls
 // it has in flight. Redis is a private redis-server on a free port, with
@@ -243,7 +244,7 @@ func (r *rig) createDatabase(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	r.dbURL = fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
-	if err := r.writeConfig(nil, 0); err != nil {
+	if err := r.writeConfig(nil, 0, 0); err != nil {
 		drop()
 		return nil, err
 	}
@@ -283,13 +284,16 @@ func (r *rig) env() []string {
 func (r *rig) configPath() string { return filepath.Join(r.tmp, "sluice.yaml") }
 
 // writeConfig writes the replicas' config: the mock as provider, rules as
-// given (YAML list items), requestTimeout when not 0.
-func (r *rig) writeConfig(rules []string, requestTimeout time.Duration) error {
+// given (YAML list items), requestTimeout and expirySlack when not 0.
+func (r *rig) writeConfig(rules []string, requestTimeout, expirySlack time.Duration) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "providers:\n  - name: mock\n    kind: mock\n    base_url: http://%s\n", r.mockAddr)
 	b.WriteString("models:\n  - name: mock-small\n    provider: mock\n    price: {input: 0.15, output: 0.60}\n    max_output_tokens: 4096\n")
 	if requestTimeout > 0 {
 		fmt.Fprintf(&b, "request_timeout: %s\n", requestTimeout)
+	}
+	if expirySlack > 0 {
+		fmt.Fprintf(&b, "expiry_slack: %s\n", expirySlack)
 	}
 	if len(rules) > 0 {
 		b.WriteString("rules:\n")
@@ -458,7 +462,7 @@ func (r *rig) overhead(ctx context.Context, rep *report) error {
 		`{name: big_budget, kind: budget, subject: workspace, metric: tokens, limit: 100000000000, period: day}`,
 		`{name: big_rate, kind: rate, subject: workspace+user, limit: 100000000, window: 1m}`,
 		`{name: big_cap, kind: concurrency, subject: workspace, limit: 100000}`,
-	}, 0); err != nil {
+	}, 0, 0); err != nil {
 		return err
 	}
 	if err := r.startReplicas(); err != nil {
@@ -513,7 +517,7 @@ func (r *rig) budget(ctx context.Context, rep *report) error {
 	rep.budgetLimit = limit
 	if err := r.writeConfig([]string{
 		fmt.Sprintf(`{name: proof_budget, kind: budget, subject: workspace, metric: tokens, limit: %d, period: day}`, limit),
-	}, 0); err != nil {
+	}, 0, 0); err != nil {
 		return err
 	}
 	if err := r.startReplicas(); err != nil {
@@ -589,7 +593,7 @@ func (r *rig) rate(ctx context.Context, rep *report) error {
 	const perMinute = 1200
 	if err := r.writeConfig([]string{
 		fmt.Sprintf(`{name: proof_rate, kind: rate, subject: workspace, limit: %d, window: 1m}`, perMinute),
-	}, 0); err != nil {
+	}, 0, 0); err != nil {
 		return err
 	}
 	if err := r.startReplicas(); err != nil {
@@ -621,7 +625,7 @@ func (r *rig) concurrency(ctx context.Context, rep *report) error {
 	const limit = 6
 	if err := r.writeConfig([]string{
 		fmt.Sprintf(`{name: proof_cap, kind: concurrency, subject: workspace, limit: %d}`, limit),
-	}, 0); err != nil {
+	}, 0, 0); err != nil {
 		return err
 	}
 	if err := r.startReplicas(); err != nil {
@@ -642,10 +646,10 @@ func (r *rig) concurrency(ctx context.Context, rep *report) error {
 // admits a call.
 func (r *rig) crash(ctx context.Context, rep *report) error {
 	const limit = 4
-	timeout := 3 * time.Second
+	timeout, slack := 3*time.Second, 2*time.Second
 	if err := r.writeConfig([]string{
 		fmt.Sprintf(`{name: crash_cap, kind: concurrency, subject: workspace, limit: %d}`, limit),
-	}, timeout); err != nil {
+	}, timeout, slack); err != nil {
 		return err
 	}
 	if err := r.startReplicas(); err != nil {
@@ -683,7 +687,7 @@ func (r *rig) crash(ctx context.Context, rep *report) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	rep.crashLimit, rep.crashTimeout = limit, timeout
+	rep.crashLimit, rep.crashTimeout, rep.crashSlack = limit, timeout, slack
 	rep.crashRecovery, rep.crashHeldFor = time.Since(killed), killed.Sub(held)
 	rep.crashAnswers = t.String()
 	cancel()
@@ -692,22 +696,23 @@ func (r *rig) crash(ctx context.Context, rep *report) error {
 
 // report is what the run measured.
 type report struct {
-	o                                         options
-	direct, through, lone                     time.Duration
-	budgetLimit, budgetServed                 int64
-	budgetCalls                               int
-	budgetAnswers, budgetRecovery             string
-	rateLimit, rateAdmitted, rateBound        int
-	rateElapsed                               time.Duration
-	rateAnswers                               string
-	rateNoRetryAfter                          int64
-	capLimit                                  int
-	capMax                                    int64
-	capAdmitted                               int
-	capAnswers                                string
-	crashLimit                                int
-	crashTimeout, crashRecovery, crashHeldFor time.Duration
-	crashAnswers                              string
+	o                                  options
+	direct, through, lone              time.Duration
+	budgetLimit, budgetServed          int64
+	budgetCalls                        int
+	budgetAnswers, budgetRecovery      string
+	rateLimit, rateAdmitted, rateBound int
+	rateElapsed                        time.Duration
+	rateAnswers                        string
+	rateNoRetryAfter                   int64
+	capLimit                           int
+	capMax                             int64
+	capAdmitted                        int
+	capAnswers                         string
+	crashLimit                         int
+	crashTimeout, crashSlack           time.Duration
+	crashRecovery, crashHeldFor        time.Duration
+	crashAnswers                       string
 }
 
 func verdict(ok bool) string {
@@ -732,8 +737,8 @@ func (p *report) markdown() string {
 	fmt.Fprintf(&b, "| rate refusals without Retry-After | %d | 0 | %s |\n", p.rateNoRetryAfter, verdict(p.rateNoRetryAfter == 0))
 	fmt.Fprintf(&b, "| calls in flight at the provider, at most | %d (%d calls served) | %d | %s |\n",
 		p.capMax, p.capAdmitted, p.capLimit, verdict(p.capMax <= int64(p.capLimit)))
-	fmt.Fprintf(&b, "| places of a killed replica back in use | after %s | request timeout %s + 30 s expiry slack | |\n",
-		p.crashRecovery.Round(100*time.Millisecond), p.crashTimeout)
+	fmt.Fprintf(&b, "| places of a killed replica back in use | after %s | request_timeout %s + expiry_slack %s, after the calls' admission | |\n",
+		p.crashRecovery.Round(100*time.Millisecond), p.crashTimeout, p.crashSlack)
 	fmt.Fprintf(&b, "| p50 at one client: the mock direct, a lone gateway on SQLite, a replica on the shared Redis | %s, %s, %s | | |\n\n",
 		p.direct.Round(time.Microsecond), p.lone.Round(time.Microsecond), p.through.Round(time.Microsecond))
 	fmt.Fprintf(&b, "Answers: budget phase %s; rate phase %s; concurrency phase %s; after the kill %s.\n",
