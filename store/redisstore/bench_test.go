@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store/redisstore"
 )
@@ -154,4 +155,86 @@ func BenchmarkTenants(b *testing.B) {
 	for _, tc := range []struct{ name, url string }{{"standalone", redisURL(b)}, {"cluster", clusterURL(b)}} {
 		b.Run(tc.name, func(b *testing.B) { runParallel(b, tenantOps(b, tc.url, 1000)) })
 	}
+}
+
+// BenchmarkAdmitSettleOneCaller admits and settles the 3-rule request from
+// one caller, one call after the other: the latency of a lone client, where
+// the benchmarks above measure throughput. Overlapped settles each
+// reservation on its own goroutine while the next admission runs, as a
+// gateway settles after answering.
+func BenchmarkAdmitSettleOneCaller(b *testing.B) {
+	b.Run("serial", func(b *testing.B) {
+		fn := benchOps(b)
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			if err := fn(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("overlapped", func(b *testing.B) {
+		s := openStore(b, redisstore.Options{URL: redisURL(b)})
+		l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{
+			{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1_000_000_000, Window: time.Minute},
+			{Name: "tpm", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricTokens, Limit: 1_000_000_000, Window: time.Minute},
+			{Name: "inflight", Kind: sluice.KindConcurrency, Subject: "key", Limit: 1000},
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		req := sluice.Request{Identity: sluice.Identity{Key: "tenant-0"}, Max: sluice.Usage{InputTokens: 100, OutputTokens: 100}}
+		used := sluice.Usage{InputTokens: 100, OutputTokens: 40}
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			r, err := l.Admit(ctx, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			wg.Go(func() {
+				if err := r.Settle(ctx, used); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
+// BenchmarkRoundTripFloor is what one caller's round trip to the server
+// costs without the store: a PING, and a script that returns 1, through a
+// rueidis client configured as Open configures it. An admission and a
+// settlement are two round trips plus the scripts' own work.
+func BenchmarkRoundTripFloor(b *testing.B) {
+	co, err := rueidis.ParseURL(redisURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	co.DisableCache = true
+	co.ForceSingleClient = true
+	c, err := rueidis.NewClient(co)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	script := rueidis.NewLuaScript("return 1")
+	ctx := context.Background()
+	b.Run("ping", func(b *testing.B) {
+		for b.Loop() {
+			if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("script", func(b *testing.B) {
+		for b.Loop() {
+			if err := script.Exec(ctx, c, nil, nil).Error(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
