@@ -100,6 +100,9 @@ func TestGateway_FitClampPartlySpentBudget(t *testing.T) {
 	if r := h.post("/v1/chat/completions", first, nil); r.status != 200 || r.header.Get("X-Sluice-Output-Cap") != "" {
 		t.Fatalf("first call: %d, cap %q", r.status, r.header.Get("X-Sluice-Output-Cap"))
 	}
+	// The first call is settled after its answer is written: wait for it,
+	// or the budget may still hold its reservation rather than its usage.
+	h.rec.waitUsage(t, 1)
 	// 900 fits the budget's limit but not what is left of it.
 	second := `{"model":"up-model","max_tokens":900,"messages":[{"role":"user","content":"More."}]}`
 	want := 1000 - h.used("clamped") - estimate(t, openai.ParseChat, second)
