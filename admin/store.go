@@ -47,7 +47,7 @@ func (ob *openBatch) eachCharge(f func(openCharge)) {
 			// Field by field: the engine may be writing Actual.
 			ch := &a.Charges[i]
 			f(openCharge{key: sluice.CounterKey{Rule: ch.Rule, Subject: a.SubjectOf(ch), Period: ch.Period},
-				kind: kindNames[ch.Kind], amount: ch.Amount})
+				kind: sluice.Kind(ch.Kind.String()), amount: ch.Amount})
 		}
 		return
 	}
@@ -55,8 +55,6 @@ func (ob *openBatch) eachCharge(f func(openCharge)) {
 		f(c)
 	}
 }
-
-var kindNames = [...]sluice.Kind{inproc.Rate: sluice.KindRate, inproc.Budget: sluice.KindBudget, inproc.Concurrency: sluice.KindConcurrency}
 
 func (s *instrumentedStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
 	start := time.Now()

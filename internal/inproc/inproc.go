@@ -16,6 +16,20 @@ const (
 	Concurrency
 )
 
+// String returns the kind's name as sluice.Kind spells it ("rate",
+// "budget", "concurrency"), or "" for none.
+func (k Kind) String() string {
+	switch k {
+	case Rate:
+		return "rate"
+	case Budget:
+		return "budget"
+	case Concurrency:
+		return "concurrency"
+	}
+	return ""
+}
+
 // Charge is one rule's part of an admission. Times are Unix nanoseconds
 // and durations nanoseconds; a zero time means none. It holds no pointer,
 // so that a reservation holding charges inline is cheap for the garbage

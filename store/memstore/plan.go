@@ -236,15 +236,3 @@ func kindOf(k sluice.Kind) inproc.Kind {
 	}
 	return 0
 }
-
-func kindName(k inproc.Kind) sluice.Kind {
-	switch k {
-	case inproc.Rate:
-		return sluice.KindRate
-	case inproc.Budget:
-		return sluice.KindBudget
-	case inproc.Concurrency:
-		return sluice.KindConcurrency
-	}
-	return ""
-}

@@ -77,7 +77,7 @@ func batchOf(a *inproc.Admission) *sluice.Batch {
 		ch := &a.Charges[i]
 		c := &b.Charges[i]
 		c.Key = sluice.CounterKey{Rule: ch.Rule, Subject: a.SubjectOf(ch), Period: ch.Period}
-		c.Kind, c.Limit, c.Burst, c.Window = kindName(ch.Kind), ch.Limit, ch.Burst, time.Duration(ch.Window)
+		c.Kind, c.Limit, c.Burst, c.Window = sluice.Kind(ch.Kind.String()), ch.Limit, ch.Burst, time.Duration(ch.Window)
 		c.Amount, c.Shadow = ch.Amount, ch.Shadow
 		c.OnExpiry = sluice.ExpiryCharge
 		if ch.Release {
