@@ -101,7 +101,7 @@ func New(opts Options) (*Limiter, error) {
 		l.local = ls
 	}
 	if l.clock == nil {
-		l.clock = realClock{}
+		l.clock = newRealClock()
 	}
 	if l.serverID == "" {
 		host, _ := os.Hostname()
