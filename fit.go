@@ -17,7 +17,7 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 	if err := req.Max.validate(); err != nil {
 		return 0, err
 	}
-	r := &Reservation{limiter: l}
+	r := &resState{limiter: l}
 	now := l.clock.Now()
 	if err := l.build(l.policy.Load(), &req, now, r); err != nil {
 		if _, tooLarge := err.(*TooLargeError); !tooLarge {
@@ -121,7 +121,7 @@ type Effective struct {
 // Effective lists the limits that apply to id now and their headroom. Rules
 // that match a model or route apply only when id names it.
 func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, error) {
-	r := &Reservation{limiter: l}
+	r := &resState{limiter: l}
 	now := l.clock.Now()
 	req := Request{Identity: id}
 	if err := l.buildCharges(l.policy.Load(), &req, now, r, false); err != nil {
@@ -150,7 +150,7 @@ func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, erro
 }
 
 // peek fills the results of r's charges from the store without charging.
-func (l *Limiter) peek(ctx context.Context, now time.Time, r *Reservation) error {
+func (l *Limiter) peek(ctx context.Context, now time.Time, r *resState) error {
 	b := r.toBatch()
 	if err := l.store.Peek(ctx, now, b); err != nil {
 		return &StoreError{Op: "peek", Err: err}

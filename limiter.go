@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,8 +76,10 @@ type Limiter struct {
 	busyRetryAfter time.Duration
 	onOverrun      func(Overrun)
 
-	policy  atomic.Pointer[compiledPolicy]
-	ids     idSource
+	policy atomic.Pointer[compiledPolicy]
+	ids    idSource
+	// states are admissions' states not in use (see resState).
+	states  sync.Pool
 	waiters waitQueues
 
 	admitted                      stripedCounter
@@ -163,38 +166,40 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 		return nil, err
 	}
 	p := l.policy.Load()
-	r := &Reservation{limiter: l, policy: p}
-	r.adm.ID = l.ids.take()
+	s := l.getState()
+	s.adm.ID = l.ids.take()
 	now := l.clock.Now()
-	if err := l.build(p, &req, now, r); err != nil {
+	if err := l.build(p, &req, now, s); err != nil {
 		l.refused.Add(1)
+		l.putState(s)
 		return nil, err
 	}
 	if req.MaxWait > 0 && l.waiters.active() {
-		if key, ok := l.waiters.existing(&r.adm); ok {
-			return l.wait(ctx, &req, r, key, now)
+		if key, ok := l.waiters.existing(&s.adm); ok {
+			return l.wait(ctx, &req, s, key, now)
 		}
 	}
-	err := l.try(ctx, &req, r, now)
+	err := l.try(ctx, &req, s, now)
 	if err == nil {
-		return r, nil
+		return s.handle(), nil
 	}
 	if req.MaxWait > 0 && waitable(err, req.MaxWait) {
-		return l.wait(ctx, &req, r, decidingKey(r), now)
+		return l.wait(ctx, &req, s, decidingKey(s), now)
 	}
 	l.refused.Add(1)
+	l.putState(s)
 	return nil, err
 }
 
 // try runs one admission attempt at now.
-func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now time.Time) error {
+func (l *Limiter) try(ctx context.Context, req *Request, r *resState, now time.Time) error {
 	at := now.UnixNano()
 	r.adm.Deadline = at + int64(l.timeout(req)+l.expirySlack)
 	if r.adm.Deadline < at {
 		r.adm.Deadline = 1<<63 - 1
 	}
 	if len(r.adm.Charges) == 0 {
-		r.state.Store(stateOpen)
+		r.open()
 		l.admitted.add(r.adm.ID)
 		return nil
 	}
@@ -217,7 +222,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		r.adm.Charges = r.adm.Charges[:0]
 		r.batch = nil
 		r.failedOpen = true
-		r.state.Store(stateOpen)
+		r.open()
 		l.admitted.add(r.adm.ID)
 		l.failedOpen.Add(1)
 		return nil
@@ -229,17 +234,17 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		return l.refusal(r)
 	}
 	r.admittedAt = at
-	r.state.Store(stateOpen)
+	r.open()
 	l.admitted.add(r.adm.ID)
 	return nil
 }
 
 // failOpen reports whether every enforced charge's rule admits when the
 // store cannot answer.
-func (r *Reservation) failOpen() bool {
-	for i := range r.adm.Charges {
-		c := &r.adm.Charges[i]
-		if !c.Shadow && r.rule(c).OnStoreError != StoreErrorOpen {
+func (s *resState) failOpen() bool {
+	for i := range s.adm.Charges {
+		c := &s.adm.Charges[i]
+		if !c.Shadow && s.rule(c).OnStoreError != StoreErrorOpen {
 			return false
 		}
 	}
@@ -254,13 +259,13 @@ func (l *Limiter) timeout(req *Request) time.Duration {
 }
 
 // build appends to r one charge per applicable rule and subject.
-func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reservation) error {
+func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *resState) error {
 	return l.buildCharges(p, req, now, r, true)
 }
 
 // buildCharges is build; without checkFit, a charge too large for its rule
 // is kept rather than refused (to look at a subject's limits).
-func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r *Reservation, checkFit bool) error {
+func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r *resState, checkFit bool) error {
 	// Pointers are stored only when they change: on the admission path a
 	// store of a pointer into the heap costs a write barrier while the
 	// collector runs.
@@ -373,7 +378,7 @@ func (r *compiledRule) reserveAmount(req *Request) int64 {
 
 // refusal builds the error for a refused admission: a budget wins over a
 // rate; among rates and concurrency, the longest wait.
-func (l *Limiter) refusal(r *Reservation) error {
+func (l *Limiter) refusal(r *resState) error {
 	var budget, wait *inproc.Charge
 	for i := range r.adm.Charges {
 		c := &r.adm.Charges[i]
@@ -405,13 +410,13 @@ func (l *Limiter) refusal(r *Reservation) error {
 	return &RateLimitError{r.refusalOf(wait)}
 }
 
-func (r *Reservation) refusalOf(c *inproc.Charge) Refusal {
-	rule := r.rule(c)
+func (s *resState) refusalOf(c *inproc.Charge) Refusal {
+	rule := s.rule(c)
 	return Refusal{
 		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
 		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining,
 		Window: rule.Window, Period: rule.Period,
-		RetryAfter: time.Duration(c.RetryAfter), ResetAt: r.resetAt(c),
+		RetryAfter: time.Duration(c.RetryAfter), ResetAt: s.resetAt(c),
 	}
 }
 

@@ -3,16 +3,11 @@ package sluice
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/inproc"
-)
-
-const (
-	stateOpen uint32 = iota + 1
-	stateSettling
-	stateDone
 )
 
 // Result describes an admission, for the response headers.
@@ -47,9 +42,46 @@ type Warning struct {
 // Reservation is an admitted request. Settle it when the call ends, or
 // Release it when the call never reached the model; settling twice charges
 // once. It is safe for concurrent use.
+//
+// ID and Deadline stay as they were after settlement; Result and Charges
+// describe the admission until it is settled or released, and are empty
+// after: the admission's state goes back to the Limiter for the next one.
 type Reservation struct {
-	// The pointers come first and are few: a Reservation is allocated on
-	// every admission, and the collector scans no further than the last.
+	s *resState
+	// gen is s's generation while it holds this admission: once settled,
+	// s serves other admissions under later generations, which this
+	// handle neither reads nor settles.
+	gen      uint64
+	id       uint64
+	deadline int64
+}
+
+// The word of a resState holds, from the high bits down, its generation
+// (40 bits), the number of readers pinning it (22 bits) and its state (2
+// bits). A state serves one admission per generation: a handle settled
+// after 2^40 more admissions through the same state would be taken for the
+// current one, which at three million admissions a second on a single state
+// is four days of a handle kept and settled twice.
+const (
+	stateFree uint64 = iota
+	stateOpen
+	stateSettling
+	stateDone
+
+	stateMask = 3
+	pinOne    = 1 << 2
+	pinMask   = (1<<22 - 1) << 2
+	genShift  = 24
+)
+
+// resState is an admission's state: its charges, held inline, and where it
+// is in its life. A Limiter keeps states in a pool and takes one per Admit;
+// a state goes back when its admission is refused, or settled and no
+// reader pins it, so that an admission allocates only its small
+// Reservation.
+type resState struct {
+	// The pointers come first and are few: the collector scans no further
+	// than the last.
 	limiter *Limiter
 	// policy is the policy the charges were built from; a charge's
 	// RuleIndex is its rule's place in policy.rules.
@@ -64,7 +96,7 @@ type Reservation struct {
 	// settlement without an overrun can use instead of reading the clock
 	// again.
 	admittedAt int64
-	state      atomic.Uint32
+	word       atomic.Uint64
 	// failedOpen marks an admission let through uncharged (see
 	// Result.FailedOpen).
 	failedOpen bool
@@ -74,40 +106,151 @@ type Reservation struct {
 	inline    [3]inproc.Charge
 }
 
+// getState returns a state for a new admission, from l's pool.
+func (l *Limiter) getState() *resState {
+	if s, ok := l.states.Get().(*resState); ok {
+		return s
+	}
+	return &resState{limiter: l}
+}
+
+// putState gives back a state that was never opened: its admission was
+// refused. No handle was made for it, so its generation stays.
+func (l *Limiter) putState(s *resState) {
+	s.failedOpen, s.uncertain = false, false
+	l.states.Put(s)
+}
+
+// open marks an admitted state open. Nothing else holds it yet.
+func (s *resState) open() { s.word.Store(s.word.Load()&^(stateMask|pinMask) | stateOpen) }
+
+// handle returns the Reservation of an open state.
+func (s *resState) handle() *Reservation {
+	return &Reservation{s: s, gen: s.word.Load() >> genShift, id: s.adm.ID, deadline: s.adm.Deadline}
+}
+
+// claim moves s from open to settling for the holder of generation gen,
+// reporting whether it did: not when the admission is settled, being
+// settled, or long gone.
+func (s *resState) claim(gen uint64) bool {
+	for {
+		w := s.word.Load()
+		if w>>genShift != gen || w&stateMask != stateOpen {
+			return false
+		}
+		if s.word.CompareAndSwap(w, w&^stateMask|stateSettling) {
+			return true
+		}
+	}
+}
+
+// reopen moves s from settling back to open, after a failed settlement.
+func (s *resState) reopen() { s.word.Add(^uint64(0)) } // stateSettling - 1 == stateOpen
+
+// finish marks a settled state done; the last of it and its readers gives
+// it back to the pool.
+func (s *resState) finish() {
+	for {
+		w := s.word.Load()
+		if s.word.CompareAndSwap(w, w&^stateMask|stateDone) {
+			if w&pinMask == 0 {
+				s.recycle()
+			}
+			return
+		}
+	}
+}
+
+// recycle gives a done state back to its Limiter's pool under the next
+// generation.
+func (s *resState) recycle() {
+	s.failedOpen, s.uncertain = false, false
+	if s.batch != nil {
+		s.batch = nil
+	}
+	s.word.Store((s.word.Load()>>genShift + 1) << genShift)
+	s.limiter.states.Put(s)
+}
+
+// pin keeps r's state from going back to the pool while it is read,
+// reporting whether r's admission is still there to read (open, or being
+// settled).
+func (r *Reservation) pin() bool {
+	for {
+		w := r.s.word.Load()
+		if w>>genShift != r.gen || w&stateMask == stateFree || w&stateMask == stateDone {
+			return false
+		}
+		if w&pinMask == pinMask {
+			runtime.Gosched() // readers beyond count: wait for one to leave
+			continue
+		}
+		if r.s.word.CompareAndSwap(w, w+pinOne) {
+			return true
+		}
+	}
+}
+
+func (r *Reservation) unpin() {
+	if w := r.s.word.Add(^uint64(pinOne - 1)); w&stateMask == stateDone && w&pinMask == 0 {
+		r.s.recycle()
+	}
+}
+
 // ID returns the reservation's identifier, unique per Limiter.
-func (r *Reservation) ID() uint64 { return r.adm.ID }
+func (r *Reservation) ID() uint64 { return r.id }
 
 // Deadline returns when the sweep may settle the reservation.
-func (r *Reservation) Deadline() time.Time { return time.Unix(0, r.adm.Deadline) }
+func (r *Reservation) Deadline() time.Time { return time.Unix(0, r.deadline) }
 
-// rule returns the rule of one of r's charges.
-func (r *Reservation) rule(c *inproc.Charge) *compiledRule { return r.policy.rules[c.RuleIndex] }
+// Result returns what the admission found; the zero Result once the
+// reservation is settled or released. It is worked out from the charges
+// when asked, so that an admission whose result nobody reads does not pay
+// for it.
+func (r *Reservation) Result() Result {
+	if !r.pin() {
+		return Result{}
+	}
+	defer r.unpin()
+	return r.s.result()
+}
+
+// Charges returns the reservation's charges as admitted, each with its
+// results (Actual is zero); nil once the reservation is settled or
+// released.
+func (r *Reservation) Charges() []Charge {
+	if !r.pin() {
+		return nil
+	}
+	defer r.unpin()
+	return r.s.charges()
+}
+
+// rule returns the rule of one of s's charges.
+func (s *resState) rule(c *inproc.Charge) *compiledRule { return s.policy.rules[c.RuleIndex] }
 
 // resetAt returns a charge's ResetAt as a time: a budget's in its rule's
 // time zone, as PeriodBounds gives it.
-func (r *Reservation) resetAt(c *inproc.Charge) time.Time {
+func (s *resState) resetAt(c *inproc.Charge) time.Time {
 	if c.ResetAt == 0 {
 		return time.Time{}
 	}
 	t := time.Unix(0, c.ResetAt)
 	if c.Kind == inproc.Budget {
-		t = t.In(r.rule(c).location)
+		t = t.In(s.rule(c).location)
 	}
 	return t
 }
 
-// Result returns what the admission found. It is worked out from the
-// charges when asked, so that an admission whose result nobody reads does
-// not pay for it.
-func (r *Reservation) Result() Result {
-	res := Result{FailedOpen: r.failedOpen}
+func (s *resState) result() Result {
+	res := Result{FailedOpen: s.failedOpen}
 	var least *inproc.Charge
 	var leastRoom float64
-	for i := range r.adm.Charges {
-		c := &r.adm.Charges[i]
+	for i := range s.adm.Charges {
+		c := &s.adm.Charges[i]
 		if c.Shadow {
 			if !c.Allowed {
-				res.Shadowed = append(res.Shadowed, r.rule(c).Name)
+				res.Shadowed = append(res.Shadowed, s.rule(c).Name)
 			}
 			continue
 		}
@@ -120,43 +263,43 @@ func (r *Reservation) Result() Result {
 			least, leastRoom = c, room
 		}
 		if c.Kind == inproc.Budget {
-			if w, ok := warningOf(r.rule(c), r.adm.SubjectOf(c), c); ok {
+			if w, ok := warningOf(s.rule(c), s.adm.SubjectOf(c), c); ok {
 				res.Warnings = append(res.Warnings, w)
 			}
 		}
 	}
 	if least != nil {
-		res.Rule = r.rule(least).Name
+		res.Rule = s.rule(least).Name
 		res.Limit = least.Limit
 		res.Remaining = least.Remaining
-		res.ResetAt = r.resetAt(least)
+		res.ResetAt = s.resetAt(least)
 	}
 	return res
 }
 
-// Charges returns the reservation's charges (read-only).
-func (r *Reservation) Charges() []Charge {
-	if len(r.adm.Charges) == 0 {
+func (s *resState) charges() []Charge {
+	if len(s.adm.Charges) == 0 {
 		return nil
 	}
-	if r.batch != nil {
-		return r.batch.Charges
-	}
-	b := r.toBatch()
-	for i := range b.Charges {
-		b.Charges[i].Actual = r.adm.Charges[i].Actual
-	}
-	return b.Charges
+	return s.describe().Charges
 }
 
-// toBatch returns r's charges as a Batch for a Store, with the results
-// they hold, and keeps it as r.batch.
-func (r *Reservation) toBatch() *Batch {
-	b := &Batch{ID: r.adm.ID, Deadline: time.Unix(0, r.adm.Deadline), Charges: make([]Charge, len(r.adm.Charges))}
-	for i := range r.adm.Charges {
-		c, out := &r.adm.Charges[i], &b.Charges[i]
-		rule := r.rule(c)
-		out.Key = CounterKey{Rule: c.Rule, Subject: r.adm.SubjectOf(c), Period: c.Period}
+// toBatch returns s's charges as a Batch for a Store, with the results
+// they hold, and keeps it as s.batch.
+func (s *resState) toBatch() *Batch {
+	b := s.describe()
+	s.batch = b
+	return b
+}
+
+// describe returns s's charges as a new Batch, with the results they hold.
+// It does not read Actual, which a settlement may be writing.
+func (s *resState) describe() *Batch {
+	b := &Batch{ID: s.adm.ID, Deadline: time.Unix(0, s.adm.Deadline), Charges: make([]Charge, len(s.adm.Charges))}
+	for i := range s.adm.Charges {
+		c, out := &s.adm.Charges[i], &b.Charges[i]
+		rule := s.rule(c)
+		out.Key = CounterKey{Rule: c.Rule, Subject: s.adm.SubjectOf(c), Period: c.Period}
 		out.Kind, out.Limit, out.Burst, out.Window = rule.Kind, c.Limit, c.Burst, rule.Window
 		out.Amount, out.OnExpiry, out.Shadow = c.Amount, rule.OnExpiry, c.Shadow
 		out.source, out.rule = limitSource(c.Source), rule
@@ -164,16 +307,15 @@ func (r *Reservation) toBatch() *Batch {
 			out.PeriodEnd = time.Unix(0, c.PeriodEnd).In(rule.location)
 		}
 		out.Allowed, out.Remaining, out.Used = c.Allowed, c.Remaining, c.Used
-		out.RetryAfter, out.ResetAt = time.Duration(c.RetryAfter), r.resetAt(c)
+		out.RetryAfter, out.ResetAt = time.Duration(c.RetryAfter), s.resetAt(c)
 	}
-	r.batch = b
 	return b
 }
 
-// resultsFrom copies the results a Store filled in b to r's charges.
-func (r *Reservation) resultsFrom(b *Batch) {
-	for i := range r.adm.Charges {
-		c, in := &r.adm.Charges[i], &b.Charges[i]
+// resultsFrom copies the results a Store filled in b to s's charges.
+func (s *resState) resultsFrom(b *Batch) {
+	for i := range s.adm.Charges {
+		c, in := &s.adm.Charges[i], &b.Charges[i]
 		c.Allowed, c.Remaining, c.Used, c.RetryAfter = in.Allowed, in.Remaining, in.Used, int64(in.RetryAfter)
 		c.ResetAt = 0
 		if !in.ResetAt.IsZero() {
@@ -220,16 +362,20 @@ func (r *Reservation) Release(ctx context.Context) error {
 }
 
 func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error {
-	now, ok := r.beginSettle(u, release)
+	if !r.s.claim(r.gen) {
+		return nil
+	}
+	s := r.s
+	now, ok := s.beginSettle(u, release)
 	if !ok {
 		return nil
 	}
-	l := r.limiter
+	l := s.limiter
 	if l.local != nil {
-		return r.endSettle(l.local.SettleLocal(ctx, now, &r.adm))
+		return s.endSettle(l.local.SettleLocal(ctx, now, &s.adm))
 	}
-	r.copyActuals()
-	return r.endSettle(l.store.Settle(ctx, time.Unix(0, now), r.batch))
+	s.copyActuals()
+	return s.endSettle(l.store.Settle(ctx, time.Unix(0, now), s.batch))
 }
 
 // SettleAsync is Settle for a caller that must not wait for the store: it
@@ -245,46 +391,47 @@ func (r *Reservation) SettleAsync(ctx context.Context, u Usage, done func(error)
 		done(fmt.Errorf("settle: %w", err))
 		return
 	}
-	now, ok := r.beginSettle(&u, false)
+	if !r.s.claim(r.gen) {
+		done(nil)
+		return
+	}
+	s := r.s
+	now, ok := s.beginSettle(&u, false)
 	if !ok {
 		done(nil)
 		return
 	}
-	l := r.limiter
+	l := s.limiter
 	if l.local != nil {
 		if as, ok := l.local.(localAsyncSettler); ok {
-			as.SettleLocalAsync(now, &r.adm, func(err error) { done(r.endSettle(err)) })
+			as.SettleLocalAsync(now, &s.adm, func(err error) { done(s.endSettle(err)) })
 			return
 		}
-		done(r.endSettle(l.local.SettleLocal(ctx, now, &r.adm)))
+		done(s.endSettle(l.local.SettleLocal(ctx, now, &s.adm)))
 		return
 	}
-	r.copyActuals()
-	at := time.Unix(0, now)
+	s.copyActuals()
+	at, b := time.Unix(0, now), s.batch
 	if as, ok := l.store.(AsyncSettler); ok {
-		as.SettleAsync(ctx, at, r.batch, func(err error) { done(r.endSettle(err)) })
+		as.SettleAsync(ctx, at, b, func(err error) { done(s.endSettle(err)) })
 		return
 	}
-	go func() { done(r.endSettle(l.store.Settle(ctx, at, r.batch))) }()
+	go func() { done(s.endSettle(l.store.Settle(ctx, at, b))) }()
 }
 
-// beginSettle claims the reservation for a settlement and sets each
-// charge's Actual; it returns the time to settle at, or false when there
-// is nothing to settle (settled already, or no charges).
-func (r *Reservation) beginSettle(u *Usage, release bool) (int64, bool) {
-	if !r.state.CompareAndSwap(stateOpen, stateSettling) {
-		return 0, false
-	}
-	l := r.limiter
-	charges := r.adm.Charges
+// beginSettle sets each charge's Actual of a state its caller claimed; it
+// returns the time to settle at, or false when there is nothing to settle
+// (no charges), in which case the state is done.
+func (s *resState) beginSettle(u *Usage, release bool) (int64, bool) {
+	charges := s.adm.Charges
 	if len(charges) == 0 {
-		r.state.Store(stateDone)
+		s.finish()
 		return 0, false
 	}
 	reported := u != nil && !u.IsZero()
 	// Refunds need no fresh time: a bucket refunded below the admission
 	// time is full at any later time too. An overrun draws from now.
-	now, overrun := r.admittedAt, false
+	now, overrun := s.admittedAt, false
 	for i := range charges {
 		c := &charges[i]
 		switch {
@@ -293,10 +440,10 @@ func (r *Reservation) beginSettle(u *Usage, release bool) (int64, bool) {
 		case !reported || c.Kind == inproc.Concurrency:
 			c.Actual = c.Amount
 		default:
-			rule := r.rule(c)
+			rule := s.rule(c)
 			c.Actual = u.amountOf(rule.measure, rule.metric)
 		}
-		if r.uncertain && c.Kind == inproc.Rate {
+		if s.uncertain && c.Kind == inproc.Rate {
 			// A failed settlement may have moved the bucket already, and
 			// moving it again would refund or charge twice: the bucket
 			// keeps what it holds. Budgets are settled once by the store's
@@ -307,38 +454,38 @@ func (r *Reservation) beginSettle(u *Usage, release bool) (int64, bool) {
 		overrun = overrun || c.Actual > c.Amount
 	}
 	if overrun {
-		now = l.clock.Now().UnixNano()
+		now = s.limiter.clock.Now().UnixNano()
 	}
 	return now, true
 }
 
 // copyActuals copies each charge's Actual to the Batch the store admitted.
-func (r *Reservation) copyActuals() {
-	for i := range r.adm.Charges {
-		r.batch.Charges[i].Actual = r.adm.Charges[i].Actual
+func (s *resState) copyActuals() {
+	for i := range s.adm.Charges {
+		s.batch.Charges[i].Actual = s.adm.Charges[i].Actual
 	}
 }
 
 // endSettle finishes a settlement the store answered with err: on success
-// it counts the overruns and marks the reservation settled; on failure the
-// reservation is open again, for a retry.
-func (r *Reservation) endSettle(err error) error {
+// it counts the overruns and marks the state done, which may give it back
+// to the pool; on failure the reservation is open again, for a retry.
+func (s *resState) endSettle(err error) error {
 	if err != nil {
-		r.uncertain = true
-		r.state.Store(stateOpen)
+		s.uncertain = true
+		s.reopen()
 		return &StoreError{Op: "settle", Err: err}
 	}
-	l := r.limiter
-	charges := r.adm.Charges
+	l := s.limiter
+	charges := s.adm.Charges
 	for i := range charges {
 		if c := &charges[i]; c.Actual > c.Amount && c.Kind != inproc.Concurrency {
 			l.overruns.Add(1)
 			if l.onOverrun != nil {
-				l.onOverrun(Overrun{Rule: r.rule(c).Name, Subject: r.adm.SubjectOf(c), Reserved: c.Amount, Actual: c.Actual})
+				l.onOverrun(Overrun{Rule: s.rule(c).Name, Subject: s.adm.SubjectOf(c), Reserved: c.Amount, Actual: c.Actual})
 			}
 		}
 	}
-	r.state.Store(stateDone)
+	s.finish()
 	l.waiters.notify()
 	return nil
 }

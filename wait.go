@@ -118,7 +118,7 @@ func waitable(err error, remaining time.Duration) bool {
 
 // decidingKey returns the counter of the rate or concurrency charge that
 // refused with the longest wait.
-func decidingKey(r *Reservation) CounterKey {
+func decidingKey(r *resState) CounterKey {
 	var key CounterKey
 	var longest int64 = -1
 	for i := range r.adm.Charges {
@@ -137,12 +137,13 @@ func keyOf(a *inproc.Admission, c *inproc.Charge) CounterKey {
 // wait queues the admission behind the earlier waiters on key and retries
 // it, as the head of the queue, until it is admitted, refused for good, or
 // out of time.
-func (l *Limiter) wait(ctx context.Context, req *Request, r *Reservation, key CounterKey, start time.Time) (*Reservation, error) {
+func (l *Limiter) wait(ctx context.Context, req *Request, r *resState, key CounterKey, start time.Time) (*Reservation, error) {
 	deadline := start.Add(req.MaxWait)
 	me := l.waiters.join(key)
 	defer l.waiters.leave(key, me)
 	fail := func(err error) (*Reservation, error) {
 		l.refused.Add(1)
+		l.putState(r)
 		return nil, err
 	}
 	select {
@@ -160,7 +161,7 @@ func (l *Limiter) wait(ctx context.Context, req *Request, r *Reservation, key Co
 		}
 		err := l.try(ctx, req, r, now)
 		if err == nil {
-			return r, nil
+			return r.handle(), nil
 		}
 		remaining := deadline.Sub(now)
 		if !waitable(err, remaining) {

@@ -112,3 +112,22 @@ func (a *Admission) HasBudget() bool {
 	}
 	return false
 }
+
+// Detached returns a copy of a that shares nothing with it, for a store
+// that must keep an admission past the store call that settles it (the
+// engine reuses an admission's memory once it is settled). Every field is
+// copied but each charge's Actual, which the engine may be writing while
+// the store copies; it is left zero.
+func (a *Admission) Detached() *Admission {
+	out := &Admission{ID: a.ID, Deadline: a.Deadline, Charges: make([]Charge, len(a.Charges)),
+		Subjects: append([]string(nil), a.Subjects...)}
+	for i := range a.Charges {
+		c, d := &a.Charges[i], &out.Charges[i]
+		d.Rule, d.Period, d.Window, d.Limit, d.Burst = c.Rule, c.Period, c.Window, c.Limit, c.Burst
+		d.Amount, d.PeriodEnd = c.Amount, c.PeriodEnd
+		d.Remaining, d.Used, d.RetryAfter, d.ResetAt = c.Remaining, c.Used, c.RetryAfter, c.ResetAt
+		d.Kind, d.Shadow, d.Release, d.Allowed = c.Kind, c.Shadow, c.Release, c.Allowed
+		d.Subject, d.RuleIndex, d.Source, d.Shard, d.Ref = c.Subject, c.RuleIndex, c.Source, c.Shard, c.Ref
+	}
+	return out
+}

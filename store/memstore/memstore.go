@@ -108,7 +108,8 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 // AdmitLocal is Admit for an admission the engine built in this process:
 // it checks every charge of a and applies all of them or none, filling
 // each charge's results. A budget admission is kept, by pointer, for the
-// sweep, so a must not change until settled (except Actual).
+// sweep, so a must not change until settled (except Actual); the sweep
+// copies it before it lets a concurrent SettleLocal return.
 func (s *Store) AdmitLocal(now int64, a *inproc.Admission) (bool, error) {
 	ok := s.admit(now, a)
 	if ok && a.HasBudget() {

@@ -32,6 +32,13 @@ func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
 		o.mu.Lock()
 		for id, a := range o.open {
 			if a.adm.Deadline <= n {
+				if a.batch == nil {
+					// The engine's own admission: once its owner's
+					// Settle finds it gone and returns, the engine
+					// reuses its memory, so the sweep works on a copy
+					// taken while the owner cannot have returned yet.
+					a.adm = a.adm.Detached()
+				}
 				due = append(due, a)
 				delete(o.open, id)
 			}
@@ -44,7 +51,6 @@ func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
 		a := o.adm
 		e := Expired{Batch: o.batch, Actual: make([]int64, len(a.Charges))}
 		for i := range a.Charges {
-			// Field by field: the engine may be writing Actual.
 			ch := &a.Charges[i]
 			e.Actual[i] = ch.Amount
 			if ch.Kind == inproc.Budget {

@@ -313,9 +313,20 @@ func (s *Store) SettleLocal(ctx context.Context, now int64, a *inproc.Admission)
 	// The memstore ignores an admission the sweep already took; so must
 	// the journal, or the usage would be written twice.
 	if !s.mem.SettleLocalOpen(now, a) {
-		return nil
+		return s.drained(ctx)
 	}
 	return s.wait(ctx, s.enqueue(op{kind: opSettle, adm: a}))
+}
+
+// drained returns once every op queued so far is committed. A settlement
+// the sweep overtook waits for it before returning: the journal may not
+// have read the admission yet (a writer stalled past the admission's
+// deadline), and the engine reuses an admission's memory once settled.
+func (s *Store) drained(ctx context.Context) error {
+	s.mu.Lock()
+	seq := s.queued
+	s.mu.Unlock()
+	return s.wait(ctx, seq)
 }
 
 // SettleLocalAsync is SettleAsync for an admission of AdmitLocal.
@@ -329,7 +340,7 @@ func (s *Store) SettleLocalAsync(now int64, a *inproc.Admission, done func(error
 		return
 	}
 	if !s.mem.SettleLocalOpen(now, a) {
-		done(nil)
+		go func() { done(s.drained(context.Background())) }()
 		return
 	}
 	s.enqueue(op{kind: opSettle, adm: a, done: done})
