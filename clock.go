@@ -27,25 +27,47 @@ const reanchorEvery = time.Second
 // as it slews the wall clock; only a step goes unseen, for at most
 // reanchorEvery.
 type realClock struct {
-	anchor atomic.Pointer[time.Time]
+	anchor atomic.Pointer[anchor]
+}
+
+// anchor is one reading of the wall clock, with its monotonic reading, and
+// the same instant in Unix nanoseconds.
+type anchor struct {
+	t    time.Time
+	unix int64
 }
 
 func newRealClock() *realClock {
 	c := &realClock{}
-	now := time.Now()
-	c.anchor.Store(&now)
+	c.reanchor()
 	return c
 }
 
-func (c *realClock) Now() time.Time {
-	a := c.anchor.Load()
-	d := time.Since(*a)
-	if d >= 0 && d < reanchorEvery {
-		return a.Add(d)
-	}
+func (c *realClock) reanchor() *anchor {
 	now := time.Now()
-	c.anchor.Store(&now)
-	return now
+	a := &anchor{t: now, unix: now.UnixNano()}
+	c.anchor.Store(a)
+	return a
+}
+
+// since returns the anchor in force and the monotonic time since it.
+func (c *realClock) since() (*anchor, time.Duration) {
+	a := c.anchor.Load()
+	if d := time.Since(a.t); d >= 0 && d < reanchorEvery {
+		return a, d
+	}
+	return c.reanchor(), 0
+}
+
+func (c *realClock) Now() time.Time {
+	a, d := c.since()
+	return a.t.Add(d)
+}
+
+// nanos is Now in Unix nanoseconds, without building a time.Time.
+func (c *realClock) nanos() int64 {
+	a, d := c.since()
+	return a.unix + int64(d)
 }
 
 func (*realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

@@ -19,7 +19,7 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 	}
 	r := &resState{limiter: l}
 	now := l.clock.Now()
-	if err := l.build(l.policy.Load(), &req, now, r); err != nil {
+	if err := l.build(l.policy.Load(), &req, now.UnixNano(), r); err != nil {
 		if _, tooLarge := err.(*TooLargeError); !tooLarge {
 			return 0, err
 		}
@@ -28,7 +28,7 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 		smaller := req
 		smaller.Max.OutputTokens = 0
 		smaller.Max.Cost = costWithoutOutput(&req)
-		if err := l.build(l.policy.Load(), &smaller, now, r); err != nil {
+		if err := l.build(l.policy.Load(), &smaller, now.UnixNano(), r); err != nil {
 			return 0, nil
 		}
 	}
@@ -124,7 +124,7 @@ func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, erro
 	r := &resState{limiter: l}
 	now := l.clock.Now()
 	req := Request{Identity: id}
-	if err := l.buildCharges(l.policy.Load(), &req, now, r, false); err != nil {
+	if err := l.buildCharges(l.policy.Load(), &req, now.UnixNano(), r, false); err != nil {
 		return nil, err
 	}
 	if len(r.adm.Charges) > 0 {

@@ -68,8 +68,11 @@ type Limiter struct {
 	store Store
 	// local is store when it keeps its counters in this process and reads
 	// the engine's charges in place (memstore); nil otherwise.
-	local          localStore
-	clock          Clock
+	local localStore
+	clock Clock
+	// real is clock when it is real time (Options.Clock nil), read
+	// without an interface call or a time.Time.
+	real           *realClock
 	serverID       string
 	defaultTimeout time.Duration
 	expirySlack    time.Duration
@@ -104,7 +107,8 @@ func New(opts Options) (*Limiter, error) {
 		l.local = ls
 	}
 	if l.clock == nil {
-		l.clock = newRealClock()
+		l.real = newRealClock()
+		l.clock = l.real
 	}
 	if l.serverID == "" {
 		host, _ := os.Hostname()
@@ -168,32 +172,39 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	p := l.policy.Load()
 	s := l.getState()
 	s.adm.ID = l.ids.take()
-	now := l.clock.Now()
-	if err := l.build(p, &req, now, s); err != nil {
+	at := l.nowNanos()
+	if err := l.build(p, &req, at, s); err != nil {
 		l.refused.Add(1)
 		l.putState(s)
 		return nil, err
 	}
 	if req.MaxWait > 0 && l.waiters.active() {
 		if key, ok := l.waiters.existing(&s.adm); ok {
-			return l.wait(ctx, &req, s, key, now)
+			return l.wait(ctx, &req, s, key, at)
 		}
 	}
-	err := l.try(ctx, &req, s, now)
+	err := l.try(ctx, &req, s, at)
 	if err == nil {
 		return s.handle(), nil
 	}
 	if req.MaxWait > 0 && waitable(err, req.MaxWait) {
-		return l.wait(ctx, &req, s, decidingKey(s), now)
+		return l.wait(ctx, &req, s, decidingKey(s), at)
 	}
 	l.refused.Add(1)
 	l.putState(s)
 	return nil, err
 }
 
-// try runs one admission attempt at now.
-func (l *Limiter) try(ctx context.Context, req *Request, r *resState, now time.Time) error {
-	at := now.UnixNano()
+// nowNanos reads the clock for a decision, in Unix nanoseconds.
+func (l *Limiter) nowNanos() int64 {
+	if l.real != nil {
+		return l.real.nanos()
+	}
+	return l.clock.Now().UnixNano()
+}
+
+// try runs one admission attempt at at (Unix nanoseconds).
+func (l *Limiter) try(ctx context.Context, req *Request, r *resState, at int64) error {
 	r.adm.Deadline = at + int64(l.timeout(req)+l.expirySlack)
 	if r.adm.Deadline < at {
 		r.adm.Deadline = 1<<63 - 1
@@ -211,7 +222,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *resState, now time.T
 	} else {
 		b = r.toBatch()
 		b.Deadline = time.Unix(0, r.adm.Deadline)
-		ok, err = l.store.Admit(ctx, now, b)
+		ok, err = l.store.Admit(ctx, time.Unix(0, at), b)
 	}
 	if err != nil {
 		if !r.failOpen() {
@@ -259,13 +270,13 @@ func (l *Limiter) timeout(req *Request) time.Duration {
 }
 
 // build appends to r one charge per applicable rule and subject.
-func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *resState) error {
-	return l.buildCharges(p, req, now, r, true)
+func (l *Limiter) build(p *compiledPolicy, req *Request, at int64, r *resState) error {
+	return l.buildCharges(p, req, at, r, true)
 }
 
 // buildCharges is build; without checkFit, a charge too large for its rule
 // is kept rather than refused (to look at a subject's limits).
-func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r *resState, checkFit bool) error {
+func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *resState, checkFit bool) error {
 	// Pointers are stored only when they change: on the admission path a
 	// store of a pointer into the heap costs a write barrier while the
 	// collector runs.
@@ -284,18 +295,19 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r
 		}
 		limit, burst, source := rule.Limit, rule.Burst, fromRule
 		if !p.plain {
-			limit, burst, source = p.effective(rule, id, now)
+			limit, burst, source = p.effective(rule, id, time.Unix(0, at))
 		}
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
 			continue
 		}
-		charges = append(charges, inproc.Charge{
-			Rule: rule.id, Window: int64(rule.Window), Limit: limit, Burst: burst,
-			Amount: rule.reserveAmount(req), Kind: rule.kind,
-			Shadow: rule.Mode == ModeShadow, Release: rule.OnExpiry == ExpiryRelease,
-			RuleIndex: i, Source: uint8(source),
-		})
+		// Appended zero and filled in place: a literal would be built on
+		// the stack and copied.
+		charges = append(charges, inproc.Charge{})
 		c := &charges[len(charges)-1]
+		c.Rule, c.Window, c.Limit, c.Burst = rule.id, int64(rule.Window), limit, burst
+		c.Amount, c.Kind = rule.reserveAmount(req), rule.kind
+		c.Shadow, c.Release = rule.Mode == ModeShadow, rule.OnExpiry == ExpiryRelease
+		c.RuleIndex, c.Source = i, uint8(source)
 		switch rule.kind {
 		case inproc.Rate:
 			if checkFit && !c.Shadow && c.Amount > c.Capacity() {
@@ -305,7 +317,7 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, now time.Time, r
 			if checkFit && !c.Shadow && c.Amount > limit {
 				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: limit}
 			}
-			start, end := PeriodBounds(rule.Period, now, rule.location)
+			start, end := PeriodBounds(rule.Period, time.Unix(0, at), rule.location)
 			c.Period = start.Unix()
 			c.PeriodEnd = end.UnixNano()
 		}

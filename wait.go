@@ -137,7 +137,8 @@ func keyOf(a *inproc.Admission, c *inproc.Charge) CounterKey {
 // wait queues the admission behind the earlier waiters on key and retries
 // it, as the head of the queue, until it is admitted, refused for good, or
 // out of time.
-func (l *Limiter) wait(ctx context.Context, req *Request, r *resState, key CounterKey, start time.Time) (*Reservation, error) {
+func (l *Limiter) wait(ctx context.Context, req *Request, r *resState, key CounterKey, at int64) (*Reservation, error) {
+	start := time.Unix(0, at)
 	deadline := start.Add(req.MaxWait)
 	me := l.waiters.join(key)
 	defer l.waiters.leave(key, me)
@@ -156,10 +157,10 @@ func (l *Limiter) wait(ctx context.Context, req *Request, r *resState, key Count
 	for {
 		wake := l.waiters.wakeChan()
 		now := l.clock.Now()
-		if err := l.build(l.policy.Load(), req, now, r); err != nil {
+		if err := l.build(l.policy.Load(), req, now.UnixNano(), r); err != nil {
 			return fail(err)
 		}
-		err := l.try(ctx, req, r, now)
+		err := l.try(ctx, req, r, now.UnixNano())
 		if err == nil {
 			return r.handle(), nil
 		}
