@@ -1,35 +1,28 @@
 package sluice
 
-import (
-	"sync"
-	"sync/atomic"
-)
+import "sync/atomic"
 
 // idSource hands out reservation ids without making every admission write
-// one shared counter: each P takes blocks of ids from the counter and
-// serves them from a sync.Pool, which is per P. Ids stay unique; they are
-// not in admission order.
+// one shared counter: each admission's state (see resState) takes a block
+// of ids from the counter and serves its admissions from it. States are
+// pooled per P, so a block is mostly used by one P. Ids stay unique; they
+// are not in admission order.
 type idSource struct {
 	next atomic.Uint64
-	pool sync.Pool
 }
 
 type idBlock struct{ next, end uint64 }
 
 const idBlockSize = 1024
 
-func (s *idSource) take() uint64 {
-	b, _ := s.pool.Get().(*idBlock)
-	if b == nil || b.next == b.end {
-		if b == nil {
-			b = new(idBlock)
-		}
+// take returns the next id of b, taking a new block when b is used up.
+func (s *idSource) take(b *idBlock) uint64 {
+	if b.next == b.end {
 		b.end = s.next.Add(idBlockSize)
 		b.next = b.end - idBlockSize
 	}
 	id := b.next
 	b.next++
-	s.pool.Put(b)
 	return id
 }
 

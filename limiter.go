@@ -171,7 +171,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	}
 	p := l.policy.Load()
 	s := l.getState()
-	s.adm.ID = l.ids.take()
+	s.adm.ID = l.ids.take(&s.ids)
 	at := l.nowNanos()
 	if err := l.build(p, &req, at, s); err != nil {
 		l.refused.Add(1)

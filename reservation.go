@@ -63,7 +63,7 @@ type Reservation struct {
 // current one, which at three million admissions a second on a single state
 // is four days of a handle kept and settled twice.
 const (
-	stateFree uint64 = iota
+	stateNew uint64 = iota // never opened
 	stateOpen
 	stateSettling
 	stateDone
@@ -97,6 +97,8 @@ type resState struct {
 	// again.
 	admittedAt int64
 	word       atomic.Uint64
+	// ids is the block this state takes its admissions' ids from.
+	ids idBlock
 	// failedOpen marks an admission let through uncharged (see
 	// Result.FailedOpen).
 	failedOpen bool
@@ -115,14 +117,16 @@ func (l *Limiter) getState() *resState {
 }
 
 // putState gives back a state that was never opened: its admission was
-// refused. No handle was made for it, so its generation stays.
+// refused, and no handle was made for it.
 func (l *Limiter) putState(s *resState) {
 	s.failedOpen, s.uncertain = false, false
 	l.states.Put(s)
 }
 
-// open marks an admitted state open. Nothing else holds it yet.
-func (s *resState) open() { s.word.Store(s.word.Load()&^(stateMask|pinMask) | stateOpen) }
+// open marks an admitted state open under a new generation. Nothing else
+// holds it: it is new, was refused (never opened), or done with no reader
+// left, and the handles of earlier generations stop at the generation.
+func (s *resState) open() { s.word.Store((s.word.Load()>>genShift+1)<<genShift | stateOpen) }
 
 // handle returns the Reservation of an open state.
 func (s *resState) handle() *Reservation {
@@ -150,25 +154,18 @@ func (s *resState) reopen() { s.word.Add(^uint64(0)) } // stateSettling - 1 == s
 // finish marks a settled state done; the last of it and its readers gives
 // it back to the pool.
 func (s *resState) finish() {
-	for {
-		w := s.word.Load()
-		if s.word.CompareAndSwap(w, w&^stateMask|stateDone) {
-			if w&pinMask == 0 {
-				s.recycle()
-			}
-			return
-		}
+	if w := s.word.Add(stateDone - stateSettling); w&pinMask == 0 {
+		s.recycle()
 	}
 }
 
-// recycle gives a done state back to its Limiter's pool under the next
-// generation.
+// recycle gives a done state back to its Limiter's pool. Its word stays
+// done (no handle reads or settles it) until open starts a new generation.
 func (s *resState) recycle() {
 	s.failedOpen, s.uncertain = false, false
 	if s.batch != nil {
 		s.batch = nil
 	}
-	s.word.Store((s.word.Load()>>genShift + 1) << genShift)
 	s.limiter.states.Put(s)
 }
 
@@ -178,7 +175,7 @@ func (s *resState) recycle() {
 func (r *Reservation) pin() bool {
 	for {
 		w := r.s.word.Load()
-		if w>>genShift != r.gen || w&stateMask == stateFree || w&stateMask == stateDone {
+		if w>>genShift != r.gen || w&stateMask == stateNew || w&stateMask == stateDone {
 			return false
 		}
 		if w&pinMask == pinMask {
