@@ -182,8 +182,51 @@ func resetAt(tat, frac int64) int64 {
 	return tat
 }
 
-// checkRate evaluates a rate charge of n units at now without applying it.
+// full reports whether c's bucket is full at now: nothing drawn.
+func full(c *counter, now int64) bool {
+	return c.tat < now || c.tat == now && c.frac == 0
+}
+
+// check evaluates a rate charge at now without applying it: checkFull for
+// a full bucket when it can, else checkExact.
 func (b bucket) check(c *counter, ch *inproc.Charge, now int64) (newTat, newFrac int64) {
+	if full(c, now) {
+		if tat, frac, ok := b.checkFull(ch, now); ok {
+			return tat, frac
+		}
+	}
+	return b.checkExact(c, ch, now)
+}
+
+// checkFull is checkExact on a full bucket, in 64-bit arithmetic, for a
+// charge that fits: ok false, with nothing done, when the charge does not
+// fit or its figures do not fit in 64 bits. Starting from (now, 0), the
+// charge draws exactly n*window, so it fits when n <= burst, leaving
+// burst-n units, and it ends n*window/limit ns later.
+func (b bucket) checkFull(ch *inproc.Charge, now int64) (newTat, newFrac int64, ok bool) {
+	n := ch.Amount
+	if n < 0 || n > b.burst || b.burst-n > 1<<62 || b.window <= 0 || b.limit <= 0 {
+		return 0, 0, false
+	}
+	hi, nw := bits.Mul64(uint64(n), uint64(b.window))
+	if hi != 0 {
+		return 0, 0, false
+	}
+	q, r := nw/uint64(b.limit), nw%uint64(b.limit)
+	if q > 1<<62 {
+		return 0, 0, false
+	}
+	newTat, newFrac = now+int64(q), int64(r)
+	ch.Allowed = true
+	ch.Remaining = b.burst - n
+	ch.ResetAt = resetAt(newTat, newFrac)
+	ch.Used = n
+	return newTat, newFrac, true
+}
+
+// checkExact evaluates a rate charge of n units at now without applying
+// it, in 128-bit arithmetic.
+func (b bucket) checkExact(c *counter, ch *inproc.Charge, now int64) (newTat, newFrac int64) {
 	tat, frac := b.start(c, now)
 	before := b.drawn(tat, frac, now)
 	newTat, newFrac, ok := b.advance(tat, frac, ch.Amount)
@@ -215,6 +258,20 @@ func (b bucket) check(c *counter, ch *inproc.Charge, now int64) (newTat, newFrac
 // room back (never more than a full bucket), an overrun draws it into debt
 // bounded by one burst.
 func (b bucket) adjust(c *counter, delta, now int64) {
+	if delta == 0 {
+		return
+	}
+	if delta < 0 && b.limit > 0 && full(c, now) {
+		// A refund to a full bucket leaves it full, from now: what
+		// adjustExact works out, without dividing.
+		c.tat, c.frac, c.drawnAt = now, 0, b.limit
+		return
+	}
+	b.adjustExact(c, delta, now)
+}
+
+// adjustExact is adjust in 128-bit arithmetic.
+func (b bucket) adjustExact(c *counter, delta, now int64) {
 	if delta == 0 {
 		return
 	}
