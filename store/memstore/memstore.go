@@ -124,6 +124,14 @@ func (s *Store) AdmitLocal(now int64, a *inproc.Admission) (bool, error) {
 func (s *Store) LocalStore() sluice.Store { return s }
 
 func (s *Store) admit(now int64, a *inproc.Admission) bool {
+	if len(a.Subjects) == 1 && len(a.Charges) <= inlineCharges {
+		return s.admitOne(now, a)
+	}
+	return s.admitPlanned(now, a)
+}
+
+// admitPlanned is admit for any admission.
+func (s *Store) admitPlanned(now int64, a *inproc.Admission) bool {
 	var p plan
 	s.plan(&p, a)
 	s.lock(&p.lockSet)
@@ -186,6 +194,91 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 		}
 	}
 	return true
+}
+
+// admitOne is admit for the charges of one subject, at most
+// inlineCharges of them: one shard, one lock, the subject hashed and
+// looked up once, and no plan.
+func (s *Store) admitOne(now int64, a *inproc.Admission) bool {
+	k := s.hash.key(a.Subjects[0])
+	j := s.shardOf(k)
+	sh := &s.shards[j].shard
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var slots [inlineCharges]*slot
+	var idx [inlineCharges]uint32
+	head, last := sh.subjects.get(k), noSlot
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		// As resolve: most likely the slot after the last one found.
+		found := noSlot
+		if last != noSlot {
+			if next := slots[i-1].next; next != noSlot {
+				if sl := sh.at(next); sl.rule == ch.Rule && sl.period == ch.Period {
+					found = next
+				}
+			}
+		}
+		if found == noSlot {
+			var tail uint32
+			found, tail = sh.find(head, ch.Rule, ch.Period)
+			if found == noSlot {
+				found = sh.add(k, tail, ch.Rule, ch.Period)
+				if tail == noSlot {
+					head = found
+				}
+			}
+		}
+		idx[i], slots[i], last = found, sh.at(found), found
+	}
+	var tats [inlineCharges][2]int64
+	admit := true
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		ch.Allowed, ch.RetryAfter = false, 0
+		c := &slots[i].counter
+		switch ch.Kind {
+		case inproc.Rate:
+			tats[i][0], tats[i][1] = bucketOf(ch).check(c, ch, now)
+		case inproc.Budget:
+			checkBudget(c, ch)
+		case inproc.Concurrency:
+			checkConcurrency(sh.leasesOf(c, true), ch, now)
+		}
+		if !ch.Allowed && !ch.Shadow {
+			admit = false
+		}
+	}
+	if admit {
+		ref := j <= math.MaxUint16
+		for i := range a.Charges {
+			ch := &a.Charges[i]
+			sl := slots[i]
+			c := &sl.counter
+			c.touched = now
+			if ref {
+				ch.Shard, ch.Ref = uint16(j), uint64(sl.gen)<<32|uint64(idx[i]+1)
+			}
+			switch ch.Kind {
+			case inproc.Rate:
+				if ch.Allowed {
+					c.tat, c.frac, c.drawnAt = tats[i][0], tats[i][1], ch.Limit
+				} else {
+					// A shadow charge over its limit: draw it like
+					// an overrun.
+					bucketOf(ch).adjust(c, ch.Amount, now)
+				}
+			case inproc.Budget:
+				c.reserved += ch.Amount
+				c.end = ch.PeriodEnd
+			case inproc.Concurrency:
+				leases := sh.leasesOf(c, true)
+				*leases = append(*leases, lease{id: a.ID, expiry: a.Deadline})
+			}
+		}
+	}
+	s.maybeEvict(sh, now)
+	return admit
 }
 
 // Settle applies each charge's Actual in place of its Amount and frees the
