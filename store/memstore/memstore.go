@@ -342,13 +342,42 @@ func (s *Store) setRef(ch *inproc.Charge, shard int, slot uint32) {
 // counters was evicted since (its slot's generation moved on), in which
 // case nothing is applied.
 func (s *Store) settleByRef(now int64, a *inproc.Admission) bool {
-	var ls lockSet
+	if len(a.Charges) == 0 {
+		return true
+	}
+	first, one := a.Charges[0].Shard, true
 	for i := range a.Charges {
 		ch := &a.Charges[i]
 		if ch.Ref == 0 {
 			return false
 		}
-		ls.add(int(ch.Shard))
+		one = one && ch.Shard == first
+	}
+	if !one {
+		return s.settleByRefs(now, a)
+	}
+	sh := &s.shards[first].shard
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		if sh.at(uint32(ch.Ref)-1).gen != uint32(ch.Ref>>32) {
+			return false
+		}
+	}
+	for i := range a.Charges {
+		ch := &a.Charges[i]
+		s.applyOne(now, a.ID, ch, &sh.at(uint32(ch.Ref)-1).counter, sh, ch.Actual)
+	}
+	return true
+}
+
+// settleByRefs is settleByRef for charges on several shards, every one
+// with a reference.
+func (s *Store) settleByRefs(now int64, a *inproc.Admission) bool {
+	var ls lockSet
+	for i := range a.Charges {
+		ls.add(int(a.Charges[i].Shard))
 	}
 	s.lock(&ls)
 	defer s.unlock(&ls)
