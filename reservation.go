@@ -135,8 +135,11 @@ func (s *resState) handle() *Reservation {
 
 // claim moves s from open to settling for the holder of generation gen,
 // reporting whether it did: not when the admission is settled, being
-// settled, or long gone.
+// settled, or long gone, nor for the zero Reservation (s nil).
 func (s *resState) claim(gen uint64) bool {
+	if s == nil {
+		return false
+	}
 	for {
 		w := s.word.Load()
 		if w>>genShift != gen || w&stateMask != stateOpen {
@@ -173,6 +176,9 @@ func (s *resState) recycle() {
 // reporting whether r's admission is still there to read (open, or being
 // settled).
 func (r *Reservation) pin() bool {
+	if r.s == nil {
+		return false
+	}
 	for {
 		w := r.s.word.Load()
 		if w>>genShift != r.gen || w&stateMask == stateNew || w&stateMask == stateDone {

@@ -171,3 +171,19 @@ func TestReservation_SweepRacesSettlement(t *testing.T) {
 		t.Fatalf("budget used %d, want %d: a reservation charged twice, or the sweep read another", got, want)
 	}
 }
+
+// The zero Reservation, as before the states were pooled, settles nothing
+// and reads nothing.
+func TestReservation_ZeroValue(t *testing.T) {
+	var r sluice.Reservation
+	ctx := context.Background()
+	if err := r.Settle(ctx, sluice.Usage{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.Result(); res.Rule != "" || r.Charges() != nil || r.ID() != 0 {
+		t.Fatalf("zero Reservation reads %+v", res)
+	}
+}
