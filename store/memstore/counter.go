@@ -3,6 +3,7 @@ package memstore
 import (
 	"math/bits"
 	"slices"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/inproc"
 )
@@ -11,7 +12,8 @@ import (
 // state, and the subject's next slot (noSlot if none). It holds no
 // pointer. gen counts the times the slot was given back, so that a
 // reference to it taken at admission can tell whether it still holds the
-// same counter.
+// same counter. A slot is one cache line, and chunks of slots start on
+// one, so that a counter is read and written in one line.
 type slot struct {
 	rule   uint64
 	period int64
@@ -21,7 +23,9 @@ type slot struct {
 }
 
 // counter is the state of one CounterKey. A key belongs to one rule, so
-// only the fields of its kind are used.
+// to one kind: the three words of state are a rate bucket's (tat, frac,
+// drawnAt) or a budget's (budgetState, through budget), and kind says
+// which.
 type counter struct {
 	// Rate: the theoretical arrival time of the next unit, in Unix
 	// nanoseconds plus frac/limit of a nanosecond, kept exact so that a
@@ -30,14 +34,26 @@ type counter struct {
 	// drawnAt is the limit the bucket was last drawn at: a changed limit
 	// keeps the units used, not the time.
 	drawnAt int64
-	// Budget: settled usage, open reservations, end of the period (Unix ns).
-	used, reserved, end int64
-	// Concurrency: where the shard keeps the leases held (index + 1 in
-	// shard.leases), 0 if nowhere yet.
-	lease uint32
 	// touched is when the counter was last admitted to or settled (Unix
 	// ns): eviction spares it for a grace period after that.
 	touched int64
+	// Concurrency: where the shard keeps the leases held (index + 1 in
+	// shard.leases), 0 if nowhere yet.
+	lease uint32
+	// kind is the kind of the charges applied to the counter, 0 until
+	// the first: a counter of kind 0 has all its state zero, which reads
+	// as a full bucket, an empty budget and no lease alike.
+	kind inproc.Kind
+}
+
+// budgetState is a budget counter's state, in the words of a rate
+// bucket's: settled usage, open reservations, end of the period (Unix ns).
+type budgetState struct{ used, reserved, end int64 }
+
+// budget returns c's state as a budget's. It shares c's first three words
+// (tat, frac, drawnAt), which a budget counter does not otherwise use.
+func (c *counter) budget() *budgetState {
+	return (*budgetState)(unsafe.Pointer(c))
 }
 
 type lease struct {
@@ -45,11 +61,43 @@ type lease struct {
 	expiry int64
 }
 
+// claim makes c a counter of kind k. A counter is charged under one kind
+// only; a key charged under another kind than before (which no Limiter
+// does: a rule's identity covers its kind) starts afresh as k.
+func (sh *shard) claim(c *counter, k inproc.Kind) {
+	if c.kind != k {
+		sh.reclaim(c, k)
+	}
+}
+
+// reclaim is claim for a counter not yet of kind k, out of line: the
+// admission path meets it once per counter.
+//
+//go:noinline
+func (sh *shard) reclaim(c *counter, k inproc.Kind) {
+	if c.kind != 0 {
+		sh.dropLeases(c)
+		c.tat, c.frac, c.drawnAt = 0, 0, 0
+	}
+	c.kind = k
+}
+
 // idle reports whether c holds nothing worth keeping (a full bucket, an
 // empty or finished budget, no live lease) and has not been touched for
 // grace ns.
-func (c *counter) idle(now, grace int64, leases []lease) bool {
-	return now-c.touched >= grace && (c.tat < now || c.tat == now && c.frac == 0) && c.reserved == 0 && (c.used == 0 || c.end <= now) && liveLeases(leases, now) == 0
+func (sh *shard) idle(c *counter, now, grace int64) bool {
+	if now-c.touched < grace {
+		return false
+	}
+	switch c.kind {
+	case inproc.Budget:
+		b := c.budget()
+		return b.reserved == 0 && (b.used == 0 || b.end <= now)
+	case inproc.Concurrency:
+		return c.lease == 0 || liveLeases(sh.leases[c.lease-1], now) == 0
+	}
+	// A rate counter, or one never charged, whose state is all zero.
+	return full(c, now)
 }
 
 // dropLease frees the lease of admission id.
@@ -306,7 +354,8 @@ func (b bucket) adjustExact(c *counter, delta, now int64) {
 // checkBudget evaluates a budget charge without applying it. A spent budget
 // refuses even a charge of zero.
 func checkBudget(c *counter, ch *inproc.Charge) {
-	inUse := c.used + c.reserved
+	b := c.budget()
+	inUse := b.used + b.reserved
 	ch.Allowed = inUse+ch.Amount <= ch.Limit && (ch.Amount > 0 || inUse < ch.Limit)
 	if ch.Allowed {
 		inUse += ch.Amount

@@ -153,6 +153,7 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 		ch := &a.Charges[i]
 		ch.Allowed, ch.RetryAfter = false, 0
 		c, sh := s.counter(p, a, i)
+		sh.claim(c, ch.Kind)
 		switch ch.Kind {
 		case inproc.Rate:
 			tat, frac := bucketOf(ch).check(c, ch, now)
@@ -186,8 +187,9 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 				bucketOf(ch).adjust(c, ch.Amount, now)
 			}
 		case inproc.Budget:
-			c.reserved += ch.Amount
-			c.end = ch.PeriodEnd
+			b := c.budget()
+			b.reserved += ch.Amount
+			b.end = ch.PeriodEnd
 		case inproc.Concurrency:
 			leases := sh.leasesOf(c, true)
 			*leases = append(*leases, lease{id: a.ID, expiry: a.Deadline})
@@ -237,6 +239,7 @@ func (s *Store) admitOne(now int64, a *inproc.Admission) bool {
 		ch := &a.Charges[i]
 		ch.Allowed, ch.RetryAfter = false, 0
 		c := &slots[i].counter
+		sh.claim(c, ch.Kind)
 		switch ch.Kind {
 		case inproc.Rate:
 			tats[i][0], tats[i][1] = bucketOf(ch).check(c, ch, now)
@@ -269,8 +272,9 @@ func (s *Store) admitOne(now int64, a *inproc.Admission) bool {
 					bucketOf(ch).adjust(c, ch.Amount, now)
 				}
 			case inproc.Budget:
-				c.reserved += ch.Amount
-				c.end = ch.PeriodEnd
+				b := c.budget()
+				b.reserved += ch.Amount
+				b.end = ch.PeriodEnd
 			case inproc.Concurrency:
 				leases := sh.leasesOf(c, true)
 				*leases = append(*leases, lease{id: a.ID, expiry: a.Deadline})
@@ -437,13 +441,15 @@ func (s *Store) applyLocked(now int64, a *inproc.Admission, p *plan, actual []in
 // in shard sh, locked.
 func (s *Store) applyOne(now int64, id uint64, ch *inproc.Charge, c *counter, sh *shard, amount int64) {
 	c.touched = max(c.touched, now)
+	sh.claim(c, ch.Kind)
 	switch ch.Kind {
 	case inproc.Rate:
 		bucketOf(ch).adjust(c, amount-ch.Amount, now)
 	case inproc.Budget:
-		c.reserved = max(0, c.reserved-ch.Amount)
-		c.used += amount
-		c.end = ch.PeriodEnd
+		b := c.budget()
+		b.reserved = max(0, b.reserved-ch.Amount)
+		b.used += amount
+		b.end = ch.PeriodEnd
 	case inproc.Concurrency:
 		if c.lease != 0 {
 			dropLease(sh.leasesOf(c, false), id)
@@ -464,7 +470,9 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	for i := range charges {
 		ch := &charges[i]
 		c, sh := s.counter(&p, &a, i)
-		if c == nil {
+		if c == nil || c.kind != ch.Kind && c.kind != 0 {
+			// No counter yet, or one of another kind, which an
+			// admission would start afresh.
 			c = &counter{}
 		}
 		saved := ch.Amount
@@ -514,6 +522,8 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 		i = sh.add(k, last, key.Rule, key.Period)
 	}
 	sl := sh.at(i)
-	sl.used = used
-	sl.end = periodEnd.UnixNano()
+	sh.claim(&sl.counter, inproc.Budget)
+	b := sl.budget()
+	b.used = used
+	b.end = periodEnd.UnixNano()
 }

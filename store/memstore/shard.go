@@ -33,7 +33,8 @@ func (h hasher) key(subject string) subjectKey {
 // noSlot ends a subject's list of slots.
 const noSlot = ^uint32(0)
 
-// chunkBits sets the slots per arena chunk (256 slots, 20 KiB).
+// chunkBits sets the slots per arena chunk (256 slots of 64 bytes, 16 KiB,
+// which the allocator places on a page).
 const chunkBits = 8
 
 type shard struct {
@@ -112,15 +113,21 @@ func (sh *shard) add(k subjectKey, last uint32, rule uint64, period int64) uint3
 // release gives slot i back, with its leases.
 func (sh *shard) release(i uint32) {
 	sl := sh.at(i)
-	if sl.lease != 0 {
-		j := sl.lease - 1
-		sh.leases[j] = sh.leases[j][:0]
-		sh.freeLeases = append(sh.freeLeases, j)
-	}
+	sh.dropLeases(&sl.counter)
 	// A new generation: a reservation that found the slot before no
 	// longer takes it for its counter.
 	*sl = slot{next: sh.free, gen: sl.gen + 1}
 	sh.free = i
+}
+
+// dropLeases gives back the room c's leases take in shard.leases, if any.
+func (sh *shard) dropLeases(c *counter) {
+	if c.lease != 0 {
+		j := c.lease - 1
+		sh.leases[j] = sh.leases[j][:0]
+		sh.freeLeases = append(sh.freeLeases, j)
+		c.lease = 0
+	}
 }
 
 // leasesOf returns c's leases, making room for them if c has none and
@@ -164,11 +171,7 @@ func (sh *shard) evict(e uint64, now, grace int64) (dropped bool) {
 	for i := head; i != noSlot; {
 		sl := sh.at(i)
 		next := sl.next
-		var leases []lease
-		if sl.lease != 0 {
-			leases = sh.leases[sl.lease-1]
-		}
-		if sl.idle(now, grace, leases) {
+		if sh.idle(&sl.counter, now, grace) {
 			if prev == noSlot {
 				newHead = next
 			} else {

@@ -1,0 +1,38 @@
+package memstore
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// A slot is one cache line, and every chunk starts on one, so that no
+// counter straddles two lines.
+func TestSlotIsOneCacheLine(t *testing.T) {
+	if n := unsafe.Sizeof(slot{}); n != 64 {
+		t.Fatalf("slot is %d bytes, want 64", n)
+	}
+	var sh shard
+	sh.init()
+	for i := range 4 << chunkBits {
+		sh.add(subjectKey{a: uint64(i), b: uint64(i)}, noSlot, 1, 0)
+	}
+	for j, c := range sh.chunks {
+		if p := uintptr(unsafe.Pointer(c)); p%64 != 0 {
+			t.Fatalf("chunk %d at %#x: not on a cache line", j, p)
+		}
+	}
+}
+
+// A budget's state lies on a rate bucket's three words, at the start of
+// the counter.
+func TestBudgetSharesRateWords(t *testing.T) {
+	var c counter
+	if unsafe.Offsetof(c.tat) != 0 || unsafe.Offsetof(c.frac) != 8 || unsafe.Offsetof(c.drawnAt) != 16 || unsafe.Sizeof(budgetState{}) != 24 {
+		t.Fatal("counter does not start with tat, frac, drawnAt")
+	}
+	b := c.budget()
+	b.used, b.reserved, b.end = 1, 2, 3
+	if c.tat != 1 || c.frac != 2 || c.drawnAt != 3 {
+		t.Fatalf("budget state not in the rate words: %+v", c)
+	}
+}
