@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"math/bits"
-	"slices"
 	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/inproc"
@@ -24,8 +23,8 @@ type slot struct {
 
 // counter is the state of one CounterKey. A key belongs to one rule, so
 // to one kind: the three words of state are a rate bucket's (tat, frac,
-// drawnAt) or a budget's (budgetState, through budget), and kind says
-// which.
+// drawnAt), a budget's (budgetState, through budget) or a concurrency
+// counter's inline lease (through inline), and kind says which.
 type counter struct {
 	// Rate: the theoretical arrival time of the next unit, in Unix
 	// nanoseconds plus frac/limit of a nanosecond, kept exact so that a
@@ -37,13 +36,16 @@ type counter struct {
 	// touched is when the counter was last admitted to or settled (Unix
 	// ns): eviction spares it for a grace period after that.
 	touched int64
-	// Concurrency: where the shard keeps the leases held (index + 1 in
-	// shard.leases), 0 if nowhere yet.
+	// Concurrency: a counter keeps one lease inline, in the words of
+	// tat and frac (see inline), when inl is set; the others are kept
+	// out of line, at index lease-1 in shard.leases (0 for none), only
+	// while the inline one is held too.
 	lease uint32
 	// kind is the kind of the charges applied to the counter, 0 until
 	// the first: a counter of kind 0 has all its state zero, which reads
 	// as a full bucket, an empty budget and no lease alike.
 	kind inproc.Kind
+	inl  bool
 }
 
 // budgetState is a budget counter's state, in the words of a rate
@@ -59,6 +61,13 @@ func (c *counter) budget() *budgetState {
 type lease struct {
 	id     uint64
 	expiry int64
+}
+
+// inline returns c's inline lease, held when c.inl is set. It shares c's
+// first two words (tat, frac), which a concurrency counter does not
+// otherwise use.
+func (c *counter) inline() *lease {
+	return (*lease)(unsafe.Pointer(c))
 }
 
 // claim makes c a counter of kind k. A counter is charged under one kind
@@ -77,7 +86,7 @@ func (sh *shard) claim(c *counter, k inproc.Kind) {
 func (sh *shard) reclaim(c *counter, k inproc.Kind) {
 	if c.kind != 0 {
 		sh.dropLeases(c)
-		c.tat, c.frac, c.drawnAt = 0, 0, 0
+		c.tat, c.frac, c.drawnAt, c.inl = 0, 0, 0, false
 	}
 	c.kind = k
 }
@@ -94,45 +103,10 @@ func (sh *shard) idle(c *counter, now, grace int64) bool {
 		b := c.budget()
 		return b.reserved == 0 && (b.used == 0 || b.end <= now)
 	case inproc.Concurrency:
-		return c.lease == 0 || liveLeases(sh.leases[c.lease-1], now) == 0
+		return sh.liveLeases(c, now) == 0
 	}
 	// A rate counter, or one never charged, whose state is all zero.
 	return full(c, now)
-}
-
-// dropLease frees the lease of admission id.
-func dropLease(leases *[]lease, id uint64) {
-	ls := *leases
-	for i := range ls {
-		if ls[i].id == id {
-			// By hand, and only when found: slices.DeleteFunc costs a
-			// closure call per lease and a write barrier per call.
-			n := len(ls) - 1
-			copy(ls[i:], ls[i+1:])
-			*leases = ls[:n]
-			return
-		}
-	}
-}
-
-// dropExpired frees the leases past their expiry.
-func dropExpired(leases *[]lease, now int64) {
-	for _, l := range *leases {
-		if l.expiry <= now {
-			*leases = slices.DeleteFunc(*leases, func(l lease) bool { return l.expiry <= now })
-			return
-		}
-	}
-}
-
-func liveLeases(leases []lease, now int64) int {
-	n := 0
-	for _, l := range leases {
-		if l.expiry > now {
-			n++
-		}
-	}
-	return n
 }
 
 // u128 is an unsigned 128-bit integer for exact bucket arithmetic.
@@ -363,29 +337,4 @@ func checkBudget(c *counter, ch *inproc.Charge) {
 	ch.Used = inUse
 	ch.Remaining = max(0, ch.Limit-inUse)
 	ch.ResetAt = ch.PeriodEnd
-}
-
-// checkConcurrency evaluates a lease request against the leases held,
-// dropping expired ones.
-func checkConcurrency(leases *[]lease, ch *inproc.Charge, now int64) {
-	dropExpired(leases, now)
-	held := int64(len(*leases))
-	ch.Allowed = held < ch.Limit
-	if ch.Allowed {
-		held++
-	}
-	ch.Used = held
-	ch.Remaining = max(0, ch.Limit-held)
-	var earliest int64
-	for _, l := range *leases {
-		if earliest == 0 || l.expiry < earliest {
-			earliest = l.expiry
-		}
-	}
-	if earliest > 0 {
-		ch.ResetAt = earliest
-		if !ch.Allowed {
-			ch.RetryAfter = earliest - now
-		}
-	}
 }

@@ -163,7 +163,7 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 		case inproc.Budget:
 			checkBudget(c, ch)
 		case inproc.Concurrency:
-			checkConcurrency(sh.leasesOf(c, true), ch, now)
+			sh.checkConcurrency(c, ch, now)
 		}
 		if !ch.Allowed && !ch.Shadow {
 			admit = false
@@ -191,8 +191,7 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 			b.reserved += ch.Amount
 			b.end = ch.PeriodEnd
 		case inproc.Concurrency:
-			leases := sh.leasesOf(c, true)
-			*leases = append(*leases, lease{id: a.ID, expiry: a.Deadline})
+			sh.addLease(c, lease{id: a.ID, expiry: a.Deadline})
 		}
 	}
 	return true
@@ -246,7 +245,7 @@ func (s *Store) admitOne(now int64, a *inproc.Admission) bool {
 		case inproc.Budget:
 			checkBudget(c, ch)
 		case inproc.Concurrency:
-			checkConcurrency(sh.leasesOf(c, true), ch, now)
+			sh.checkConcurrency(c, ch, now)
 		}
 		if !ch.Allowed && !ch.Shadow {
 			admit = false
@@ -276,8 +275,7 @@ func (s *Store) admitOne(now int64, a *inproc.Admission) bool {
 				b.reserved += ch.Amount
 				b.end = ch.PeriodEnd
 			case inproc.Concurrency:
-				leases := sh.leasesOf(c, true)
-				*leases = append(*leases, lease{id: a.ID, expiry: a.Deadline})
+				sh.addLease(c, lease{id: a.ID, expiry: a.Deadline})
 			}
 		}
 	}
@@ -451,9 +449,7 @@ func (s *Store) applyOne(now int64, id uint64, ch *inproc.Charge, c *counter, sh
 		b.used += amount
 		b.end = ch.PeriodEnd
 	case inproc.Concurrency:
-		if c.lease != 0 {
-			dropLease(sh.leasesOf(c, false), id)
-		}
+		sh.dropLease(c, id)
 	}
 }
 
@@ -483,9 +479,9 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 		case inproc.Budget:
 			checkBudget(c, ch)
 		case inproc.Concurrency:
-			leases := sh.leasesOf(c, false)
-			checkConcurrency(leases, ch, n)
-			ch.Used, ch.Remaining = int64(len(*leases)), max(0, ch.Limit-int64(len(*leases)))
+			sh.checkConcurrency(c, ch, n)
+			held, _ := sh.heldLeases(c)
+			ch.Used, ch.Remaining = held, max(0, ch.Limit-held)
 		}
 		ch.Amount = saved
 	}

@@ -10,8 +10,8 @@ import (
 // not scan a million subjects' counters on every cycle: the map from
 // subject to counters is keyed by a hash of the subject and holds an
 // index, and the counters live in chunks of an arena of pointer-free
-// slots. Only concurrency counters, which hold leases, have a slice, kept
-// out of line.
+// slots. Only concurrency counters holding more than one lease have a
+// slice, kept out of line.
 //
 // A subject is known by a 128-bit keyed hash of its value (two maphash
 // values under seeds drawn at random per process), not by the value
@@ -48,8 +48,9 @@ type shard struct {
 	chunks []*[1 << chunkBits]slot
 	used   uint32
 	free   uint32
-	// leases holds each concurrency counter's leases, at counter.lease-1;
-	// freeLeases lists the entries given back.
+	// leases holds the leases of the concurrency counters that hold more
+	// than one, past the inline one, at counter.lease-1; freeLeases
+	// lists the entries given back.
 	leases     [][]lease
 	freeLeases []uint32
 	ops        int
@@ -128,25 +129,6 @@ func (sh *shard) dropLeases(c *counter) {
 		sh.freeLeases = append(sh.freeLeases, j)
 		c.lease = 0
 	}
-}
-
-// leasesOf returns c's leases, making room for them if c has none and
-// create is set; without it, a counter with none gets an empty list that
-// must not be appended to.
-func (sh *shard) leasesOf(c *counter, create bool) *[]lease {
-	if c.lease == 0 {
-		if !create {
-			return new([]lease)
-		}
-		if n := len(sh.freeLeases); n > 0 {
-			c.lease = sh.freeLeases[n-1] + 1
-			sh.freeLeases = sh.freeLeases[:n-1]
-		} else {
-			sh.leases = append(sh.leases, nil)
-			c.lease = uint32(len(sh.leases))
-		}
-	}
-	return &sh.leases[c.lease-1]
 }
 
 // count returns the number of counters held.
