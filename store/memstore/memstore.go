@@ -211,12 +211,24 @@ func (s *Store) admitOne(now int64, a *inproc.Admission) bool {
 	head, last := sh.subjects.get(k), noSlot
 	for i := range a.Charges {
 		ch := &a.Charges[i]
-		// As resolve: most likely the slot after the last one found.
+		// As resolve: most likely the slot after the last one found,
+		// and most likely at the next index, as a subject's slots are
+		// made together. That slot's address does not wait for the last
+		// slot's next to be read, so the two cache misses overlap
+		// rather than follow each other.
 		found := noSlot
 		if last != noSlot {
-			if next := slots[i-1].next; next != noSlot {
-				if sl := sh.at(next); sl.rule == ch.Rule && sl.period == ch.Period {
-					found = next
+			prev := slots[i-1]
+			if near := last + 1; near>>chunkBits < uint32(len(sh.chunks)) {
+				if sl := sh.at(near); prev.next == near && sl.rule == ch.Rule && sl.period == ch.Period {
+					found = near
+				}
+			}
+			if found == noSlot {
+				if next := prev.next; next != noSlot {
+					if sl := sh.at(next); sl.rule == ch.Rule && sl.period == ch.Period {
+						found = next
+					}
 				}
 			}
 		}
