@@ -43,7 +43,7 @@ type Options struct {
 // Store is an in-memory sluice.Store. It is safe for concurrent use.
 type Store struct {
 	hash       hasher
-	shards     []paddedShard
+	shards     []*paddedShard
 	open       []openShard
 	evictEvery int
 	evictScan  int
@@ -69,7 +69,7 @@ func New(opts Options) *Store {
 	if n <= 0 {
 		n = 64
 	}
-	s := &Store{hash: newHasher(), shards: make([]paddedShard, n), open: make([]openShard, n),
+	s := &Store{hash: newHasher(), shards: make([]*paddedShard, n), open: make([]openShard, n),
 		evictEvery: opts.EvictEvery, evictScan: opts.EvictScan, evictIdle: int64(opts.EvictIdle)}
 	if s.evictEvery <= 0 {
 		s.evictEvery = 64
@@ -81,6 +81,11 @@ func New(opts Options) *Store {
 		s.evictIdle = int64(10 * time.Second)
 	}
 	for i := range s.shards {
+		// One allocation per shard, of a size class that is a multiple
+		// of 64 bytes, puts each shard on a cache line of its own: an
+		// array of shards would not be, as the allocator keeps a header
+		// before an object of pointers larger than 512 bytes.
+		s.shards[i] = new(paddedShard)
 		s.shards[i].init()
 		s.open[i].open = map[uint64]openAdmission{}
 	}
@@ -509,7 +514,7 @@ func (s *Store) Close() error { return nil }
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
-		sh := &s.shards[i]
+		sh := s.shards[i]
 		sh.mu.Lock()
 		n += sh.count()
 		sh.mu.Unlock()

@@ -36,3 +36,21 @@ func TestBudgetSharesRateWords(t *testing.T) {
 		t.Fatalf("budget state not in the rate words: %+v", c)
 	}
 }
+
+// What an admission touches of its shard lies in the shard's first cache
+// line, and shards start on one.
+func TestShardHotFieldsInOneLine(t *testing.T) {
+	var sh shard
+	if end := unsafe.Offsetof(sh.chunks) + 16; end > 64 || unsafe.Offsetof(sh.ops) >= 64 || unsafe.Offsetof(sh.subjects)+unsafe.Sizeof(sh.subjects) > 64 {
+		t.Fatalf("hot fields of shard past its first cache line: chunks data and len end at %d", end)
+	}
+	if unsafe.Sizeof(paddedShard{})%64 != 0 {
+		t.Fatalf("paddedShard is %d bytes", unsafe.Sizeof(paddedShard{}))
+	}
+	s := New(Options{})
+	for i := range s.shards {
+		if p := uintptr(unsafe.Pointer(s.shards[i])); p%64 != 0 {
+			t.Fatalf("shard %d at %#x: not on a cache line", i, p)
+		}
+	}
+}
