@@ -84,6 +84,10 @@ func (sh *shard) claim(c *counter, k inproc.Kind) {
 //
 //go:noinline
 func (sh *shard) reclaim(c *counter, k inproc.Kind) {
+	if k == 0 {
+		// A charge of no known kind reads and writes nothing.
+		return
+	}
 	if c.kind != 0 {
 		sh.dropLeases(c)
 		c.tat, c.frac, c.drawnAt, c.inl = 0, 0, 0, false

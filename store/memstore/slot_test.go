@@ -3,6 +3,8 @@ package memstore
 import (
 	"testing"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // A slot is one cache line, and every chunk starts on one, so that no
@@ -52,5 +54,31 @@ func TestShardHotFieldsInOneLine(t *testing.T) {
 		if p := uintptr(unsafe.Pointer(s.shards[i])); p%64 != 0 {
 			t.Fatalf("shard %d at %#x: not on a cache line", i, p)
 		}
+	}
+}
+
+// A counter takes the kind of its first charge; a charge of no known kind
+// leaves it alone, and one of another kind starts it afresh, out-of-line
+// leases given back.
+func TestClaimKind(t *testing.T) {
+	var sh shard
+	sh.init()
+	c := &sh.at(sh.add(subjectKey{}, noSlot, 1, 0)).counter
+	sh.claim(c, inproc.Rate)
+	c.tat, c.frac, c.drawnAt = 5, 6, 7
+	sh.claim(c, 0)
+	sh.claim(c, inproc.Rate)
+	if c.kind != inproc.Rate || c.tat != 5 || c.frac != 6 || c.drawnAt != 7 {
+		t.Fatalf("claimed again as its own kind or none: %+v", *c)
+	}
+	sh.claim(c, inproc.Concurrency)
+	if c.kind != inproc.Concurrency || c.tat != 0 || c.frac != 0 || c.drawnAt != 0 {
+		t.Fatalf("claimed as another kind: %+v", *c)
+	}
+	sh.addLease(c, lease{id: 1, expiry: 10})
+	sh.addLease(c, lease{id: 2, expiry: 10})
+	sh.claim(c, inproc.Budget)
+	if c.inl || c.lease != 0 || len(sh.freeLeases) != 1 || *c.budget() != (budgetState{}) {
+		t.Fatalf("leases kept past a change of kind: %+v, free %v", *c, sh.freeLeases)
 	}
 }
