@@ -204,7 +204,10 @@ func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
 
 // admitOne is admit for the charges of one subject, at most
 // inlineCharges of them: one shard, one lock, the subject hashed and
-// looked up once, and no plan.
+// looked up once, and no plan. Its check and apply passes repeat
+// admitLocked's, written out on purpose: taking them into shared
+// functions cost 15 ns of the engine's 190 (calls the compiler does not
+// inline). TestStore_AdmitOneAgreesWithAdmitPlanned keeps the two in step.
 func (s *Store) admitOne(now int64, a *inproc.Admission) bool {
 	k := s.hash.key(a.Subjects[0])
 	j := s.shardOf(k)
