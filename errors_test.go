@@ -17,10 +17,10 @@ import (
 // whose server went away would.
 type flakyStore struct {
 	*memstore.Store
-	mu                            sync.Mutex
-	admitErr, settleErr, peekErr  error
-	sweepErr                      error
-	admitCalls, settleCalls, seen int
+	mu                           sync.Mutex
+	admitErr, settleErr, peekErr error
+	sweepErr                     error
+	admitCalls, settleCalls      int
 	// settleLost, when set, is returned by Settle after the settlement
 	// was applied, as when a store's reply is lost on the way back.
 	settleLost error
