@@ -1,8 +1,9 @@
 // Package inproc holds the shapes that the engine (the root package) and the
 // in-process store (store/memstore) share for admissions that never leave
-// the process. They are plain values: a reservation holds them inline, so
-// an admission allocates one small object, and a store reads them without
-// the strings and time.Time fields of sluice.Charge.
+// the process. They are plain values: an admission's pooled state holds
+// them inline, so an admission allocates only its small handle, and a
+// store reads them without the strings and time.Time fields of
+// sluice.Charge.
 package inproc
 
 // Kind is the algorithm of a charge's rule.
@@ -32,7 +33,7 @@ func (k Kind) String() string {
 
 // Charge is one rule's part of an admission. Times are Unix nanoseconds
 // and durations nanoseconds; a zero time means none. It holds no pointer,
-// so that a reservation holding charges inline is cheap for the garbage
+// so that a state holding charges inline is cheap for the garbage
 // collector.
 type Charge struct {
 	// The admission's Subjects[Subject], Rule and Period name the counter,
