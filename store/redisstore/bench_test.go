@@ -33,10 +33,10 @@ func benchOps(b *testing.B) func(ctx context.Context) error {
 	return tenantOps(b, redisURL(b), 1)
 }
 
-// tenantOps returns a function that admits and settles the 3-rule request
-// of one of tenants subjects, in turn, on the store at url.
-func tenantOps(b *testing.B, url string, tenants int) func(ctx context.Context) error {
-	s := openStore(b, redisstore.Options{URL: url})
+// threeRuleLimiter returns a Limiter over s with the benchmarks' three
+// rules on the subject "key": requests and tokens per minute, set high
+// enough never to refuse, and a cap of 1,000 calls in flight.
+func threeRuleLimiter(b *testing.B, s *redisstore.Store) *sluice.Limiter {
 	l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{
 		{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1_000_000_000, Window: time.Minute},
 		{Name: "tpm", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricTokens, Limit: 1_000_000_000, Window: time.Minute},
@@ -45,6 +45,13 @@ func tenantOps(b *testing.B, url string, tenants int) func(ctx context.Context) 
 	if err != nil {
 		b.Fatal(err)
 	}
+	return l
+}
+
+// tenantOps returns a function that admits and settles the 3-rule request
+// of one of tenants subjects, in turn, on the store at url.
+func tenantOps(b *testing.B, url string, tenants int) func(ctx context.Context) error {
+	l := threeRuleLimiter(b, openStore(b, redisstore.Options{URL: url}))
 	reqs := make([]sluice.Request, tenants)
 	for i := range reqs {
 		reqs[i] = sluice.Request{Identity: sluice.Identity{Key: fmt.Sprintf("tenant-%d", i)}, Max: sluice.Usage{InputTokens: 100, OutputTokens: 100}}
@@ -175,15 +182,7 @@ func BenchmarkAdmitSettleOneCaller(b *testing.B) {
 		}
 	})
 	b.Run("overlapped", func(b *testing.B) {
-		s := openStore(b, redisstore.Options{URL: redisURL(b)})
-		l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{
-			{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1_000_000_000, Window: time.Minute},
-			{Name: "tpm", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricTokens, Limit: 1_000_000_000, Window: time.Minute},
-			{Name: "inflight", Kind: sluice.KindConcurrency, Subject: "key", Limit: 1000},
-		}})
-		if err != nil {
-			b.Fatal(err)
-		}
+		l := threeRuleLimiter(b, openStore(b, redisstore.Options{URL: redisURL(b)}))
 		req := sluice.Request{Identity: sluice.Identity{Key: "tenant-0"}, Max: sluice.Usage{InputTokens: 100, OutputTokens: 100}}
 		used := sluice.Usage{InputTokens: 100, OutputTokens: 40}
 		ctx := context.Background()
