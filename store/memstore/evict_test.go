@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -149,5 +150,56 @@ func TestStore_SettleAfterEvictionLeavesOtherSubjects(t *testing.T) {
 	}
 	if _, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{Key: "b"}}); !errors.Is(err, sluice.ErrRateLimited) {
 		t.Fatalf("third admission of b: %v, want rate limited (a's refund went to b)", err)
+	}
+}
+
+// Subjects that come once and never again (a churn of keys) leave idle
+// counters behind; the new ones pay for dropping them, so that without any
+// sweep the store holds at most about twice the counters in use.
+func TestStore_EvictionBoundsChurnWithoutSweep(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 4, EvictIdle: time.Second})
+	clock := storetest.NewClock(storetest.Start)
+	// A unit comes back in 100 ms, so a counter is whole 100 ms after its
+	// admission and idle a second later: with an admission every
+	// millisecond, about 1,100 counters are in use at any time.
+	l := newLimiter(t, s, clock, sluice.Rule{Name: "rps", Kind: sluice.KindRate, Subject: "key", Limit: 10, Window: time.Second})
+	const inUse, subjects = 1100, 100_000
+	most := 0
+	for i := range subjects {
+		if _, err := l.Admit(context.Background(), sluice.Request{Identity: sluice.Identity{Key: fmt.Sprint(i)}}); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Millisecond)
+		if i%500 == 0 {
+			most = max(most, s.Len())
+		}
+	}
+	t.Logf("at most %d counters held over %d subjects, %d in use", most, subjects, inUse)
+	if most > 5*inUse/2 {
+		t.Fatalf("store held up to %d counters for about %d in use: idle counters were not dropped", most, inUse)
+	}
+}
+
+// The sweep lets go of a shard's lock between chunks of its table, and
+// still drops every idle counter of a shard larger than one chunk.
+func TestStore_SweepEvictsShardLargerThanAChunk(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1, EvictIdle: time.Second})
+	clock := storetest.NewClock(storetest.Start)
+	l := newLimiter(t, s, clock, sluice.Rule{Name: "rps", Kind: sluice.KindRate, Subject: "key", Limit: 10, Window: time.Second})
+	const subjects = 5000
+	for i := range subjects {
+		if _, err := l.Admit(context.Background(), sluice.Request{Identity: sluice.Identity{Key: fmt.Sprint(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Len(); got != subjects {
+		t.Fatalf("%d counters within the grace period, want %d", got, subjects)
+	}
+	clock.Advance(2 * time.Second)
+	if _, err := l.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Len(); got != 0 {
+		t.Fatalf("%d counters left after a sweep of idle ones, want 0", got)
 	}
 }

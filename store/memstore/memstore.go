@@ -27,10 +27,16 @@ var _ sluice.Store = (*Store)(nil)
 type Options struct {
 	// Shards is the number of independently locked maps (default 64).
 	Shards int
-	// EvictEvery is how many admissions a shard serves between two eviction
-	// scans of EvictScan subjects (defaults 64 and 16).
+	// EvictScan is how many subjects a shard scans for idle counters for
+	// each counter it makes (default 2): new counters pay for dropping
+	// idle ones, so that admissions to existing counters scan nothing and
+	// idle counters take at most about as much room again as those in
+	// use, whatever the churn of subjects. Sweep drops every idle
+	// counter besides.
+	EvictScan int
+	// EvictEvery, when set, adds a scan of EvictScan subjects every
+	// EvictEvery admissions a shard serves (default 0: none).
 	EvictEvery int
-	EvictScan  int
 	// EvictIdle is how long a counter must go untouched, once it holds
 	// nothing worth keeping, before eviction drops it (default 10s). A
 	// counter is dropped only when keeping it would change nothing, so
@@ -71,11 +77,8 @@ func New(opts Options) *Store {
 	}
 	s := &Store{hash: newHasher(), shards: make([]*paddedShard, n), open: make([]openShard, n),
 		evictEvery: opts.EvictEvery, evictScan: opts.EvictScan, evictIdle: int64(opts.EvictIdle)}
-	if s.evictEvery <= 0 {
-		s.evictEvery = 64
-	}
 	if s.evictScan <= 0 {
-		s.evictScan = 16
+		s.evictScan = 2
 	}
 	if s.evictIdle <= 0 {
 		s.evictIdle = int64(10 * time.Second)

@@ -37,14 +37,15 @@ const noSlot = ^uint32(0)
 // which the allocator places on a page).
 const chunkBits = 8
 
-// The fields every admission reads or writes (mu, ops, subjects, and
-// chunks but for its capacity) come first, in the shard's first cache
+// The fields every admission reads or writes (mu, made, ops, subjects,
+// and chunks but for its capacity) come first, in the shard's first cache
 // line: the line moves between cores with the lock, and one line moves
 // faster than two.
 type shard struct {
 	mu sync.Mutex
-	// ops counts the admissions since the last eviction scan.
-	ops int
+	// made counts the slots made since the last eviction scan, ops the
+	// admissions (counted only when Options.EvictEvery is set).
+	made, ops int32
 	// subjects maps each subject to the first of its slots, one per rule
 	// and period, linked through slot.next.
 	subjects table
@@ -106,6 +107,7 @@ func (sh *shard) add(k subjectKey, last uint32, rule uint64, period int64) uint3
 		}
 		sh.used++
 	}
+	sh.made++
 	sl := sh.at(i)
 	*sl = slot{rule: rule, period: period, next: noSlot, gen: sl.gen}
 	if last == noSlot {
@@ -201,13 +203,23 @@ func (sh *shard) evictScan(n int, now, grace int64) {
 	}
 }
 
-// evictAll runs evict on every subject of the shard.
-func (sh *shard) evictAll(now, grace int64) {
+// evictRange runs evict on the subjects of table entries from to from+n-1
+// (fewer if the table is smaller) and returns where the next range starts,
+// -1 once the table's end is reached. Between two calls the lock may be
+// let go: a subject that moves meanwhile (the table grew, or a deletion
+// moved it back across from) may be examined twice or not at all, which
+// the next sweep makes up for.
+func (sh *shard) evictRange(from, n int, now, grace int64) int {
 	t := &sh.subjects
-	for i := 0; i < len(t.entries); {
+	end := min(from+n, len(t.entries))
+	for i := from; i < end; {
 		if t.entries[i].ref != 0 && sh.evict(uint64(i), now, grace) {
 			continue // another subject may have moved into the entry
 		}
 		i++
 	}
+	if end >= len(t.entries) {
+		return -1
+	}
+	return end
 }

@@ -96,22 +96,45 @@ func batchOf(a *inproc.Admission) *sluice.Batch {
 	return b
 }
 
-// maybeEvict scans a few subjects of a locked shard every evictEvery
-// admissions and drops their idle counters.
+// maybeEvict runs the eviction scan a locked shard owes: EvictScan
+// subjects for each slot it made since the last scan, and EvictScan more
+// every EvictEvery admissions when that is set. The subjects that arrive
+// pay for the eviction: an admission to counters that exist scans nothing,
+// so a store of a million subjects admits to them without an occasional
+// scan of cold slots, and with two subjects scanned per slot made the
+// cursor passes every subject before the shard doubles, so idle counters
+// never take more than about as much room again as the live ones.
 func (s *Store) maybeEvict(sh *shard, now int64) {
-	sh.ops++
-	if sh.ops < s.evictEvery {
-		return
+	n := int(sh.made) * s.evictScan
+	sh.made = 0
+	if s.evictEvery > 0 {
+		if sh.ops++; int(sh.ops) >= s.evictEvery {
+			sh.ops = 0
+			n += s.evictScan
+		}
 	}
-	sh.ops = 0
-	sh.evictScan(s.evictScan, now, s.evictIdle)
+	if n > 0 {
+		sh.evictScan(n, now, s.evictIdle)
+	}
 }
 
+// evictChunk is how many table entries evictAll examines under one hold of
+// a shard's lock: a sweep over a million subjects then never holds an
+// admission up for longer than a few hundred slot reads.
+const evictChunk = 256
+
+// evictAll drops the idle counters of every subject, a chunk of each shard
+// at a time.
 func (s *Store) evictAll(now int64) {
 	for i := range s.shards {
 		sh := &s.shards[i].shard
-		sh.mu.Lock()
-		sh.evictAll(now, s.evictIdle)
-		sh.mu.Unlock()
+		for from := 0; ; {
+			sh.mu.Lock()
+			from = sh.evictRange(from, evictChunk, now, s.evictIdle)
+			sh.mu.Unlock()
+			if from < 0 {
+				break
+			}
+		}
 	}
 }
