@@ -78,7 +78,7 @@ const (
 // is in its life. A Limiter keeps states in a pool and takes one per Admit;
 // a state goes back when its admission is refused, or settled and no
 // reader pins it, so that an admission allocates only its small
-// Reservation.
+// Reservation, and that in blocks (see handle).
 type resState struct {
 	// The pointers come first and are few: the collector scans no further
 	// than the last.
@@ -89,7 +89,10 @@ type resState struct {
 	// batch is the charges as a Batch, for a store that does not read
 	// them in place; nil with an in-process store.
 	batch *Batch
-	adm   inproc.Admission
+	// handles is the block the state makes its admissions' Reservations
+	// in, handed out from index next on (see handle).
+	handles *[handleBlock]Reservation
+	adm     inproc.Admission
 	// subject holds adm.Subjects when there is one.
 	subject [1]string
 	// admittedAt is the admission's clock reading (Unix ns), which a
@@ -98,7 +101,8 @@ type resState struct {
 	admittedAt int64
 	word       atomic.Uint64
 	// ids is the block this state takes its admissions' ids from.
-	ids idBlock
+	ids  idBlock
+	next int
 	// failedOpen marks an admission let through uncharged (see
 	// Result.FailedOpen).
 	failedOpen bool
@@ -128,9 +132,23 @@ func (l *Limiter) putState(s *resState) {
 // left, and the handles of earlier generations stop at the generation.
 func (s *resState) open() { s.word.Store((s.word.Load()>>genShift+1)<<genShift | stateOpen) }
 
+// handleBlock is how many Reservations are allocated together: an
+// allocation costs as much as the rest of an admission's work in the
+// engine, and a block of them little more than one. A Reservation is never
+// written after it is made and each is handed out once, so a block is
+// shared by admissions that never meet; a Reservation kept keeps its
+// block's memory (handleBlock*32 bytes) with it.
+const handleBlock = 16
+
 // handle returns the Reservation of an open state.
 func (s *resState) handle() *Reservation {
-	return &Reservation{s: s, gen: s.word.Load() >> genShift, id: s.adm.ID, deadline: s.adm.Deadline}
+	if s.handles == nil || s.next == len(s.handles) {
+		s.handles, s.next = new([handleBlock]Reservation), 0
+	}
+	h := &s.handles[s.next]
+	s.next++
+	*h = Reservation{s: s, gen: s.word.Load() >> genShift, id: s.adm.ID, deadline: s.adm.Deadline}
+	return h
 }
 
 // claim moves s from open to settling for the holder of generation gen,

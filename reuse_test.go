@@ -187,3 +187,36 @@ func TestReservation_ZeroValue(t *testing.T) {
 		t.Fatalf("zero Reservation reads %+v", res)
 	}
 }
+
+// Reservations are made in blocks: every admission still gets one of its
+// own, which settles its admission and no other, across block boundaries.
+func TestReservation_HandlesOfOneBlockAreApart(t *testing.T) {
+	const n = 50 // more than a few blocks
+	l, _ := withRules(t, inFlight(n))
+	held := make([]*sluice.Reservation, n)
+	ids := map[uint64]bool{}
+	for i := range held {
+		held[i] = admit(t, l, byKey("k"))
+		if ids[held[i].ID()] {
+			t.Fatalf("two admissions with id %d", held[i].ID())
+		}
+		ids[held[i].ID()] = true
+		for j := range i {
+			if held[j] == held[i] {
+				t.Fatalf("admissions %d and %d share a Reservation", j, i)
+			}
+		}
+	}
+	refuse(t, l, byKey("k"), sluice.ErrBusy)
+	for i, r := range held {
+		settle(t, r, sluice.Usage{})
+		settle(t, r, sluice.Usage{}) // settling again frees nothing more
+		// One place is free, and only one.
+		again := admit(t, l, byKey("k"))
+		refuse(t, l, byKey("k"), sluice.ErrBusy)
+		held[i] = again
+	}
+	for _, r := range held {
+		settle(t, r, sluice.Usage{})
+	}
+}
