@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/inproc"
 )
@@ -337,7 +338,19 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 			charges[len(charges)-1].Subject, subjects = addSubject(subjects, subjectValue(rule, id, tag, l.serverID))
 		}
 	}
-	r.adm.Charges, r.adm.Subjects = charges, subjects
+	// Most often the slices are still the state's own arrays, as the
+	// admission before left them: only their lengths change, which costs
+	// no write barrier.
+	if unsafe.SliceData(r.adm.Charges) == unsafe.SliceData(charges) {
+		r.adm.Charges = r.adm.Charges[:len(charges)]
+	} else {
+		r.adm.Charges = charges
+	}
+	if unsafe.SliceData(r.adm.Subjects) == unsafe.SliceData(subjects) {
+		r.adm.Subjects = r.adm.Subjects[:len(subjects)]
+	} else {
+		r.adm.Subjects = subjects
+	}
 	return nil
 }
 
@@ -362,7 +375,17 @@ func addSubject(subjects []string, subject string) (uint32, []string) {
 			return uint32(i), subjects
 		}
 	}
-	return uint32(len(subjects)), append(subjects, subject)
+	n := len(subjects)
+	if n < cap(subjects) {
+		// The state's array most likely holds this subject already, from
+		// the admission before: writing it again would cost a write
+		// barrier while the collector runs.
+		if subjects = subjects[:n+1]; subjects[n] != subject {
+			subjects[n] = subject
+		}
+		return uint32(n), subjects
+	}
+	return uint32(n), append(subjects, subject)
 }
 
 func (r *compiledRule) matches(id *Identity) bool {
