@@ -288,6 +288,9 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 		r.batch = nil
 	}
 	charges, subjects := r.inline[:0], r.subject[:0]
+	// groups holds the subject groups of the first charges, read here
+	// rather than through each charge's rule.
+	var groups [len(r.inline)]int
 	id := &req.Identity
 	for _, i := range p.candidates {
 		rule := p.rules[i]
@@ -301,14 +304,22 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
 			continue
 		}
-		// Appended zero and filled in place: a literal would be built on
-		// the stack and copied.
-		charges = append(charges, inproc.Charge{})
-		c := &charges[len(charges)-1]
-		c.Rule, c.Window, c.Limit, c.Burst = rule.id, int64(rule.Window), limit, burst
-		c.Amount, c.Kind = rule.reserveAmount(req), rule.kind
-		c.Shadow, c.Release = rule.Mode == ModeShadow, rule.OnExpiry == ExpiryRelease
-		c.RuleIndex, c.Source = i, uint8(source)
+		// The rule's charge, copied whole, then what this admission
+		// changes of it.
+		n := len(charges)
+		if n < cap(charges) {
+			charges = charges[:n+1]
+		} else {
+			charges = append(charges, inproc.Charge{})
+		}
+		c := &charges[n]
+		*c = rule.charge
+		if !p.plain {
+			c.Limit, c.Burst, c.Source = limit, burst, uint8(source)
+		}
+		if rule.amountOfRequest {
+			c.Amount = rule.reserveAmount(req)
+		}
 		switch rule.kind {
 		case inproc.Rate:
 			if checkFit && !c.Shadow && c.Amount > c.Capacity() {
@@ -323,11 +334,14 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 			c.PeriodEnd = end.UnixNano()
 		}
 		if !rule.hasTag {
-			c.Subject, subjects = l.subjectOf(p, rule, id, charges[:len(charges)-1], subjects)
+			if n < len(groups) {
+				groups[n] = rule.group
+			}
+			c.Subject, subjects = l.subjectOf(p, rule, id, charges[:n], groups[:min(n, len(groups))], subjects)
 			continue
 		}
 		// One charge per distinct tag.
-		first := len(charges) - 1
+		first := n
 		for i, tag := range id.Tags {
 			if slices.Contains(id.Tags[:i], tag) {
 				continue
@@ -336,6 +350,10 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 				charges = append(charges, charges[first])
 			}
 			charges[len(charges)-1].Subject, subjects = addSubject(subjects, subjectValue(rule, id, tag, l.serverID))
+		}
+		// A tag's subject is no other rule's.
+		for k := first; k < min(len(charges), len(groups)); k++ {
+			groups[k] = -1
 		}
 	}
 	// Most often the slices are still the state's own arrays, as the
@@ -358,8 +376,14 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 // it when it is new. A rule whose subject is built from the same
 // attributes as one of the charges before reuses its subject, so that a
 // composite subject is joined once per admission.
-func (l *Limiter) subjectOf(p *compiledPolicy, rule *compiledRule, id *Identity, before []inproc.Charge, subjects []string) (uint32, []string) {
-	for i := range before {
+// groups holds the groups of the first charges before.
+func (l *Limiter) subjectOf(p *compiledPolicy, rule *compiledRule, id *Identity, before []inproc.Charge, groups []int, subjects []string) (uint32, []string) {
+	for i, g := range groups {
+		if g == rule.group {
+			return before[i].Subject, subjects
+		}
+	}
+	for i := len(groups); i < len(before); i++ {
 		if p.rules[before[i].RuleIndex].group == rule.group {
 			return before[i].Subject, subjects
 		}

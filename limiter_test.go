@@ -125,3 +125,35 @@ func TestLimiter_ResultNamesLeastRoomAndWarnings(t *testing.T) {
 		t.Fatalf("shadowed %v, want the shadow rpm over its limit", res.Shadowed)
 	}
 }
+
+// Each charge is made on its own rule's subject, whatever rules come
+// before it: tag rules (one charge per tag) and rules on the same or other
+// attributes, in any order. Rules are told apart by their limits.
+func TestLimiter_ChargesNameTheirRulesSubjects(t *testing.T) {
+	perTag := sluice.Rule{Name: "per_tag", Kind: sluice.KindRate, Subject: "tag", Limit: 101, Window: time.Minute}
+	perOrg := sluice.Rule{Name: "per_org", Kind: sluice.KindRate, Subject: "org", Limit: 102, Window: time.Minute}
+	perUser := sluice.Rule{Name: "per_user", Kind: sluice.KindRate, Subject: "workspace+user", Limit: 103, Window: time.Minute}
+	want := map[int64][]string{
+		101: {"a", "b"}, 102: {"o"}, 103: {"ws\x1fu"},
+		104: {"k"}, 105: {"k"}, 106: {"k"},
+	}
+	orders := [][]sluice.Rule{
+		{perTag, rpm(104), perOrg, tpm(105), inFlight(106), perUser},
+		{rpm(104), perTag, tpm(105), perOrg, perUser, inFlight(106)},
+		{perOrg, perUser, perTag, inFlight(106), tpm(105), rpm(104)},
+	}
+	for n, rules := range orders {
+		l, _ := withRules(t, rules...)
+		req := byKey("k")
+		req.Identity.Tags = []string{"a", "b", "a"}
+		r := admit(t, l, req)
+		got := map[int64][]string{}
+		for _, c := range r.Charges() {
+			got[c.Limit] = append(got[c.Limit], c.Key.Subject)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("rule order %d: charged %v, want %v", n, got, want)
+		}
+		settle(t, r, sluice.Usage{})
+	}
+}

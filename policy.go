@@ -91,6 +91,13 @@ type compiledRule struct {
 	measure  measure
 	hasMatch bool
 	group    int
+	// charge is the rule's charge as an admission starts it: the fields
+	// that are the same for every admission (its index in the policy's
+	// rules included) filled in, the limits the rule's own.
+	charge inproc.Charge
+	// amountOfRequest is set when the amount reserved depends on the
+	// request (see reserveAmount); otherwise charge.Amount is it.
+	amountOfRequest bool
 }
 
 // measure is a Metric as a small integer, for the admission path.
@@ -231,6 +238,16 @@ func compileRule(r Rule) (*compiledRule, error) {
 	c.measure = measureOf(c.metric)
 	c.hasMatch = len(r.Match.Models) > 0 || len(r.Match.Tiers) > 0 || len(r.Match.Routes) > 0
 	c.group = -1
+	c.charge = inproc.Charge{Rule: c.id, Window: int64(r.Window), Limit: r.Limit, Burst: r.Burst,
+		Kind: c.kind, Shadow: r.Mode == ModeShadow, Release: r.OnExpiry == ExpiryRelease, Source: uint8(fromRule)}
+	switch {
+	case c.measure == measureOne:
+		c.charge.Amount = 1
+	case r.Reserve == ReserveFixed:
+		c.charge.Amount = r.ReserveAmount
+	default:
+		c.amountOfRequest = true
+	}
 	return c, nil
 }
 
@@ -300,6 +317,7 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 			}
 			c.group = g
 		}
+		c.charge.RuleIndex = uint16(len(cp.rules))
 		cp.byName[r.Name] = c
 		cp.rules = append(cp.rules, c)
 	}
