@@ -164,11 +164,13 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := req.Max.validate(); err != nil {
-		return nil, err
-	}
-	if err := req.Expected.validate(); err != nil {
-		return nil, err
+	if !req.Max.plain() || !req.Expected.plain() {
+		if err := req.Max.validate(); err != nil {
+			return nil, err
+		}
+		if err := req.Expected.validate(); err != nil {
+			return nil, err
+		}
 	}
 	p := l.policy.Load()
 	s := l.getState()

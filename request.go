@@ -109,6 +109,13 @@ func (u *Usage) IsZero() bool {
 		u.CacheWriteTokens == 0 && u.Cost == 0 && len(u.Custom) == 0
 }
 
+// plain reports that u has no negative amount and no custom metric, so
+// that validate has nothing to say: a check small enough to be inlined on
+// the admission and settlement paths.
+func (u *Usage) plain() bool {
+	return min(u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheWriteTokens, u.Cost) >= 0 && u.Custom == nil
+}
+
 func (u *Usage) validate() error {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.Cost < 0 {
 		return fmt.Errorf("%w: negative amounts %+v", ErrInvalidUsage, *u)

@@ -109,7 +109,10 @@ type resState struct {
 	// uncertain is set when the store failed a settlement: it may have
 	// applied it before failing (a reply lost on the way back).
 	uncertain bool
-	inline    [3]inproc.Charge
+	// overrun is set by beginSettle when a charge's Actual is above its
+	// Amount, for endSettle to count.
+	overrun bool
+	inline  [3]inproc.Charge
 }
 
 // getState returns a state for a new admission, from l's pool.
@@ -370,8 +373,10 @@ func warningOf(rule *compiledRule, subject string, c *inproc.Charge) (Warning, b
 // and leaves rate buckets as they are (holding the reserved amount, or
 // what the failed call made of it): never refunded or charged twice.
 func (r *Reservation) Settle(ctx context.Context, u Usage) error {
-	if err := u.validate(); err != nil {
-		return fmt.Errorf("settle: %w", err)
+	if !u.plain() {
+		if err := u.validate(); err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
 	}
 	return r.settle(ctx, &u, false)
 }
@@ -477,6 +482,7 @@ func (s *resState) beginSettle(u *Usage, release bool) (int64, bool) {
 	if overrun {
 		now = s.limiter.clock.Now().UnixNano()
 	}
+	s.overrun = overrun
 	return now, true
 }
 
@@ -497,16 +503,24 @@ func (s *resState) endSettle(err error) error {
 		return &StoreError{Op: "settle", Err: err}
 	}
 	l := s.limiter
-	charges := s.adm.Charges
-	for i := range charges {
-		if c := &charges[i]; c.Actual > c.Amount && c.Kind != inproc.Concurrency {
+	if s.overrun {
+		s.countOverruns()
+	}
+	s.finish()
+	l.waiters.notify()
+	return nil
+}
+
+// countOverruns counts the charges settled above their reservation, and
+// reports each to Options.OnOverrun.
+func (s *resState) countOverruns() {
+	l := s.limiter
+	for i := range s.adm.Charges {
+		if c := &s.adm.Charges[i]; c.Actual > c.Amount && c.Kind != inproc.Concurrency {
 			l.overruns.Add(1)
 			if l.onOverrun != nil {
 				l.onOverrun(Overrun{Rule: s.rule(c).Name, Subject: s.adm.SubjectOf(c), Reserved: c.Amount, Actual: c.Actual})
 			}
 		}
 	}
-	s.finish()
-	l.waiters.notify()
-	return nil
 }
