@@ -336,10 +336,21 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 			c.PeriodEnd = end.UnixNano()
 		}
 		if !rule.hasTag {
+			// Most often the subject of a charge before, of a rule on
+			// the same attributes.
+			seen := false
+			for k, g := range groups[:min(n, len(groups))] {
+				if g == rule.group {
+					c.Subject, seen = charges[k].Subject, true
+					break
+				}
+			}
 			if n < len(groups) {
 				groups[n] = rule.group
 			}
-			c.Subject, subjects = l.subjectOf(p, rule, id, charges[:n], groups[:min(n, len(groups))], subjects)
+			if !seen {
+				c.Subject, subjects = l.subjectOf(p, rule, id, charges[:n], len(groups), subjects)
+			}
 			continue
 		}
 		// One charge per distinct tag.
@@ -378,14 +389,9 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 // it when it is new. A rule whose subject is built from the same
 // attributes as one of the charges before reuses its subject, so that a
 // composite subject is joined once per admission.
-// groups holds the groups of the first charges before.
-func (l *Limiter) subjectOf(p *compiledPolicy, rule *compiledRule, id *Identity, before []inproc.Charge, groups []int, subjects []string) (uint32, []string) {
-	for i, g := range groups {
-		if g == rule.group {
-			return before[i].Subject, subjects
-		}
-	}
-	for i := len(groups); i < len(before); i++ {
+// The first seen charges before were looked at already.
+func (l *Limiter) subjectOf(p *compiledPolicy, rule *compiledRule, id *Identity, before []inproc.Charge, seen int, subjects []string) (uint32, []string) {
+	for i := seen; i < len(before); i++ {
 		if p.rules[before[i].RuleIndex].group == rule.group {
 			return before[i].Subject, subjects
 		}
