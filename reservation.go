@@ -146,12 +146,25 @@ const handleBlock = 16
 // handle returns the Reservation of an open state.
 func (s *resState) handle() *Reservation {
 	if s.handles == nil || s.next == len(s.handles) {
-		s.handles, s.next = new([handleBlock]Reservation), 0
+		s.newHandles()
 	}
+	// The block's handles point to s already: an admission writes no
+	// pointer, which would cost a write barrier while the collector marks.
 	h := &s.handles[s.next]
 	s.next++
-	*h = Reservation{s: s, gen: s.word.Load() >> genShift, id: s.adm.ID, deadline: s.adm.Deadline}
+	h.gen, h.id, h.deadline = s.word.Load()>>genShift, s.adm.ID, s.adm.Deadline
 	return h
+}
+
+// newHandles gives s a new block of handles, each pointing to s. Out of
+// line: an admission calls it once in handleBlock.
+//
+//go:noinline
+func (s *resState) newHandles() {
+	// Written out so that the compiler sees each store follow the
+	// allocation and needs no write barrier for it (a loop would).
+	s.handles, s.next = &[handleBlock]Reservation{{s: s}, {s: s}, {s: s}, {s: s}, {s: s}, {s: s}, {s: s}, {s: s},
+		{s: s}, {s: s}, {s: s}, {s: s}, {s: s}, {s: s}, {s: s}, {s: s}}, 0
 }
 
 // claim moves s from open to settling for the holder of generation gen,
