@@ -48,20 +48,26 @@ type Warning struct {
 // after: the admission's state goes back to the Limiter for the next one.
 type Reservation struct {
 	s *resState
-	// gen is s's generation while it holds this admission: once settled,
-	// s serves other admissions under later generations, which this
-	// handle neither reads nor settles.
-	gen      uint64
+	// id is the admission's; its low bits are s's generation while s
+	// holds this admission (see gen): once settled, s serves other
+	// admissions under other generations, which this handle neither reads
+	// nor settles.
 	id       uint64
 	deadline int64
 }
 
+// gen returns the generation of r's state while it holds r's admission.
+func (r *Reservation) gen() uint64 { return r.id & genMask }
+
 // The word of a resState holds, from the high bits down, its generation
 // (40 bits), the number of readers pinning it (22 bits) and its state (2
-// bits). A state serves one admission per generation: a handle settled
-// after 2^40 more admissions through the same state would be taken for the
-// current one, which at three million admissions a second on a single state
-// is four days of a handle kept and settled twice.
+// bits). A state serves one admission per generation, the low 40 bits of
+// the admission's id. The ids a state takes only grow (they come from
+// blocks of the Limiter's counter, each later than the one before), so two
+// admissions through one state share a generation only when 2^40 ids were
+// handed out between them: a handle settled that much later would be taken
+// for the current admission, which at three million admissions a second is
+// four days of a handle kept and settled twice.
 const (
 	stateNew uint64 = iota // never opened
 	stateOpen
@@ -72,6 +78,7 @@ const (
 	pinOne    = 1 << 2
 	pinMask   = (1<<22 - 1) << 2
 	genShift  = 24
+	genMask   = 1<<(64-genShift) - 1
 )
 
 // resState is an admission's state: its charges, held inline, and where it
@@ -133,14 +140,14 @@ func (l *Limiter) putState(s *resState) {
 // open marks an admitted state open under a new generation. Nothing else
 // holds it: it is new, was refused (never opened), or done with no reader
 // left, and the handles of earlier generations stop at the generation.
-func (s *resState) open() { s.word.Store((s.word.Load()>>genShift+1)<<genShift | stateOpen) }
+func (s *resState) open() { s.word.Store((s.adm.ID&genMask)<<genShift | stateOpen) }
 
 // handleBlock is how many Reservations are allocated together: an
 // allocation costs as much as the rest of an admission's work in the
 // engine, and a block of them little more than one. A Reservation is never
 // written after it is made and each is handed out once, so a block is
 // shared by admissions that never meet; a Reservation kept keeps its
-// block's memory (handleBlock*32 bytes) with it.
+// block's memory (handleBlock*24 bytes) with it.
 const handleBlock = 16
 
 // handle returns the Reservation of an open state.
@@ -152,7 +159,7 @@ func (s *resState) handle() *Reservation {
 	// pointer, which would cost a write barrier while the collector marks.
 	h := &s.handles[s.next]
 	s.next++
-	h.gen, h.id, h.deadline = s.word.Load()>>genShift, s.adm.ID, s.adm.Deadline
+	h.id, h.deadline = s.adm.ID, s.adm.Deadline
 	return h
 }
 
@@ -215,7 +222,7 @@ func (r *Reservation) pin() bool {
 	}
 	for {
 		w := r.s.word.Load()
-		if w>>genShift != r.gen || w&stateMask == stateNew || w&stateMask == stateDone {
+		if w>>genShift != r.gen() || w&stateMask == stateNew || w&stateMask == stateDone {
 			return false
 		}
 		if w&pinMask == pinMask {
@@ -401,7 +408,7 @@ func (r *Reservation) Release(ctx context.Context) error {
 }
 
 func (r *Reservation) settle(ctx context.Context, u *Usage, release bool) error {
-	if !r.s.claim(r.gen) {
+	if !r.s.claim(r.gen()) {
 		return nil
 	}
 	s := r.s
@@ -430,7 +437,7 @@ func (r *Reservation) SettleAsync(ctx context.Context, u Usage, done func(error)
 		done(fmt.Errorf("settle: %w", err))
 		return
 	}
-	if !r.s.claim(r.gen) {
+	if !r.s.claim(r.gen()) {
 		done(nil)
 		return
 	}
