@@ -320,7 +320,15 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 			c.Limit, c.Burst, c.Source = limit, burst, uint8(source)
 		}
 		if rule.amountOfRequest {
-			c.Amount = rule.reserveAmount(req)
+			// What the rule reserves: the bound, or the expected usage
+			// with ReserveEstimate when the request gives one. Written
+			// out, as a call here would have every value the loop
+			// holds in a register saved and loaded again.
+			u := &req.Max
+			if rule.estimate && !req.Expected.IsZero() {
+				u = &req.Expected
+			}
+			c.Amount = u.amountOf(rule.measure, rule.metric)
 		}
 		switch rule.kind {
 		case inproc.Rate:
@@ -425,22 +433,6 @@ func (r *compiledRule) matches(id *Identity) bool {
 	return (len(m.Models) == 0 || slices.Contains(m.Models, id.Model)) &&
 		(len(m.Tiers) == 0 || slices.Contains(m.Tiers, id.Tier)) &&
 		(len(m.Routes) == 0 || slices.Contains(m.Routes, id.Route))
-}
-
-// reserveAmount is what r charges at admission for req.
-func (r *compiledRule) reserveAmount(req *Request) int64 {
-	if r.measure == measureOne {
-		return 1
-	}
-	switch r.Reserve {
-	case ReserveFixed:
-		return r.ReserveAmount
-	case ReserveEstimate:
-		if !req.Expected.IsZero() {
-			return req.Expected.amountOf(r.measure, r.metric)
-		}
-	}
-	return req.Max.amountOf(r.measure, r.metric)
 }
 
 // refusal builds the error for a refused admission: a budget wins over a

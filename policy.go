@@ -96,8 +96,11 @@ type compiledRule struct {
 	// rules included) filled in, the limits the rule's own.
 	charge inproc.Charge
 	// amountOfRequest is set when the amount reserved depends on the
-	// request (see reserveAmount); otherwise charge.Amount is it.
-	amountOfRequest bool
+	// request (the bound, or with ReserveEstimate the expected usage when
+	// given); otherwise charge.Amount is it: 1 for a rule counting
+	// requests or concurrency, ReserveAmount with ReserveFixed.
+	// estimate is Reserve == ReserveEstimate.
+	amountOfRequest, estimate bool
 }
 
 // measure is a Metric as a small integer, for the admission path.
@@ -247,6 +250,7 @@ func compileRule(r Rule) (*compiledRule, error) {
 		c.charge.Amount = r.ReserveAmount
 	default:
 		c.amountOfRequest = true
+		c.estimate = r.Reserve == ReserveEstimate
 	}
 	return c, nil
 }
