@@ -556,6 +556,10 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 	i, last := sh.find(head, key.Rule, key.Period)
 	if i == noSlot {
 		i = sh.add(k, last, key.Rule, key.Period)
+		// A counter reloaded from the journal is not a new arrival and
+		// owes no eviction scan: a store reloading a million budgets
+		// would otherwise have its first admissions scan whole shards.
+		sh.made--
 	}
 	sl := sh.at(i)
 	sh.claim(&sl.counter, inproc.Budget)
