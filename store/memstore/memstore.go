@@ -390,26 +390,9 @@ func (s *Store) settleByRef(now int64, a *inproc.Admission) bool {
 			return false
 		}
 	}
-	// applyOne for each charge, written out: a call per charge costs
-	// more than its work here.
 	for i := range a.Charges {
 		ch := &a.Charges[i]
-		c := &sh.at(uint32(ch.Ref) - 1).counter
-		c.touched = max(c.touched, now)
-		sh.claim(c, ch.Kind)
-		switch ch.Kind {
-		case inproc.Rate:
-			if delta := ch.Actual - ch.Amount; delta != 0 {
-				bucketOf(ch).adjust(c, delta, now)
-			}
-		case inproc.Budget:
-			b := c.budget()
-			b.reserved = max(0, b.reserved-ch.Amount)
-			b.used += ch.Actual
-			b.end = ch.PeriodEnd
-		case inproc.Concurrency:
-			sh.dropLease(c, a.ID)
-		}
+		s.applyOne(now, a.ID, ch, &sh.at(uint32(ch.Ref)-1).counter, sh, ch.Actual)
 	}
 	return true
 }
@@ -482,7 +465,10 @@ func (s *Store) applyOne(now int64, id uint64, ch *inproc.Charge, c *counter, sh
 	sh.claim(c, ch.Kind)
 	switch ch.Kind {
 	case inproc.Rate:
-		bucketOf(ch).adjust(c, amount-ch.Amount, now)
+		// A charge settled at its reservation leaves its bucket as it is.
+		if delta := amount - ch.Amount; delta != 0 {
+			bucketOf(ch).adjust(c, delta, now)
+		}
 	case inproc.Budget:
 		b := c.budget()
 		b.reserved = max(0, b.reserved-ch.Amount)
