@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unsafe"
 
+	"github.com/sluicehq/sluice/internal/cacheline"
 	"github.com/sluicehq/sluice/internal/inproc"
 )
 
@@ -154,7 +156,7 @@ func compileRule(r Rule) (*compiledRule, error) {
 	if err != nil {
 		return nil, bad("subject", "%v", err)
 	}
-	c.attrs = attrs
+	c.attrs = cacheline.Clone(attrs)
 	c.hasTag = slices.Contains(attrs, attrTag)
 	c.hasSession = slices.Contains(attrs, attrSession)
 	if r.Kind == KindConcurrency {
@@ -291,6 +293,16 @@ type compiledPolicy struct {
 	plain bool
 }
 
+// policyLines holds a compiledPolicy in cache lines of its own, as the
+// arrays of it that admissions read (rules, candidates, overrideAttrs and
+// each rule's attrs) are: an admission reads them all, and a neighbour
+// written by another core would make each read a transfer from that
+// core's cache (see internal/cacheline).
+type policyLines struct {
+	compiledPolicy
+	_ [(cacheline.Size - unsafe.Sizeof(compiledPolicy{})%cacheline.Size) % cacheline.Size]byte
+}
+
 // overrideOrder ranks attributes from the most specific.
 var overrideOrder = []attribute{attrKey, attrSession, attrUser, attrTeam, attrWorkspace, attrOrg, attrIP}
 
@@ -302,7 +314,9 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 	if len(p.Rules) > maxRules {
 		return nil, fmt.Errorf("sluice: policy: %d rules, at most %d", len(p.Rules), maxRules)
 	}
-	cp := &compiledPolicy{source: p, byName: map[string]*compiledRule{}}
+	cp := &new(policyLines).compiledPolicy
+	*cp = compiledPolicy{source: p, byName: map[string]*compiledRule{},
+		rules: cacheline.Slice[*compiledRule](0, len(p.Rules)), candidates: cacheline.Slice[uint16](0, len(p.Rules))}
 	groups := map[string]int{}
 	for _, r := range p.Rules {
 		c, err := compileRule(r)
@@ -365,6 +379,7 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 			cp.candidates = append(cp.candidates, uint16(i))
 		}
 	}
+	cp.overrideAttrs = cacheline.Clone(cp.overrideAttrs)
 	cp.plain = len(cp.tiers) == 0 && len(cp.overrides) == 0
 	return cp, nil
 }

@@ -16,8 +16,10 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/cacheline"
 	"github.com/sluicehq/sluice/internal/inproc"
 )
 
@@ -50,16 +52,26 @@ type Options struct {
 type Store struct {
 	hash       hasher
 	shards     []*paddedShard
-	open       []openShard
+	open       []*openShard
 	evictEvery int
 	evictScan  int
 	evictIdle  int64
 }
 
-// openShard tracks admissions with budget charges, for the sweep.
+// storeLines holds a Store in cache lines of its own: every admission
+// reads its hash seeds and shards (see internal/cacheline).
+type storeLines struct {
+	Store
+	_ [(cacheline.Size - unsafe.Sizeof(Store{})%cacheline.Size) % cacheline.Size]byte
+}
+
+// openShard tracks admissions with budget charges, for the sweep. Each is
+// allocated alone, in a line of its own, as every budget admission locks
+// one.
 type openShard struct {
 	mu   sync.Mutex
 	open map[uint64]openAdmission
+	_    [cacheline.Size - 16]byte
 }
 
 // openAdmission is an admission the sweep may have to settle. batch is the
@@ -75,7 +87,8 @@ func New(opts Options) *Store {
 	if n <= 0 {
 		n = 64
 	}
-	s := &Store{hash: newHasher(), shards: make([]*paddedShard, n), open: make([]openShard, n),
+	s := &new(storeLines).Store
+	*s = Store{hash: newHasher(), shards: cacheline.Slice[*paddedShard](n, n), open: make([]*openShard, n),
 		evictEvery: opts.EvictEvery, evictScan: opts.EvictScan, evictIdle: int64(opts.EvictIdle)}
 	if s.evictScan <= 0 {
 		s.evictScan = 2
@@ -90,7 +103,7 @@ func New(opts Options) *Store {
 		// before an object of pointers larger than 512 bytes.
 		s.shards[i] = new(paddedShard)
 		s.shards[i].init()
-		s.open[i].open = map[uint64]openAdmission{}
+		s.open[i] = &openShard{open: map[uint64]openAdmission{}}
 	}
 	return s
 }
@@ -421,7 +434,7 @@ func (s *Store) settleByRefs(now int64, a *inproc.Admission) bool {
 }
 
 func (s *Store) addOpen(o openAdmission) {
-	sh := &s.open[o.adm.ID%uint64(len(s.open))]
+	sh := s.open[o.adm.ID%uint64(len(s.open))]
 	sh.mu.Lock()
 	sh.open[o.adm.ID] = o
 	sh.mu.Unlock()
@@ -429,7 +442,7 @@ func (s *Store) addOpen(o openAdmission) {
 
 // takeOpen removes an open admission, reporting whether it was there.
 func (s *Store) takeOpen(id uint64) bool {
-	o := &s.open[id%uint64(len(s.open))]
+	o := s.open[id%uint64(len(s.open))]
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.open[id]; !ok {

@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"unsafe"
+
+	"github.com/sluicehq/sluice/internal/cacheline"
 )
 
 // A shard keeps no pointer per subject, so that the garbage collector does
@@ -67,11 +69,14 @@ type shard struct {
 // paddedShard keeps neighbouring shards' locks off one cache line.
 type paddedShard struct {
 	shard
-	_ [(64 - unsafe.Sizeof(shard{})%64) % 64]byte
+	_ [(cacheline.Size - unsafe.Sizeof(shard{})%cacheline.Size) % cacheline.Size]byte
 }
 
 func (sh *shard) init() {
 	sh.free = noSlot
+	// Every admission reads chunks' array: in lines of its own, as append
+	// keeps it once it starts so (see internal/cacheline).
+	sh.chunks = cacheline.Slice[*[1 << chunkBits]slot](0, 0)
 }
 
 // at returns slot i.

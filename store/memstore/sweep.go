@@ -28,7 +28,7 @@ func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
 	n := now.UnixNano()
 	var due []openAdmission
 	for i := range s.open {
-		o := &s.open[i]
+		o := s.open[i]
 		o.mu.Lock()
 		for id, a := range o.open {
 			if a.adm.Deadline <= n {
