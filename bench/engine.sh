@@ -3,7 +3,9 @@
 # the same run, then a million subjects. Raw output goes to bench/out/
 # (gitignored); the summary is printed. Takes about 3 to 5 minutes.
 #
-# What it runs, COUNT times in alternation (one test binary):
+# What it runs, COUNT times in alternation (one test binary; the first
+# pattern also picks up the two controls of (b), ParallelUnshared and
+# ParallelHashOrder):
 #   go test -run '^$' -bench 'AdmitSettle3Rules|XTimeRate3' -benchmem -count 1 -cpu 1,2 .
 #   go test -run '^$' -bench 'Subjects1M|MapLookup1M' -benchtime 1x -count 1 -cpu 2 .
 #
@@ -106,6 +108,8 @@ echo "    control, the peer: serial -cpu 2 / parallel -cpu 2 = ${peerscale}x"
 if [ "$(check "$peerscale" ">=" 1.6)" != MET ]; then
   echo "    the peer did not scale either: the second core was busy with other work, so (b) was not measured"
 fi
+echo "    control, the peer visiting its triples in hash order: serial -cpu 2 / parallel -cpu 2 = $(ratio "$(median BenchmarkXTimeRate3-2 ns/op)" "$(median BenchmarkXTimeRate3ParallelHashOrder-2 ns/op)")x"
+echo "    bound, ours with nothing shared between the goroutines: serial -cpu 2 / parallel -cpu 2 = $(ratio "$serial2" "$(median BenchmarkAdmitSettle3RulesParallelUnshared-2 ns/op)")x"
 bytes="$(median BenchmarkSubjects1M-2 bytes/subject)"
 p99r="$(median BenchmarkSubjects1M-2 p99-ratio)"
 echo "(c) bytes/subject = $bytes (target < 300): $(check "$bytes" "<" 300)"
