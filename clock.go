@@ -3,6 +3,8 @@ package sluice
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/cacheline"
 )
 
 // Clock tells the Limiter the time. A nil Clock means real time.
@@ -26,8 +28,12 @@ const reanchorEvery = time.Second
 // anchors the result follows the monotonic clock, which the kernel slews
 // as it slews the wall clock; only a step goes unseen, for at most
 // reanchorEvery.
+//
+// Every admission reads the clock and its anchor: each has a cache line of
+// its own (see internal/cacheline).
 type realClock struct {
 	anchor atomic.Pointer[anchor]
+	_      [cacheline.Size - 8]byte
 }
 
 // anchor is one reading of the wall clock, with its monotonic reading, and
@@ -35,6 +41,7 @@ type realClock struct {
 type anchor struct {
 	t    time.Time
 	unix int64
+	_    [cacheline.Size - 32]byte
 }
 
 func newRealClock() *realClock {
