@@ -3,6 +3,7 @@ package sluice
 import (
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/cacheline"
 )
@@ -33,7 +34,7 @@ const reanchorEvery = time.Second
 // its own (see internal/cacheline).
 type realClock struct {
 	anchor atomic.Pointer[anchor]
-	_      [cacheline.Size - 8]byte
+	_      [cacheline.Size - unsafe.Sizeof(atomic.Pointer[anchor]{})]byte
 }
 
 // anchor is one reading of the wall clock, with its monotonic reading, and
@@ -41,7 +42,7 @@ type realClock struct {
 type anchor struct {
 	t    time.Time
 	unix int64
-	_    [cacheline.Size - 32]byte
+	_    [cacheline.Size - unsafe.Sizeof(time.Time{}) - 8]byte
 }
 
 func newRealClock() *realClock {

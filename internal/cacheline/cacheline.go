@@ -11,8 +11,10 @@
 // slices here are allocated that way. (An object of pointers larger than
 // 512 bytes starts 8 bytes into its slot, after the allocator's header; it
 // still has the slot's lines to itself, as every size class above 512
-// bytes is a multiple of Size.) This is how the allocator works, not a
-// promise of the language; TestSlice_OwnsItsLines checks it.
+// bytes is a multiple of Size.) This is how the allocator works on 64-bit
+// platforms, not a promise of the language; TestSlice_OwnsItsLines checks
+// it. On 32-bit platforms, where the header starts above 128 bytes, the
+// arrays are allocated the same way and may share their last line.
 package cacheline
 
 import "unsafe"

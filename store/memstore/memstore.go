@@ -71,7 +71,7 @@ type storeLines struct {
 type openShard struct {
 	mu   sync.Mutex
 	open map[uint64]openAdmission
-	_    [cacheline.Size - 16]byte
+	_    [cacheline.Size - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof(map[uint64]openAdmission(nil))]byte
 }
 
 // openAdmission is an admission the sweep may have to settle. batch is the
