@@ -197,23 +197,9 @@ func BenchmarkAdmitSettle3RulesParallel(b *testing.B) {
 	l := newBenchLimiter(b)
 	keys := benchKeys(benchParallelSubjects)
 	ctx := context.Background()
-	var seq atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := startCPU()
-	b.RunParallel(func(pb *testing.PB) {
-		i := parallelStart(&seq, len(keys))
-		for pb.Next() {
-			if err := admitSettle(ctx, l, keys[i]); err != nil {
-				b.Error(err)
-				return
-			}
-			if i++; i == len(keys) {
-				i = 0
-			}
-		}
+	runParallel(b, len(keys), func() func(int) error {
+		return func(i int) error { return admitSettle(ctx, l, keys[i]) }
 	})
-	cpu.report(b)
 	if s := l.Stats(); s.Refused != 0 {
 		b.Fatalf("%d admissions refused", s.Refused)
 	}
@@ -222,27 +208,10 @@ func BenchmarkAdmitSettle3RulesParallel(b *testing.B) {
 // BenchmarkXTimeRate3Parallel finds its limiters by index in a slice: a
 // real per-subject deployment would also pay for a map lookup.
 func BenchmarkXTimeRate3Parallel(b *testing.B) {
-	triples := make([]xtimeTriple, benchParallelSubjects)
-	for i := range triples {
-		triples[i] = newXTimeTriple()
-	}
-	var seq atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := startCPU()
-	b.RunParallel(func(pb *testing.PB) {
-		i := parallelStart(&seq, len(triples))
-		for pb.Next() {
-			if err := triples[i].reserveCancel(); err != nil {
-				b.Error(err)
-				return
-			}
-			if i++; i == len(triples) {
-				i = 0
-			}
-		}
+	triples := newXTimeTriples(benchParallelSubjects)
+	runParallel(b, len(triples), func() func(int) error {
+		return func(i int) error { return triples[i].reserveCancel() }
 	})
-	cpu.report(b)
 }
 
 // BenchmarkAdmitSettle3RulesParallelUnshared is the bound under
@@ -253,24 +222,10 @@ func BenchmarkXTimeRate3Parallel(b *testing.B) {
 func BenchmarkAdmitSettle3RulesParallelUnshared(b *testing.B) {
 	keys := benchKeys(benchParallelSubjects)
 	ctx := context.Background()
-	var seq atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := startCPU()
-	b.RunParallel(func(pb *testing.PB) {
+	runParallel(b, len(keys), func() func(int) error {
 		l := newBenchLimiter(b)
-		i := parallelStart(&seq, len(keys))
-		for pb.Next() {
-			if err := admitSettle(ctx, l, keys[i]); err != nil {
-				b.Error(err)
-				return
-			}
-			if i++; i == len(keys) {
-				i = 0
-			}
-		}
+		return func(i int) error { return admitSettle(ctx, l, keys[i]) }
 	})
-	cpu.report(b)
 }
 
 // BenchmarkXTimeRate3ParallelHashOrder is BenchmarkXTimeRate3Parallel with
@@ -279,28 +234,43 @@ func BenchmarkAdmitSettle3RulesParallelUnshared(b *testing.B) {
 // fetches the next triples, those the other core wrote included, before
 // they are needed, which no hash-placed store gets.
 func BenchmarkXTimeRate3ParallelHashOrder(b *testing.B) {
-	triples := make([]xtimeTriple, benchParallelSubjects)
-	for i := range triples {
-		triples[i] = newXTimeTriple()
-	}
+	triples := newXTimeTriples(benchParallelSubjects)
 	order := rand.New(rand.NewPCG(3, 4)).Perm(len(triples))
+	runParallel(b, len(triples), func() func(int) error {
+		return func(i int) error { return triples[order[i]].reserveCancel() }
+	})
+}
+
+// runParallel runs RunParallel's goroutines over the indexes 0 to n-1, each
+// from its own place (parallelStart) and round again, calling an op that
+// newOp makes once per goroutine.
+func runParallel(b *testing.B, n int, newOp func() func(i int) error) {
 	var seq atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := startCPU()
 	b.RunParallel(func(pb *testing.PB) {
-		i := parallelStart(&seq, len(triples))
+		op := newOp()
+		i := parallelStart(&seq, n)
 		for pb.Next() {
-			if err := triples[order[i]].reserveCancel(); err != nil {
+			if err := op(i); err != nil {
 				b.Error(err)
 				return
 			}
-			if i++; i == len(triples) {
+			if i++; i == n {
 				i = 0
 			}
 		}
 	})
 	cpu.report(b)
+}
+
+func newXTimeTriples(n int) []xtimeTriple {
+	triples := make([]xtimeTriple, n)
+	for i := range triples {
+		triples[i] = newXTimeTriple()
+	}
+	return triples
 }
 
 // subjectKey is the subject value of subject i: 16 bytes, like an API key
