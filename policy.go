@@ -379,7 +379,9 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 			cp.candidates = append(cp.candidates, uint16(i))
 		}
 	}
-	cp.overrideAttrs = cacheline.Clone(cp.overrideAttrs)
+	if len(cp.overrideAttrs) > 0 {
+		cp.overrideAttrs = cacheline.Clone(cp.overrideAttrs)
+	}
 	cp.plain = len(cp.tiers) == 0 && len(cp.overrides) == 0
 	return cp, nil
 }
