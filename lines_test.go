@@ -8,23 +8,10 @@ import (
 	"github.com/sluicehq/sluice/internal/cacheline"
 )
 
-// TestHotStructuresFillWholeLines checks the sizes that keep what every
-// admission reads off other objects' cache lines.
-func TestHotStructuresFillWholeLines(t *testing.T) {
-	for name, size := range map[string]uintptr{
-		"policyLines": unsafe.Sizeof(policyLines{}),
-		"realClock":   unsafe.Sizeof(realClock{}),
-		"anchor":      unsafe.Sizeof(anchor{}),
-	} {
-		if size%cacheline.Size != 0 {
-			t.Errorf("%s: %d bytes, not a multiple of %d", name, size, cacheline.Size)
-		}
-	}
-}
-
-// TestCompilePolicy_ArraysOwnTheirLines checks that the arrays an admission
-// reads start on a cache line and fill whole lines.
-func TestCompilePolicy_ArraysOwnTheirLines(t *testing.T) {
+// TestHotData_OwnsItsLines checks that what every admission reads (the
+// compiled policy and its arrays, the real clock and its anchor) starts on a
+// cache line and fills whole lines.
+func TestHotData_OwnsItsLines(t *testing.T) {
 	limit := int64(5)
 	cp, err := compilePolicy(Policy{
 		Rules: []Rule{
@@ -37,17 +24,21 @@ func TestCompilePolicy_ArraysOwnTheirLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owns := func(name string, addr unsafe.Pointer, bytes uintptr) {
-		t.Helper()
-		if uintptr(addr)%cacheline.Size != 0 || bytes%cacheline.Size != 0 {
-			t.Errorf("%s: %d bytes at %p, not whole lines of its own", name, bytes, addr)
-		}
+	clock := newRealClock()
+	owned := map[string]bool{
+		"policy":        cacheline.Owns(unsafe.Pointer(cp), unsafe.Sizeof(policyLines{})),
+		"rules":         cacheline.OwnsArray(cp.rules),
+		"candidates":    cacheline.OwnsArray(cp.candidates),
+		"overrideAttrs": cacheline.OwnsArray(cp.overrideAttrs),
+		"realClock":     cacheline.Owns(unsafe.Pointer(clock), unsafe.Sizeof(*clock)),
+		"anchor":        cacheline.Owns(unsafe.Pointer(clock.anchor.Load()), unsafe.Sizeof(anchor{})),
 	}
-	owns("policy", unsafe.Pointer(cp), unsafe.Sizeof(policyLines{}))
-	owns("rules", unsafe.Pointer(unsafe.SliceData(cp.rules)), uintptr(cap(cp.rules))*unsafe.Sizeof(cp.rules[0]))
-	owns("candidates", unsafe.Pointer(unsafe.SliceData(cp.candidates)), uintptr(cap(cp.candidates))*unsafe.Sizeof(cp.candidates[0]))
-	owns("overrideAttrs", unsafe.Pointer(unsafe.SliceData(cp.overrideAttrs)), uintptr(cap(cp.overrideAttrs))*unsafe.Sizeof(cp.overrideAttrs[0]))
 	for _, r := range cp.rules {
-		owns(r.Name+".attrs", unsafe.Pointer(unsafe.SliceData(r.attrs)), uintptr(cap(r.attrs))*unsafe.Sizeof(r.attrs[0]))
+		owned[r.Name+".attrs"] = cacheline.OwnsArray(r.attrs)
+	}
+	for name, ok := range owned {
+		if !ok {
+			t.Errorf("%s: not whole cache lines of its own", name)
+		}
 	}
 }

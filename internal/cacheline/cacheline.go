@@ -41,3 +41,16 @@ func Slice[T any](n, c int) []T {
 func Clone[T any](s []T) []T {
 	return append(Slice[T](0, len(s)), s...)
 }
+
+// Owns reports whether the n bytes at p start on a cache line and fill
+// whole lines, as an object allocated to have its lines to itself does;
+// for tests.
+func Owns(p unsafe.Pointer, n uintptr) bool {
+	return uintptr(p)%Size == 0 && n%Size == 0
+}
+
+// OwnsArray is Owns for s's array, to its capacity.
+func OwnsArray[T any](s []T) bool {
+	var zero T
+	return Owns(unsafe.Pointer(unsafe.SliceData(s)), uintptr(cap(s))*unsafe.Sizeof(zero))
+}
