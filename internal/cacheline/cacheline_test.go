@@ -21,11 +21,8 @@ func TestSlice_OwnsItsLines(t *testing.T) {
 			// After the allocator's header, in a slot of whole lines.
 			addr = unsafe.Add(addr, -8)
 		}
-		if uintptr(addr)%Size != 0 {
-			t.Errorf("%s: array of %d bytes at %p, not on a %d-byte line", name, bytes, addr, Size)
-		}
-		if bytes%Size != 0 {
-			t.Errorf("%s: array of %d bytes, not whole lines", name, bytes)
+		if !Owns(addr, uintptr(bytes)) {
+			t.Errorf("%s: array of %d bytes at %p, not whole %d-byte lines of its own", name, bytes, addr, Size)
 		}
 	}
 	for _, n := range []int{0, 1, 3, 8, 9, 40, 300} {
