@@ -294,7 +294,7 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 	// rather than through each charge's rule.
 	var groups [len(r.inline)]int
 	id := &req.Identity
-	for _, i := range p.candidates {
+	for _, i := range p.candidatesFor(id.Org) {
 		rule := p.rules[i]
 		if rule.hasMatch && !rule.matches(id) {
 			continue

@@ -25,7 +25,7 @@ func TestLimiter_OnOverrunReportsEachRule(t *testing.T) {
 	settle(t, admit(t, l, tokens("k", 100, 100)), sluice.Usage{InputTokens: 100, OutputTokens: 400})
 	want := []sluice.Overrun{
 		{Rule: "tpm", Subject: "k", Reserved: 200, Actual: 500},
-		{Rule: "daily", Subject: "ws", Reserved: 100, Actual: 400},
+		{Rule: "daily", Subject: "o\x1ews", Reserved: 100, Actual: 400},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("overruns %+v, want %+v", got, want)
@@ -114,7 +114,7 @@ func TestLimiter_ResultNamesLeastRoomAndWarnings(t *testing.T) {
 		t.Fatalf("first result %+v", res)
 	}
 	res = admit(t, l, tokens("k", 200, 400)).Result()
-	want := []sluice.Warning{{Rule: "daily", Subject: "ws", Threshold: 0.5, Soft: true, Used: 800, Limit: 1000}}
+	want := []sluice.Warning{{Rule: "daily", Subject: "o\x1ews", Threshold: 0.5, Soft: true, Used: 800, Limit: 1000}}
 	if res.Rule != "daily" || res.Remaining != 200 || !res.ResetAt.Equal(time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("second result %+v, want the budget with 200 left", res)
 	}
@@ -134,7 +134,8 @@ func TestLimiter_ChargesNameTheirRulesSubjects(t *testing.T) {
 	perOrg := sluice.Rule{Name: "per_org", Kind: sluice.KindRate, Subject: "org", Limit: 102, Window: time.Minute}
 	perUser := sluice.Rule{Name: "per_user", Kind: sluice.KindRate, Subject: "workspace+user", Limit: 103, Window: time.Minute}
 	want := map[int64][]string{
-		101: {"a", "b"}, 102: {"o"}, 103: {"ws\x1fu"},
+		// A tag, a workspace and a user are qualified by their org.
+		101: {"o\x1ea", "o\x1eb"}, 102: {"o"}, 103: {"o\x1ews\x1fo\x1eu"},
 		104: {"k"}, 105: {"k"}, 106: {"k"},
 	}
 	orders := [][]sluice.Rule{

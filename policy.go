@@ -25,6 +25,10 @@ type Override struct {
 	// user, key, ip or session.
 	Attribute string
 	Value     string
+	// Org is the org of a workspace, team or user Value (empty means
+	// DefaultOrg): an override of workspace "shared" in one org does not
+	// change the limits of another org's workspace "shared".
+	Org       string
 	Limit     *int64
 	Burst     *int64
 	ExpiresAt time.Time
@@ -268,6 +272,13 @@ func fingerprint(r *Rule, m Metric) uint64 {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
+	// An org's rule counts apart from the deployment's rule of the same
+	// name; a rule without an org keeps the fingerprint it always had.
+	if r.Org != "" {
+		h.Write([]byte("org"))
+		h.Write([]byte{0})
+		h.Write([]byte(r.Org))
+	}
 	return h.Sum64()
 }
 
@@ -278,17 +289,25 @@ type overrideKey struct {
 
 // compiledPolicy is an immutable, validated Policy.
 type compiledPolicy struct {
-	source    Policy
-	rules     []*compiledRule
-	byName    map[string]*compiledRule
+	source Policy
+	rules  []*compiledRule
+	// byName finds a rule by its org (empty for the deployment's) and
+	// name; names holds every rule name, for overrides.
+	byName    map[ruleName]*compiledRule
+	names     map[string]bool
 	overrides map[overrideKey][]*Override
 	// overrideAttrs lists the attributes that have overrides, most specific
 	// first.
 	overrideAttrs []attribute
 	tiers         map[string]int64
 	// candidates lists the rules an admission looks at: enabled, and
-	// with a limit or an override that may give one.
-	candidates []uint16
+	// with a limit or an override that may give one. Those are the
+	// deployment's rules (no Org); orgCandidates holds, for each org with
+	// rules of its own, that list with the org's rules added and the
+	// deployment rules they replace taken out, so that an admission looks
+	// at its own org's rules only, however many orgs have rules.
+	candidates    []uint16
+	orgCandidates map[string][]uint16
 	// plain is set when no tier or override can change a rule's limit.
 	plain bool
 }
@@ -300,7 +319,8 @@ type compiledPolicy struct {
 // core's cache (see internal/cacheline).
 type policyLines struct {
 	compiledPolicy
-	_ [(cacheline.Size - unsafe.Sizeof(compiledPolicy{})%cacheline.Size) % cacheline.Size]byte
+	// At least one byte: a zero-size last field would be padded itself.
+	_ [cacheline.Size - unsafe.Sizeof(compiledPolicy{})%cacheline.Size]byte
 }
 
 // overrideOrder ranks attributes from the most specific.
@@ -315,7 +335,7 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		return nil, fmt.Errorf("sluice: policy: %d rules, at most %d", len(p.Rules), maxRules)
 	}
 	cp := &new(policyLines).compiledPolicy
-	*cp = compiledPolicy{source: p, byName: map[string]*compiledRule{},
+	*cp = compiledPolicy{source: p, byName: map[ruleName]*compiledRule{}, names: map[string]bool{},
 		rules: cacheline.Slice[*compiledRule](0, len(p.Rules)), candidates: cacheline.Slice[uint16](0, len(p.Rules))}
 	groups := map[string]int{}
 	for _, r := range p.Rules {
@@ -323,8 +343,12 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, dup := cp.byName[r.Name]; dup {
-			return nil, &RuleError{Rule: r.Name, Field: "name", Message: "is used by two rules"}
+		if _, dup := cp.byName[ruleName{r.Org, r.Name}]; dup {
+			msg := "is used by two rules"
+			if r.Org != "" {
+				msg += " of org " + strconv.Quote(r.Org)
+			}
+			return nil, &RuleError{Rule: r.Name, Field: "name", Message: msg}
 		}
 		if !c.hasTag {
 			attrs := string(c.attrs)
@@ -336,7 +360,8 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 			c.group = g
 		}
 		c.charge.RuleIndex = uint16(len(cp.rules))
-		cp.byName[r.Name] = c
+		cp.byName[ruleName{r.Org, r.Name}] = c
+		cp.names[r.Name] = true
 		cp.rules = append(cp.rules, c)
 	}
 	for i := range p.Overrides {
@@ -345,7 +370,7 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		if !ok || !slices.Contains(overrideOrder, a) {
 			return nil, fmt.Errorf("sluice: override of %q: attribute %q must be one of org, workspace, team, user, key, session, ip", o.Rule, o.Attribute)
 		}
-		if _, ok := cp.byName[o.Rule]; !ok {
+		if !cp.names[o.Rule] {
 			return nil, fmt.Errorf("sluice: override for %s %q: no rule named %q", o.Attribute, o.Value, o.Rule)
 		}
 		if (o.Limit != nil && *o.Limit < 0) || (o.Burst != nil && *o.Burst < 0) {
@@ -355,6 +380,9 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 			cp.overrides = map[overrideKey][]*Override{}
 		}
 		k := overrideKey{a, o.Value}
+		if a == attrWorkspace || a == attrTeam || a == attrUser {
+			k.value = (&Identity{Org: o.Org}).qualifiedValue(o.Value)
+		}
 		cp.overrides[k] = append(cp.overrides[k], o)
 	}
 	for _, a := range overrideOrder {
@@ -374,16 +402,58 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		}
 		cp.tiers[t.Name] = t.Percent
 	}
+	candidate := func(r *compiledRule) bool { return !r.Disabled && (r.Limit != 0 || len(cp.overrides) > 0) }
 	for i, r := range cp.rules {
-		if !r.Disabled && (r.Limit != 0 || len(cp.overrides) > 0) {
+		if r.Org == "" && candidate(r) {
 			cp.candidates = append(cp.candidates, uint16(i))
 		}
+	}
+	for _, r := range cp.rules {
+		if r.Org == "" || cp.orgCandidates[r.Org] != nil {
+			continue
+		}
+		if cp.orgCandidates == nil {
+			cp.orgCandidates = map[string][]uint16{}
+		}
+		list := []uint16{}
+		for i, c := range cp.rules {
+			switch {
+			case c.Org == r.Org:
+				if candidate(c) {
+					list = append(list, uint16(i))
+				}
+			case c.Org == "":
+				// A disabled org rule still replaces the deployment's.
+				if _, replaced := cp.byName[ruleName{r.Org, c.Name}]; !replaced && candidate(c) {
+					list = append(list, uint16(i))
+				}
+			}
+		}
+		cp.orgCandidates[r.Org] = list
 	}
 	if len(cp.overrideAttrs) > 0 {
 		cp.overrideAttrs = cacheline.Clone(cp.overrideAttrs)
 	}
 	cp.plain = len(cp.tiers) == 0 && len(cp.overrides) == 0
 	return cp, nil
+}
+
+// ruleName names a rule within its org.
+type ruleName struct{ org, name string }
+
+// candidatesFor returns the rules an admission of an identity in org looks
+// at.
+func (cp *compiledPolicy) candidatesFor(org string) []uint16 {
+	if cp.orgCandidates == nil {
+		return cp.candidates
+	}
+	if org == "" {
+		org = DefaultOrg
+	}
+	if list, ok := cp.orgCandidates[org]; ok {
+		return list
+	}
+	return cp.candidates
 }
 
 // limitSource says where a charge's limit came from.
@@ -418,7 +488,11 @@ func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time
 		}
 	}
 	for _, a := range cp.overrideAttrs {
-		for _, o := range cp.overrides[overrideKey{a, id.attribute(a)}] {
+		v := id.attribute(a)
+		if a == attrWorkspace || a == attrTeam || a == attrUser {
+			v = id.qualified(a, "")
+		}
+		for _, o := range cp.overrides[overrideKey{a, v}] {
 			if o.Rule != r.Name || (!o.ExpiresAt.IsZero() && !now.Before(o.ExpiresAt)) {
 				continue
 			}

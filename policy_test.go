@@ -158,7 +158,8 @@ func TestOverride_Resolution(t *testing.T) {
 		{"limit", []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "k", Limit: limit(3)}}, ident("k"), 3, 0, "override"},
 		{"other subject unaffected", []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "other", Limit: limit(3)}}, ident("k"), 10, 0, "config"},
 		{"NULL limit inherits", []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "k", Burst: limit(4)}}, ident("k"), 10, 4, "override"},
-		{"zero disables", []sluice.Override{{Rule: "rpm", Attribute: "workspace", Value: "ws", Limit: limit(0)}}, ident("k"), 0, 0, ""},
+		{"zero disables", []sluice.Override{{Rule: "rpm", Attribute: "workspace", Value: "ws", Org: "o", Limit: limit(0)}}, ident("k"), 0, 0, ""},
+		{"another org's workspace of the same name", []sluice.Override{{Rule: "rpm", Attribute: "workspace", Value: "ws", Org: "o2", Limit: limit(0)}}, ident("k"), 10, 0, "config"},
 		{"raise above the rule", []sluice.Override{{Rule: "rpm", Attribute: "org", Value: "o", Limit: limit(1000)}}, ident("k"), 1000, 0, "override"},
 		{"override of another rule", []sluice.Override{{Rule: "other", Attribute: "key", Value: "k", Limit: limit(1)}}, ident("k"), 10, 0, "config"},
 		{"not yet expired", []sluice.Override{{Rule: "rpm", Attribute: "key", Value: "k", Limit: limit(3), ExpiresAt: start.Add(time.Nanosecond)}}, ident("k"), 3, 0, "override"},
@@ -210,8 +211,8 @@ func TestOverride_Resolution(t *testing.T) {
 func TestOverride_MostSpecificAttributeWins(t *testing.T) {
 	overrides := []sluice.Override{
 		{Rule: "rpm", Attribute: "org", Value: "o", Limit: ptr[int64](5)},
-		{Rule: "rpm", Attribute: "workspace", Value: "ws", Limit: ptr[int64](4)},
-		{Rule: "rpm", Attribute: "user", Value: "u", Limit: ptr[int64](3)},
+		{Rule: "rpm", Attribute: "workspace", Value: "ws", Org: "o", Limit: ptr[int64](4)},
+		{Rule: "rpm", Attribute: "user", Value: "u", Org: "o", Limit: ptr[int64](3)},
 		{Rule: "rpm", Attribute: "key", Value: "k", Limit: ptr[int64](2)},
 	}
 	tests := []struct {
@@ -224,6 +225,7 @@ func TestOverride_MostSpecificAttributeWins(t *testing.T) {
 		{"workspace over org", sluice.Identity{Org: "o", Workspace: "ws", User: "u2", Key: "k2"}, 4},
 		{"org", sluice.Identity{Org: "o", Workspace: "ws2", User: "u2", Key: "k2"}, 5},
 		{"none", sluice.Identity{Org: "o2", Workspace: "ws2", User: "u2", Key: "k2"}, 10},
+		{"another org's workspace and user", sluice.Identity{Org: "o2", Workspace: "ws", User: "u", Key: "k2"}, 10},
 	}
 	// Declaration order must not matter: try it forwards and backwards.
 	for _, reversed := range []bool{false, true} {
@@ -276,7 +278,7 @@ func TestOverride_ExpiresOnTheClock(t *testing.T) {
 	expires := start.Add(time.Hour)
 	l, clock := newLimiter(t, sluice.Options{
 		Rules:     []sluice.Rule{daily(sluice.MetricRequests, 2)},
-		Overrides: []sluice.Override{{Rule: "daily", Attribute: "workspace", Value: "ws", Limit: ptr[int64](5), ExpiresAt: expires}},
+		Overrides: []sluice.Override{{Rule: "daily", Attribute: "workspace", Value: "ws", Org: "o", Limit: ptr[int64](5), ExpiresAt: expires}},
 	})
 	for range 4 {
 		admit(t, l, byKey("k"))

@@ -55,6 +55,47 @@ func (id *Identity) attribute(a attribute) string {
 // subjectSeparator joins the parts of a composite subject.
 const subjectSeparator = "\x1f"
 
+// qualifierSeparator joins an attribute value to the parent it is
+// qualified by (an org, or a session's key) in a counter's subject.
+const qualifierSeparator = "\x1e"
+
+// DefaultOrg is the org of an identity that names none. Its attribute
+// values are counted bare, as they were before values were qualified by
+// their org, so that a deployment with one org keeps its counters.
+const DefaultOrg = "default"
+
+// inDefaultOrg reports whether org is the default org ("" or DefaultOrg).
+func inDefaultOrg(org string) bool { return org == "" || org == DefaultOrg }
+
+// qualified returns attribute a of id as a counter counts it: a
+// workspace, a team, a user and a tag within their org, a session within
+// its key; an org, a key (unique on its own), an ip, a model, a route and
+// a tier as they are. So two tenants that use the same names never share
+// a counter. tag is the tag counted, for attrTag.
+func (id *Identity) qualified(a attribute, tag string) string {
+	switch a {
+	case attrWorkspace, attrTeam, attrUser:
+		return id.qualifiedValue(id.attribute(a))
+	case attrTag:
+		return id.qualifiedValue(tag)
+	case attrSession:
+		if id.Key == "" {
+			return id.Session
+		}
+		return id.Key + qualifierSeparator + id.Session
+	}
+	return id.attribute(a)
+}
+
+// qualifiedValue returns v, a workspace, team, user or tag of id.s org,
+// qualified by that org.
+func (id *Identity) qualifiedValue(v string) string {
+	if inDefaultOrg(id.Org) {
+		return v
+	}
+	return id.Org + qualifierSeparator + v
+}
+
 // subjectValue builds the counter subject of r for id. A missing attribute
 // counts as the empty value, so requests without it share one counter
 // rather than escaping the rule; tag and session are the exceptions: a rule
@@ -66,10 +107,8 @@ func subjectValue(r *compiledRule, id *Identity, tag, serverID string) string {
 			return ""
 		case attrServer:
 			return serverID
-		case attrTag:
-			return tag
 		default:
-			return id.attribute(a)
+			return id.qualified(a, tag)
 		}
 	}
 	var b strings.Builder
@@ -77,11 +116,7 @@ func subjectValue(r *compiledRule, id *Identity, tag, serverID string) string {
 		if i > 0 {
 			b.WriteString(subjectSeparator)
 		}
-		if a == attrTag {
-			b.WriteString(tag)
-		} else {
-			b.WriteString(id.attribute(a))
-		}
+		b.WriteString(id.qualified(a, tag))
 	}
 	return b.String()
 }

@@ -150,6 +150,11 @@ type Rule struct {
 	Mode            Mode
 	// Disabled rules are not checked and count nothing.
 	Disabled bool
+	// Org, when set, limits the rule to requests whose identity is in that
+	// org (an identity with no org is in DefaultOrg); empty applies the
+	// rule in every org. A rule with an Org replaces, in that org only, the
+	// rule of the same name that has none, and counts apart from it.
+	Org string
 	// Source says where the rule came from (default, config, env, rule,
 	// override, tier); it is reported, never interpreted.
 	Source string

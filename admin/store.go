@@ -275,11 +275,17 @@ func (m *Metrics) OpenReservations(now time.Time) []Reservation {
 	return out
 }
 
+// displaySubject writes a counter's subject for people: the parts of a
+// composite joined by "+", a value after its org (or a session after its
+// key) by "/".
 func displaySubject(s string) string {
 	b := []byte(s)
 	for i := range b {
-		if b[i] == 0x1f {
+		switch b[i] {
+		case 0x1f:
 			b[i] = '+'
+		case 0x1e:
+			b[i] = '/'
 		}
 	}
 	return string(b)

@@ -190,14 +190,22 @@ type Store struct {
 	denyHits, split, compensations atomic.Int64
 }
 
-// DefaultTenantOf returns the first part of a counter's subject (the parts of
-// a composite subject are joined by 0x1f): the workspace of a
-// workspace+user rule, the key of a key rule, "" for a global rule.
+// DefaultTenantOf returns the tenant of a counter, its hash tag: the org
+// that qualifies the first part of its subject (the parts of a composite
+// subject are joined by 0x1f, a value is joined to its org by 0x1e), or
+// that first part itself when it has no org: the workspace of a
+// workspace+user rule in the default org, the key of a key rule, "" for a
+// global rule. So every counter of one org's workspaces, teams and users
+// shares a slot, and orgs spread over a Cluster's masters.
 func DefaultTenantOf(k sluice.CounterKey) string {
-	if i := strings.IndexByte(k.Subject, 0x1f); i >= 0 {
-		return k.Subject[:i]
+	first := k.Subject
+	if i := strings.IndexByte(first, 0x1f); i >= 0 {
+		first = first[:i]
 	}
-	return k.Subject
+	if i := strings.IndexByte(first, 0x1e); i >= 0 {
+		return first[:i]
+	}
+	return first
 }
 
 // Open connects to the server named by opts.URL (or uses opts.Client) and
