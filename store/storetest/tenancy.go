@@ -51,3 +51,39 @@ var tenancyScenarios = map[string]func(t *testing.T, h *Harness){
 		h.Refuse(l, in("orgA", 1), sluice.ErrBudgetExhausted)
 	},
 }
+
+// PreviousVersion is how the testdata stores of the version before
+// counters were qualified by their org were written: at PreviousVersionAt,
+// under these rules, two calls of 300 and 400 input tokens by one key of
+// the default org, settled at their reservations.
+var (
+	PreviousVersionAt    = Start
+	PreviousVersionRules = []sluice.Rule{
+		{Name: "daily", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1000, Period: sluice.PeriodDay},
+		{Name: "per_user", Kind: sluice.KindRate, Subject: "workspace+user", Limit: 5, Window: time.Hour},
+		{Name: "per_org", Kind: sluice.KindBudget, Subject: "org", Limit: 100, Period: sluice.PeriodMonth},
+	}
+)
+
+// CheckPreviousVersion checks that h's store, written by the previous
+// version (see PreviousVersion), still counts what it counted: upgrading
+// resets no budget in progress in the default org. withRates is false for
+// a store that does not keep rate buckets (sqlitestore).
+func CheckPreviousVersion(t *testing.T, h *Harness, withRates bool) {
+	t.Helper()
+	h.Clock.Set(PreviousVersionAt)
+	l := h.Limiter(PreviousVersionRules...)
+	id := sluice.Identity{Org: sluice.DefaultOrg, Workspace: "ws", User: "u", Key: "k"}
+	want := map[string]int64{"daily": 700, "per_org": 2}
+	if withRates {
+		want["per_user"] = 2
+	}
+	for rule, used := range want {
+		if got, _ := h.Used(l, id, rule); got != used {
+			t.Errorf("%s: used %d after the upgrade, want the %d the previous version counted", rule, got, used)
+		}
+	}
+	// And the budget goes on from there: 300 more fit, 301 do not.
+	h.Refuse(l, sluice.Request{Identity: id, Max: sluice.Usage{InputTokens: 301}}, sluice.ErrBudgetExhausted)
+	h.Settle(h.Admit(l, sluice.Request{Identity: id, Max: sluice.Usage{InputTokens: 300}}), sluice.Usage{InputTokens: 300})
+}
