@@ -57,19 +57,22 @@ type Layer struct {
 }
 
 // Resolve merges layers in order: a rule in a later layer replaces the rule
-// of the same name from an earlier one. Each rule's Source is set to its
-// layer's Source. The order of first appearance is kept.
+// of the same name and Org from an earlier one (a rule with an Org and one
+// without are two rules: the first replaces the second in its org only, as
+// the Limiter applies them). Each rule's Source is set to its layer's
+// Source. The order of first appearance is kept.
 func Resolve(layers ...Layer) []Rule {
 	var out []Rule
-	index := map[string]int{}
+	index := map[ruleName]int{}
 	for _, layer := range layers {
 		for _, r := range layer.Rules {
 			r.Source = layer.Source
-			if i, ok := index[r.Name]; ok {
+			k := ruleName{r.Org, r.Name}
+			if i, ok := index[k]; ok {
 				out[i] = r
 				continue
 			}
-			index[r.Name] = len(out)
+			index[k] = len(out)
 			out = append(out, r)
 		}
 	}

@@ -10,6 +10,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -149,13 +150,23 @@ type principal struct {
 	role  string
 	// workspaces scopes a viewer; empty for an admin.
 	workspaces []string
+	// org is a viewer's org: its workspaces are that org's, and it reads
+	// that org's stored rules only. Empty for an admin (every org).
+	org string
 }
 
 func (p *principal) isAdmin() bool { return p.role == catalog.RoleAdmin }
 
-// canRead reports whether p may read workspace ws.
+// canRead reports whether p may read workspace ws (of p's org, for a
+// viewer).
 func (p *principal) canRead(ws string) bool {
 	return p.isAdmin() || slices.Contains(p.workspaces, ws)
+}
+
+// canReadIn reports whether p may read workspace ws of org: a viewer reads
+// its own org's workspaces only, whatever another org names its own.
+func (p *principal) canReadIn(org, ws string) bool {
+	return p.isAdmin() || (cmp.Or(org, sluice.DefaultOrg) == p.org && slices.Contains(p.workspaces, ws))
 }
 
 // rootActor names the root token in the audit log.
@@ -185,7 +196,11 @@ func (h *Handler) authenticate(ctx context.Context, token string) (*principal, e
 	case err != nil:
 		return nil, err
 	}
-	return &principal{actor: "token:" + t.ID, role: t.Role, workspaces: t.Workspaces}, nil
+	p := &principal{actor: "token:" + t.ID, role: t.Role, workspaces: t.Workspaces}
+	if t.Role != catalog.RoleAdmin {
+		p.org = t.Org
+	}
+	return p, nil
 }
 
 func bearer(r *http.Request) string {

@@ -328,7 +328,7 @@ func TestAPI_RulesLifecycle(t *testing.T) {
 	id := sluice.Identity{Workspace: "acme", User: "ada"}
 	r := e.must(http.StatusCreated, "POST", "/admin/v1/rules", rootToken, map[string]any{
 		"name": "ada_daily", "kind": "budget", "subject": "user", "metric": "requests", "limit": 2, "period": "day"})
-	if rule := r.body["rule"].(map[string]any); rule["enabled"] != true || rule["org"] != "default" {
+	if rule := r.body["rule"].(map[string]any); rule["enabled"] != true || rule["org"] != nil {
 		t.Fatalf("created = %v", rule)
 	}
 	e.must(http.StatusConflict, "POST", "/admin/v1/rules", rootToken, map[string]any{

@@ -212,7 +212,8 @@ func (c *console) setOverride(w http.ResponseWriter, r *http.Request, p *princip
 
 func (c *console) deleteOverride(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
 	ws := r.PathValue("ws")
-	if err := c.h.cat.DeleteOverride(r.Context(), r.PostFormValue("rule"), "workspace", ws, p.actor); err != nil {
+	o := catalog.Override{Rule: r.PostFormValue("rule"), Org: p.org, Attribute: "workspace", Value: ws}
+	if err := c.h.cat.DeleteOverride(r.Context(), o, p.actor); err != nil {
 		return 0, "", err
 	}
 	c.h.changed()
@@ -262,7 +263,7 @@ func (c *console) sessionsPage(w http.ResponseWriter, r *http.Request, p *princi
 	}
 	visible := list[:0]
 	for _, s := range list {
-		if p.canRead(s.Workspace) {
+		if p.canReadIn(s.Org, s.Workspace) {
 			visible = append(visible, s)
 		}
 	}

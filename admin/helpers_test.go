@@ -208,7 +208,7 @@ func (e *env) snapshot() snapshot {
 	e.t.Helper()
 	ctx := context.Background()
 	keys, err1 := e.cat.ListKeys(ctx, "")
-	rules, err2 := e.cat.ListRules(ctx, "")
+	rules, err2 := e.cat.ListRules(ctx)
 	overrides, err3 := e.cat.ListOverrides(ctx)
 	tokens, err4 := e.cat.ListAdminTokens(ctx)
 	audit, err5 := e.cat.ListAudit(ctx, catalog.AuditQuery{Limit: 10000})

@@ -37,7 +37,7 @@ func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p *principal)
 	}
 	out := make([]catalog.Key, 0, len(keys))
 	for _, k := range keys {
-		if p.canRead(k.Workspace) {
+		if p.canReadIn(k.Org, k.Workspace) {
 			out = append(out, k)
 		}
 	}
@@ -50,7 +50,7 @@ func (h *Handler) getKey(w http.ResponseWriter, r *http.Request, p *principal) e
 	if err != nil {
 		return err
 	}
-	if !p.canRead(k.Workspace) {
+	if !p.canReadIn(k.Org, k.Workspace) {
 		return forbiddenWorkspace(k.Workspace)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"key": k})

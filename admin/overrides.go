@@ -17,7 +17,10 @@ var overrideAttributes = []string{"workspace", "user", "key", "team", "org"}
 // are null (or absent) to inherit the rule's value, 0 to disable the rule
 // for the subject.
 type overrideRequest struct {
-	Rule      string    `json:"rule"`
+	Rule string `json:"rule"`
+	// Org is the org of a workspace, team or user value; empty means
+	// "default".
+	Org       string    `json:"org"`
 	Attribute string    `json:"attribute"`
 	Value     string    `json:"value"`
 	Limit     *int64    `json:"limit"`
@@ -57,12 +60,12 @@ func (h *Handler) setOverrideFrom(ctx context.Context, req overrideRequest, acto
 	if err := h.validateOverride(&req); err != nil {
 		return catalog.Override{}, err
 	}
-	o := catalog.Override{Rule: req.Rule, Attribute: req.Attribute, Value: req.Value, Limit: req.Limit, Burst: req.Burst, ExpiresAt: req.ExpiresAt}
+	o := catalog.Override{Rule: req.Rule, Org: req.Org, Attribute: req.Attribute, Value: req.Value, Limit: req.Limit, Burst: req.Burst, ExpiresAt: req.ExpiresAt}
 	if err := h.cat.SetSubjectOverride(ctx, o, actor); err != nil {
 		return catalog.Override{}, err
 	}
 	h.changed()
-	return o, nil
+	return o.Normalized(), nil
 }
 
 func (h *Handler) setOverride(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -78,8 +81,11 @@ func (h *Handler) setOverride(w http.ResponseWriter, r *http.Request, p *princip
 	return nil
 }
 
+// deleteOverride answers DELETE /admin/v1/overrides/{rule}/{attribute}/{value}[?org=]:
+// org names the org of a workspace, team or user (default "default").
 func (h *Handler) deleteOverride(w http.ResponseWriter, r *http.Request, p *principal) error {
-	if err := h.cat.DeleteOverride(r.Context(), r.PathValue("rule"), r.PathValue("attribute"), r.PathValue("value"), p.actor); err != nil {
+	o := catalog.Override{Rule: r.PathValue("rule"), Org: r.URL.Query().Get("org"), Attribute: r.PathValue("attribute"), Value: r.PathValue("value")}
+	if err := h.cat.DeleteOverride(r.Context(), o, p.actor); err != nil {
 		return err
 	}
 	h.changed()
@@ -130,7 +136,7 @@ func (h *Handler) visibleOverrides(ctx context.Context, p *principal) ([]catalog
 	for _, o := range all {
 		switch o.Attribute {
 		case "workspace":
-			if p.canRead(o.Value) {
+			if o.Org == p.org && p.canRead(o.Value) {
 				out = append(out, o)
 			}
 		case "key":

@@ -14,12 +14,12 @@ const SourceRule = "rule"
 
 // LoadPolicy builds the limiter's policy: the layers given (the defaults,
 // the config file, the environment, in order), then the rules stored in
-// the catalog (a stored rule replaces an earlier one of the same name),
+// the catalog (a stored rule replaces an earlier one of the same name and org),
 // then the stored overrides. Overrides naming no rule in force are left
 // out and reported in skipped, so that deleting a rule never makes the
 // policy invalid.
 func LoadPolicy(ctx context.Context, cat *catalog.Catalog, layers []sluice.Layer, tiers []sluice.Tier) (p sluice.Policy, skipped []catalog.Override, err error) {
-	stored, err := cat.ListRules(ctx, "")
+	stored, err := cat.ListRules(ctx)
 	if err != nil {
 		return sluice.Policy{}, nil, fmt.Errorf("admin: load policy: %w", err)
 	}

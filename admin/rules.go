@@ -63,34 +63,90 @@ func policyRuleOf(r sluice.Rule) policyRule {
 		WarnAt: r.WarnAt, Reserve: r.Reserve, ReserveAmount: r.ReserveAmount, OnExpiry: r.OnExpiry,
 		OnStoreError: r.OnStoreError, Fit: r.Fit, MinOutputTokens: r.MinOutputTokens,
 		Match: catalog.Match{Models: r.Match.Models, Tiers: r.Match.Tiers, Routes: r.Match.Routes},
-		Mode:  r.Mode, Enabled: !r.Disabled,
+		Mode:  r.Mode, Enabled: !r.Disabled, Org: r.Org,
 	}}
 }
 
 // policyRules returns the rules in force, every layer resolved.
-func (h *Handler) policyRules() []policyRule {
+func (h *Handler) policyRules() []policyRule { return h.policyRulesOf(nil) }
+
+// policyRulesOf returns the rules in force in org (every rule when org is
+// nil): the deployment's and org's own.
+func (h *Handler) policyRulesOf(org *string) []policyRule {
 	rules := h.limiter.Policy().Rules
 	out := make([]policyRule, 0, len(rules))
 	for _, r := range rules {
-		out = append(out, policyRuleOf(r))
+		if org == nil || r.Org == "" || r.Org == *org {
+			out = append(out, policyRuleOf(r))
+		}
 	}
 	return out
 }
 
-// listRules answers GET /admin/v1/rules[?org=]: the stored rules, and the
-// policy in force (defaults, config, environment and stored rules
-// resolved).
-func (h *Handler) listRules(w http.ResponseWriter, r *http.Request, _ *principal) error {
-	stored, err := h.cat.ListRules(r.Context(), r.URL.Query().Get("org"))
+// ruleOrg returns the org a rule route names (?org=; empty or absent names
+// the deployment's rules), or nil when absent. A viewer reads its own org
+// only: absent means it, another is 403.
+func ruleOrg(r *http.Request, p *principal) (*string, error) {
+	q := r.URL.Query()
+	org, named := q.Get("org"), q.Has("org")
+	if p.isAdmin() {
+		if !named {
+			return nil, nil
+		}
+		return &org, nil
+	}
+	if named && org != p.org && org != "" {
+		return nil, errorf(http.StatusForbidden, "forbidden", "this token reads the rules of org %q only", p.org)
+	}
+	return &p.org, nil
+}
+
+// listRules answers GET /admin/v1/rules[?org=]: the stored rules (of org,
+// "" naming the deployment rules; of every org when absent), and the
+// policy in force there (defaults, config, environment and stored rules
+// resolved). A viewer sees its org's stored rules and the policy in force
+// in its org only.
+func (h *Handler) listRules(w http.ResponseWriter, r *http.Request, p *principal) error {
+	org, err := ruleOrg(r, p)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rules": nonNilSlice(stored), "policy": h.policyRules()})
+	var stored []catalog.Rule
+	if org == nil {
+		stored, err = h.cat.ListRules(r.Context())
+	} else {
+		stored, err = h.cat.ListRules(r.Context(), *org)
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rules": nonNilSlice(stored), "policy": h.policyRulesOf(org)})
 	return nil
 }
 
-func (h *Handler) getRule(w http.ResponseWriter, r *http.Request, _ *principal) error {
-	rule, err := h.cat.GetRule(r.Context(), r.PathValue("name"))
+// storedOrg is the org a route on one stored rule names: ?org=, the
+// deployment's rules ("") when absent.
+func storedOrg(r *http.Request, p *principal) (string, error) {
+	org, err := ruleOrg(r, p)
+	if err != nil || org == nil {
+		return "", err
+	}
+	return *org, nil
+}
+
+func (h *Handler) getRule(w http.ResponseWriter, r *http.Request, p *principal) error {
+	org, err := storedOrg(r, p)
+	if err != nil {
+		return err
+	}
+	if !p.isAdmin() && org == "" {
+		// A viewer's rule of that name, else the deployment's.
+		if rule, err := h.cat.GetRule(r.Context(), p.org, r.PathValue("name")); err == nil {
+			writeJSON(w, http.StatusOK, map[string]any{"rule": rule})
+			return nil
+		}
+	}
+	rule, err := h.cat.GetRule(r.Context(), org, r.PathValue("name"))
 	if err != nil {
 		return err
 	}
@@ -126,6 +182,9 @@ func (h *Handler) createRule(kind sluice.Kind) apiHandler {
 	}
 }
 
+// updateRule answers PUT /admin/v1/rules/{name}[?org=]: the rule stored
+// for org (the body's org when the query names none; the deployment's when
+// neither does).
 func (h *Handler) updateRule(w http.ResponseWriter, r *http.Request, p *principal) error {
 	var req ruleRequest
 	if err := decode(w, r, &req); err != nil {
@@ -135,7 +194,14 @@ func (h *Handler) updateRule(w http.ResponseWriter, r *http.Request, p *principa
 	if err != nil {
 		return err
 	}
-	updated, err := h.cat.UpdateRule(r.Context(), r.PathValue("name"), rule, p.actor)
+	org := rule.Org
+	if r.URL.Query().Has("org") {
+		org = r.URL.Query().Get("org")
+		if rule.Org == "" {
+			rule.Org = org
+		}
+	}
+	updated, err := h.cat.UpdateRule(r.Context(), org, r.PathValue("name"), rule, p.actor)
 	if err != nil {
 		return err
 	}
@@ -145,7 +211,7 @@ func (h *Handler) updateRule(w http.ResponseWriter, r *http.Request, p *principa
 }
 
 func (h *Handler) deleteRule(w http.ResponseWriter, r *http.Request, p *principal) error {
-	if err := h.cat.DeleteRule(r.Context(), r.PathValue("name"), p.actor); err != nil {
+	if err := h.cat.DeleteRule(r.Context(), r.URL.Query().Get("org"), r.PathValue("name"), p.actor); err != nil {
 		return err
 	}
 	h.changed()
@@ -155,7 +221,7 @@ func (h *Handler) deleteRule(w http.ResponseWriter, r *http.Request, p *principa
 
 func (h *Handler) enableRule(enabled bool) apiHandler {
 	return func(w http.ResponseWriter, r *http.Request, p *principal) error {
-		rule, err := h.cat.SetRuleEnabled(r.Context(), r.PathValue("name"), enabled, p.actor)
+		rule, err := h.cat.SetRuleEnabled(r.Context(), r.URL.Query().Get("org"), r.PathValue("name"), enabled, p.actor)
 		if err != nil {
 			return err
 		}

@@ -29,7 +29,7 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request, p *princi
 	}
 	out := make([]catalog.Session, 0, len(sessions))
 	for _, s := range sessions {
-		if p.canRead(s.Workspace) {
+		if p.canReadIn(s.Org, s.Workspace) {
 			out = append(out, s)
 		}
 	}

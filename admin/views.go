@@ -54,6 +54,13 @@ func (h *Handler) identityOf(ctx context.Context, q url.Values, p *principal) (s
 	}
 	id := sluice.Identity{Org: q.Get("org"), Workspace: q.Get("workspace"), Team: q.Get("team"), User: q.Get("user"),
 		Tier: q.Get("tier"), Model: q.Get("model"), Route: q.Get("route")}
+	if !p.isAdmin() {
+		// A viewer looks at its own org's subjects only.
+		if id.Org != "" && id.Org != p.org {
+			return sluice.Identity{}, errorf(http.StatusForbidden, "forbidden", "this token reads org %q only", p.org)
+		}
+		id.Org = p.org
+	}
 	if keyID := q.Get("key"); keyID != "" {
 		k, err := h.cat.GetKey(ctx, keyID)
 		if err != nil {
@@ -63,11 +70,14 @@ func (h *Handler) identityOf(ctx context.Context, q url.Values, p *principal) (s
 			{"workspace", id.Workspace, k.Workspace}, {"user", id.User, k.User}, {"org", id.Org, k.Org}, {"team", id.Team, k.Team},
 		} {
 			if f.asked != "" && f.asked != f.has {
-				if !p.canRead(k.Workspace) {
+				if !p.canReadIn(k.Org, k.Workspace) {
 					return sluice.Identity{}, forbiddenWorkspace(f.asked)
 				}
 				return sluice.Identity{}, errorf(http.StatusBadRequest, "invalid", "key %s has %s %q, not %q", k.ID, f.name, f.has, f.asked)
 			}
+		}
+		if !p.canReadIn(k.Org, k.Workspace) {
+			return sluice.Identity{}, forbiddenWorkspace(k.Workspace)
 		}
 		id.Org, id.Workspace, id.Team, id.User, id.Tier, id.Key = k.Org, k.Workspace, k.Team, k.User, k.Tier, k.ID
 	}
@@ -283,6 +293,7 @@ type tokenRequest struct {
 	Name       string    `json:"name"`
 	Role       string    `json:"role"`
 	Workspaces []string  `json:"workspaces"`
+	Org        string    `json:"org"`
 	ExpiresAt  time.Time `json:"expires_at"`
 }
 
@@ -292,7 +303,7 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request, p *princip
 		return err
 	}
 	secret, t, err := h.cat.CreateAdminToken(r.Context(), catalog.AdminToken{Name: req.Name, Role: req.Role,
-		Workspaces: req.Workspaces, ExpiresAt: req.ExpiresAt}, p.actor)
+		Workspaces: req.Workspaces, Org: req.Org, ExpiresAt: req.ExpiresAt}, p.actor)
 	if err != nil {
 		return err
 	}

@@ -141,6 +141,11 @@ func (c *Catalog) CreateKey(ctx context.Context, k Key, actor string) (secret st
 	if k.Org == "" {
 		k.Org = "default"
 	}
+	for _, f := range [][2]string{{"org", k.Org}, {"workspace", k.Workspace}, {"team", k.Team}, {"user", k.User}, {"tier", k.Tier}} {
+		if err := checkValue(f[0], f[1]); err != nil {
+			return "", Key{}, fmt.Errorf("catalog: create key: %w: %v", ErrInvalid, err)
+		}
+	}
 	k.ID = newKeyID()
 	k.CreatedAt = now.UTC().Round(0)
 	k.RevokedAt = time.Time{}

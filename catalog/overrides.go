@@ -17,7 +17,11 @@ import (
 // value; 0 disables the rule for that subject. A non-zero ExpiresAt ends
 // it.
 type Override struct {
-	Rule      string    `json:"rule"`
+	Rule string `json:"rule"`
+	// Org is the org of a workspace, team or user Value: empty means
+	// "default". It is empty for the other attributes, whose values do not
+	// belong to an org (a key's ID is unique on its own).
+	Org       string    `json:"org,omitempty"`
 	Attribute string    `json:"attribute"`
 	Value     string    `json:"value"`
 	Limit     *int64    `json:"limit"`
@@ -29,6 +33,7 @@ type Override struct {
 func (o Override) Sluice() sluice.Override {
 	return sluice.Override{
 		Rule:      o.Rule,
+		Org:       o.Org,
 		Attribute: o.Attribute,
 		Value:     o.Value,
 		Limit:     clonePtr(o.Limit),
@@ -49,12 +54,38 @@ func clonePtr(p *int64) *int64 {
 // as the engine accepts them.
 var overrideAttributes = []string{"org", "workspace", "team", "user", "key", "session", "ip"}
 
-func overrideTarget(rule, attribute, value string) string {
-	return "override/" + rule + "/" + attribute + "/" + value
+// inOrg reports whether values of attribute belong to an org.
+func inOrg(attribute string) bool {
+	return attribute == "workspace" || attribute == "team" || attribute == "user"
 }
 
-// SetOverride creates or replaces the override for (o.Rule, o.Attribute,
-// o.Value), audited as done by actor with the previous override, if any.
+// Normalized returns o with the org its attribute's values are stored
+// with: "default" for a workspace, team or user that names none, empty for
+// the other attributes.
+func (o Override) Normalized() Override {
+	o.normalize()
+	return o
+}
+
+// normalize gives o the org its attribute's values are stored with.
+func (o *Override) normalize() {
+	switch {
+	case !inOrg(o.Attribute):
+		o.Org = ""
+	case o.Org == "":
+		o.Org = "default"
+	}
+}
+
+func overrideTarget(o Override) string {
+	if o.Org != "" && o.Org != "default" {
+		return "override/" + o.Rule + "/" + o.Org + "/" + o.Attribute + "/" + o.Value
+	}
+	return "override/" + o.Rule + "/" + o.Attribute + "/" + o.Value
+}
+
+// SetOverride creates or replaces the override for (o.Rule, o.Org,
+// o.Attribute, o.Value), audited as done by actor with the previous override, if any.
 // The rule is not checked against the live policy: rules may come from
 // the config file, which the catalog does not see.
 func (c *Catalog) SetOverride(ctx context.Context, o Override, actor string) error {
@@ -83,29 +114,33 @@ func (c *Catalog) setOverride(ctx context.Context, o Override, actor string, req
 		return fmt.Errorf("catalog: set override: %w: a %s cannot be checked against the keys; use org, workspace, team, user or key", ErrInvalid, o.Attribute)
 	}
 	now := c.now()
+	o.normalize()
 	o.Limit, o.Burst = clonePtr(o.Limit), clonePtr(o.Burst)
 	o.ExpiresAt = o.ExpiresAt.UTC().Round(0)
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		workspace, err := c.subjectWorkspace(ctx, tx, o.Attribute, o.Value)
+		workspace, err := c.subjectWorkspace(ctx, tx, o.Org, o.Attribute, o.Value)
 		if requireSubject && errors.Is(err, sql.ErrNoRows) {
+			if inOrg(o.Attribute) {
+				return fmt.Errorf("%w: no key of org %q has %s %q", ErrUnknownSubject, o.Org, o.Attribute, o.Value)
+			}
 			return fmt.Errorf("%w: no key has %s %q", ErrUnknownSubject, o.Attribute, o.Value)
 		}
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		before, err := c.loadOverride(ctx, tx, o.Rule, o.Attribute, o.Value)
+		before, err := c.loadOverride(ctx, tx, o)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO overrides (rule, attribute, value, limit_value, burst, expires_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (rule, attribute, value) DO UPDATE SET
+		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO overrides (rule, org, attribute, value, limit_value, burst, expires_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (rule, org, attribute, value) DO UPDATE SET
 				limit_value = excluded.limit_value, burst = excluded.burst,
 				expires_at = excluded.expires_at, updated_at = excluded.updated_at`),
-			o.Rule, o.Attribute, o.Value, dbInt(o.Limit), dbInt(o.Burst), dbTime(o.ExpiresAt), now.UnixNano()); err != nil {
+			o.Rule, o.Org, o.Attribute, o.Value, dbInt(o.Limit), dbInt(o.Burst), dbTime(o.ExpiresAt), now.UnixNano()); err != nil {
 			return err
 		}
-		e := AuditEntry{Actor: actor, Action: ActionOverrideSet, Target: overrideTarget(o.Rule, o.Attribute, o.Value), After: o, Workspace: workspace}
+		e := AuditEntry{Actor: actor, Action: ActionOverrideSet, Target: overrideTarget(o), After: o, Workspace: workspace}
 		if before != nil {
 			e.Before = before
 		}
@@ -134,14 +169,19 @@ func subjectColumn(attribute string) string {
 // subjectWorkspace returns the workspace an override subject belongs to,
 // for the audit log: the value of a workspace, the workspace of a key, ""
 // for subjects that span workspaces. It is sql.ErrNoRows when no key
-// carries the subject.
-func (c *Catalog) subjectWorkspace(ctx context.Context, q queryer, attribute, value string) (string, error) {
+// carries the subject: for a workspace, team or user, no key of org (any
+// org when org is empty).
+func (c *Catalog) subjectWorkspace(ctx context.Context, q queryer, org, attribute, value string) (string, error) {
 	col := subjectColumn(attribute)
 	if col == "" {
 		return "", sql.ErrNoRows
 	}
+	query, args := `SELECT workspace FROM api_keys WHERE `+col+` = ?`, []any{value}
+	if org != "" && inOrg(attribute) {
+		query, args = query+` AND org = ?`, append(args, org)
+	}
 	var workspace string
-	err := q.QueryRowContext(ctx, c.d.q(`SELECT workspace FROM api_keys WHERE `+col+` = ? LIMIT 1`), value).Scan(&workspace)
+	err := q.QueryRowContext(ctx, c.d.q(query+` LIMIT 1`), args...).Scan(&workspace)
 	if err != nil {
 		return "", err
 	}
@@ -151,13 +191,13 @@ func (c *Catalog) subjectWorkspace(ctx context.Context, q queryer, attribute, va
 	return workspace, nil
 }
 
-// SubjectExists reports whether some key carries the subject: an org,
-// workspace, team or user value, or a key ID.
+// SubjectExists reports whether some key, of any org, carries the
+// subject: an org, workspace, team or user value, or a key ID.
 func (c *Catalog) SubjectExists(ctx context.Context, attribute, value string) (bool, error) {
 	if subjectColumn(attribute) == "" {
 		return false, fmt.Errorf("catalog: subject exists: %w: attribute %q is not recorded on keys", ErrInvalid, attribute)
 	}
-	_, err := c.subjectWorkspace(ctx, c.db, attribute, value)
+	_, err := c.subjectWorkspace(ctx, c.db, "", attribute, value)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -167,29 +207,32 @@ func (c *Catalog) SubjectExists(ctx context.Context, attribute, value string) (b
 	return true, nil
 }
 
-// DeleteOverride removes an override, audited as done by actor. It returns
-// ErrUnknownOverride when there is none.
-func (c *Catalog) DeleteOverride(ctx context.Context, rule, attribute, value, actor string) error {
+// DeleteOverride removes the override of (o.Rule, o.Org, o.Attribute,
+// o.Value), audited as done by actor. It returns ErrUnknownOverride when
+// there is none.
+func (c *Catalog) DeleteOverride(ctx context.Context, o Override, actor string) error {
 	if actor == "" {
 		return fmt.Errorf("catalog: delete override: %w: actor is required", ErrInvalid)
 	}
+	o.normalize()
 	now := c.now()
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		before, err := c.loadOverride(ctx, tx, rule, attribute, value)
+		before, err := c.loadOverride(ctx, tx, o)
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrUnknownOverride
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, c.d.q(`DELETE FROM overrides WHERE rule = ? AND attribute = ? AND value = ?`), rule, attribute, value); err != nil {
+		if _, err := tx.ExecContext(ctx, c.d.q(`DELETE FROM overrides WHERE rule = ? AND org = ? AND attribute = ? AND value = ?`),
+			o.Rule, o.Org, o.Attribute, o.Value); err != nil {
 			return err
 		}
-		workspace, err := c.subjectWorkspace(ctx, tx, attribute, value)
+		workspace, err := c.subjectWorkspace(ctx, tx, o.Org, o.Attribute, o.Value)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionOverrideDelete, Target: overrideTarget(rule, attribute, value), Before: before, Workspace: workspace}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionOverrideDelete, Target: overrideTarget(o), Before: before, Workspace: workspace}, now)
 	})
 	if err != nil {
 		return fmt.Errorf("catalog: delete override: %w", err)
@@ -197,10 +240,13 @@ func (c *Catalog) DeleteOverride(ctx context.Context, rule, attribute, value, ac
 	return nil
 }
 
-const overrideColumns = `rule, attribute, value, limit_value, burst, expires_at`
+const overrideColumns = `rule, org, attribute, value, limit_value, burst, expires_at`
 
-func (c *Catalog) loadOverride(ctx context.Context, q queryer, rule, attribute, value string) (*Override, error) {
-	row := q.QueryRowContext(ctx, c.d.q(`SELECT `+overrideColumns+` FROM overrides WHERE rule = ? AND attribute = ? AND value = ?`), rule, attribute, value)
+// loadOverride loads the override of (o.Rule, o.Org, o.Attribute, o.Value);
+// o is normalized.
+func (c *Catalog) loadOverride(ctx context.Context, q queryer, o Override) (*Override, error) {
+	row := q.QueryRowContext(ctx, c.d.q(`SELECT `+overrideColumns+` FROM overrides WHERE rule = ? AND org = ? AND attribute = ? AND value = ?`),
+		o.Rule, o.Org, o.Attribute, o.Value)
 	o, err := scanOverride(row.Scan)
 	if err != nil {
 		return nil, err
@@ -211,7 +257,7 @@ func (c *Catalog) loadOverride(ctx context.Context, q queryer, rule, attribute, 
 func scanOverride(scan func(...any) error) (Override, error) {
 	var o Override
 	var limit, burst, expires sql.NullInt64
-	if err := scan(&o.Rule, &o.Attribute, &o.Value, &limit, &burst, &expires); err != nil {
+	if err := scan(&o.Rule, &o.Org, &o.Attribute, &o.Value, &limit, &burst, &expires); err != nil {
 		return Override{}, err
 	}
 	o.Limit, o.Burst, o.ExpiresAt = fromDBInt(limit), fromDBInt(burst), fromDBTime(expires)
@@ -219,9 +265,9 @@ func scanOverride(scan func(...any) error) (Override, error) {
 }
 
 // ListOverrides returns every stored override, expired ones included (the
-// engine ignores those), ordered by rule, attribute and value.
+// engine ignores those), ordered by rule, org, attribute and value.
 func (c *Catalog) ListOverrides(ctx context.Context) ([]Override, error) {
-	rows, err := c.db.QueryContext(ctx, `SELECT `+overrideColumns+` FROM overrides ORDER BY rule, attribute, value`)
+	rows, err := c.db.QueryContext(ctx, `SELECT `+overrideColumns+` FROM overrides ORDER BY rule, org, attribute, value`)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: list overrides: %w", err)
 	}

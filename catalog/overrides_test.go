@@ -69,10 +69,10 @@ func TestCatalog_OverridesRoundTrip(t *testing.T) {
 			t.Errorf("first set has a before: %s", entries[1].Before)
 		}
 
-		if err := c.DeleteOverride(ctx, "daily", "workspace", "acme", "carol"); err != nil {
+		if err := c.DeleteOverride(ctx, Override{Rule: "daily", Attribute: "workspace", Value: "acme"}, "carol"); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.DeleteOverride(ctx, "daily", "workspace", "acme", "carol"); !errors.Is(err, ErrUnknownOverride) {
+		if err := c.DeleteOverride(ctx, Override{Rule: "daily", Attribute: "workspace", Value: "acme"}, "carol"); !errors.Is(err, ErrUnknownOverride) {
 			t.Fatalf("second delete: err = %v, want ErrUnknownOverride", err)
 		}
 		got, _ = c.ListOverrides(ctx)

@@ -12,7 +12,8 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// MaxRulesPerOrg bounds the rules stored for one org.
+// MaxRulesPerOrg bounds the rules stored for one org (and the deployment
+// rules, stored with no org).
 const MaxRulesPerOrg = 200
 
 // Audit actions for stored rules.
@@ -55,12 +56,14 @@ type Match struct {
 
 // Rule is a rule stored in the catalog: the database layer of the policy,
 // after the defaults, the config file and the environment. A stored rule
-// replaces a rule of the same name from an earlier layer. The fields mean
-// what sluice.Rule's do.
+// replaces a rule of the same name and org from an earlier layer. The
+// fields mean what sluice.Rule's do.
 type Rule struct {
 	Name string `json:"name"`
-	// Org owns the rule: at most MaxRulesPerOrg rules are stored per org.
-	// Empty means "default".
+	// Org owns the rule: it applies to that org's keys only, and replaces
+	// there a deployment rule of the same name. Empty makes it a deployment
+	// rule, applied in every org. Names are unique within an org; at most
+	// MaxRulesPerOrg rules are stored per org.
 	Org             string                  `json:"org,omitempty"`
 	Kind            sluice.Kind             `json:"kind"`
 	Subject         string                  `json:"subject"`
@@ -103,19 +106,30 @@ func (r Rule) Sluice() sluice.Rule {
 		},
 		Mode:     r.Mode,
 		Disabled: !r.Enabled,
+		Org:      r.Org,
 	}
 }
 
-func ruleTarget(name string) string { return "rule/" + name }
+// ruleTarget names a rule in the audit log.
+func ruleTarget(org, name string) string {
+	if org == "" {
+		return "rule/" + name
+	}
+	return "rule/" + org + "/" + name
+}
+
+// errRuleOrg: a rule's body names an org other than the one it is stored
+// under.
+var errRuleOrg = errors.New("the rule's org differs from the org it is stored under")
 
 // validateRule checks r as the engine would, so that a stored rule can
 // always be compiled into a policy.
 func validateRule(r *Rule) error {
-	if r.Org == "" {
-		r.Org = "default"
-	}
 	if strings.ContainsAny(r.Name, "/ \t\n") {
 		return fmt.Errorf("%w: rule %q: name must not contain spaces or slashes", ErrInvalid, r.Name)
+	}
+	if err := checkValue("org", r.Org); err != nil {
+		return fmt.Errorf("%w: rule %q: %v", ErrInvalid, r.Name, err)
 	}
 	sr := r.Sluice()
 	if err := sr.Validate(); err != nil {
@@ -129,9 +143,9 @@ func validateRule(r *Rule) error {
 }
 
 // CreateRule stores a new rule, audited as done by actor. It returns
-// ErrRuleExists when the name is taken and ErrTooManyRules when the org
-// already has MaxRulesPerOrg rules; the count and the insert are one
-// transaction.
+// ErrRuleExists when the name is taken in the rule's org and
+// ErrTooManyRules when the org already has MaxRulesPerOrg rules; the count
+// and the insert are one transaction.
 func (c *Catalog) CreateRule(ctx context.Context, r Rule, actor string) (Rule, error) {
 	if actor == "" {
 		return Rule{}, fmt.Errorf("catalog: create rule: %w: actor is required", ErrInvalid)
@@ -146,9 +160,12 @@ func (c *Catalog) CreateRule(ctx context.Context, r Rule, actor string) (Rule, e
 		return Rule{}, fmt.Errorf("catalog: create rule: %w", err)
 	}
 	err = c.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := c.loadRule(ctx, tx, r.Name)
+		_, err := c.loadRule(ctx, tx, r.Org, r.Name)
 		if err == nil {
-			return fmt.Errorf("%w: a rule named %q is already stored", ErrRuleExists, r.Name)
+			if r.Org != "" {
+				return fmt.Errorf("%w: org %q already has a rule named %q", ErrRuleExists, r.Org, r.Name)
+			}
+			return fmt.Errorf("%w: a deployment rule named %q is already stored", ErrRuleExists, r.Name)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
@@ -164,7 +181,7 @@ func (c *Catalog) CreateRule(ctx context.Context, r Rule, actor string) (Rule, e
 			r.Name, r.Org, string(def), r.Enabled, now.UnixNano(), now.UnixNano()); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleCreate, Target: ruleTarget(r.Name), After: r}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleCreate, Target: ruleTarget(r.Org, r.Name), After: r}, now)
 	})
 	if err != nil {
 		return Rule{}, fmt.Errorf("catalog: create rule: %w", err)
@@ -172,15 +189,18 @@ func (c *Catalog) CreateRule(ctx context.Context, r Rule, actor string) (Rule, e
 	return r, nil
 }
 
-// UpdateRule replaces the stored rule named name with r (whose Name must be
-// name or empty), audited with the rule before and after. Moving a rule to
-// another org counts against that org's MaxRulesPerOrg. A change of
+// UpdateRule replaces the rule named name stored for org (empty: the
+// deployment's) with r (whose Name must be name or empty, and whose Org
+// must be org), audited with the rule before and after. A change of
 // window, period, subject or metric gives the rule new counters (the engine
 // keys counters by them); a change of limit keeps the usage counted.
-func (c *Catalog) UpdateRule(ctx context.Context, name string, r Rule, actor string) (Rule, error) {
-	return c.changeRule(ctx, name, actor, func(before Rule) (Rule, error) {
+func (c *Catalog) UpdateRule(ctx context.Context, org, name string, r Rule, actor string) (Rule, error) {
+	return c.changeRule(ctx, org, name, actor, func(before Rule) (Rule, error) {
 		if r.Name != "" && r.Name != name {
 			return Rule{}, fmt.Errorf("%w: the body names rule %q, the path %q: a rule cannot be renamed", ErrInvalid, r.Name, name)
+		}
+		if r.Org != org {
+			return Rule{}, fmt.Errorf("%w: %w: the body names org %q, the rule is stored under %q; create the rule in the other org instead", ErrInvalid, errRuleOrg, r.Org, org)
 		}
 		r.Name = name
 		if err := validateRule(&r); err != nil {
@@ -192,8 +212,8 @@ func (c *Catalog) UpdateRule(ctx context.Context, name string, r Rule, actor str
 
 // SetRuleEnabled enables or disables a stored rule, audited. A disabled rule
 // counts nothing and refuses nothing.
-func (c *Catalog) SetRuleEnabled(ctx context.Context, name string, enabled bool, actor string) (Rule, error) {
-	return c.changeRule(ctx, name, actor, func(before Rule) (Rule, error) {
+func (c *Catalog) SetRuleEnabled(ctx context.Context, org, name string, enabled bool, actor string) (Rule, error) {
+	return c.changeRule(ctx, org, name, actor, func(before Rule) (Rule, error) {
 		before.Enabled = enabled
 		return before, nil
 	})
@@ -201,16 +221,16 @@ func (c *Catalog) SetRuleEnabled(ctx context.Context, name string, enabled bool,
 
 // changeRule loads a rule, applies change and stores the result in one
 // audited transaction.
-func (c *Catalog) changeRule(ctx context.Context, name, actor string, change func(Rule) (Rule, error)) (Rule, error) {
+func (c *Catalog) changeRule(ctx context.Context, org, name, actor string, change func(Rule) (Rule, error)) (Rule, error) {
 	if actor == "" {
 		return Rule{}, fmt.Errorf("catalog: update rule: %w: actor is required", ErrInvalid)
 	}
 	now := c.now()
 	var after Rule
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		before, err := c.loadRule(ctx, tx, name)
+		before, err := c.loadRule(ctx, tx, org, name)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w: no stored rule is named %q", ErrUnknownRule, name)
+			return unknownRule(org, name)
 		}
 		if err != nil {
 			return err
@@ -220,24 +240,15 @@ func (c *Catalog) changeRule(ctx context.Context, name, actor string, change fun
 			return err
 		}
 		after.CreatedAt, after.UpdatedAt = before.CreatedAt, now.UTC().Round(0)
-		if after.Org != before.Org {
-			var n int
-			if err := tx.QueryRowContext(ctx, c.d.q(`SELECT COUNT(*) FROM rules WHERE org = ?`), after.Org).Scan(&n); err != nil {
-				return err
-			}
-			if n >= MaxRulesPerOrg {
-				return fmt.Errorf("%w: org %q already has %d rules, the most an org may store", ErrTooManyRules, after.Org, n)
-			}
-		}
 		def, err := json.Marshal(after)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE rules SET org = ?, definition = ?, enabled = ?, updated_at = ? WHERE name = ?`),
-			after.Org, string(def), after.Enabled, now.UnixNano(), name); err != nil {
+		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE rules SET definition = ?, enabled = ?, updated_at = ? WHERE org = ? AND name = ?`),
+			string(def), after.Enabled, now.UnixNano(), org, name); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleUpdate, Target: ruleTarget(name), Before: before, After: after}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleUpdate, Target: ruleTarget(org, name), Before: before, After: after}, now)
 	})
 	if err != nil {
 		return Rule{}, fmt.Errorf("catalog: update rule %s: %w", name, err)
@@ -245,25 +256,34 @@ func (c *Catalog) changeRule(ctx context.Context, name, actor string, change fun
 	return after, nil
 }
 
-// DeleteRule removes a stored rule, audited. Overrides that name it stay
-// stored and apply again if a rule of that name comes back.
-func (c *Catalog) DeleteRule(ctx context.Context, name, actor string) error {
+// unknownRule is the error for a rule that is not stored.
+func unknownRule(org, name string) error {
+	if org != "" {
+		return fmt.Errorf("%w: org %q has no stored rule named %q", ErrUnknownRule, org, name)
+	}
+	return fmt.Errorf("%w: no deployment rule is named %q", ErrUnknownRule, name)
+}
+
+// DeleteRule removes the rule named name stored for org (empty: the
+// deployment's), audited. Overrides that name it stay stored and apply
+// again if a rule of that name comes back.
+func (c *Catalog) DeleteRule(ctx context.Context, org, name, actor string) error {
 	if actor == "" {
 		return fmt.Errorf("catalog: delete rule: %w: actor is required", ErrInvalid)
 	}
 	now := c.now()
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		before, err := c.loadRule(ctx, tx, name)
+		before, err := c.loadRule(ctx, tx, org, name)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w: no stored rule is named %q", ErrUnknownRule, name)
+			return unknownRule(org, name)
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, c.d.q(`DELETE FROM rules WHERE name = ?`), name); err != nil {
+		if _, err := tx.ExecContext(ctx, c.d.q(`DELETE FROM rules WHERE org = ? AND name = ?`), org, name); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleDelete, Target: ruleTarget(name), Before: before}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleDelete, Target: ruleTarget(org, name), Before: before}, now)
 	})
 	if err != nil {
 		return fmt.Errorf("catalog: delete rule %s: %w", name, err)
@@ -271,11 +291,12 @@ func (c *Catalog) DeleteRule(ctx context.Context, name, actor string) error {
 	return nil
 }
 
-// GetRule returns the stored rule named name, or ErrUnknownRule.
-func (c *Catalog) GetRule(ctx context.Context, name string) (Rule, error) {
-	r, err := c.loadRule(ctx, c.db, name)
+// GetRule returns the rule named name stored for org (empty: the
+// deployment's), or ErrUnknownRule.
+func (c *Catalog) GetRule(ctx context.Context, org, name string) (Rule, error) {
+	r, err := c.loadRule(ctx, c.db, org, name)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Rule{}, fmt.Errorf("catalog: get rule: %w: no stored rule is named %q", ErrUnknownRule, name)
+		return Rule{}, fmt.Errorf("catalog: get rule: %w", unknownRule(org, name))
 	}
 	if err != nil {
 		return Rule{}, fmt.Errorf("catalog: get rule: %w", err)
@@ -283,40 +304,47 @@ func (c *Catalog) GetRule(ctx context.Context, name string) (Rule, error) {
 	return r, nil
 }
 
-func (c *Catalog) loadRule(ctx context.Context, q queryer, name string) (Rule, error) {
-	var def string
-	if err := q.QueryRowContext(ctx, c.d.q(`SELECT definition FROM rules WHERE name = ?`), name).Scan(&def); err != nil {
+func (c *Catalog) loadRule(ctx context.Context, q queryer, org, name string) (Rule, error) {
+	return scanRule(q.QueryRowContext(ctx, c.d.q(`SELECT org, definition FROM rules WHERE org = ? AND name = ?`), org, name).Scan)
+}
+
+// scanRule reads a rule's org and definition. The org column is the rule's
+// org: a definition stored by an earlier version may say "default" for a
+// rule that applies in every org.
+func scanRule(scan func(...any) error) (Rule, error) {
+	var org, def string
+	if err := scan(&org, &def); err != nil {
 		return Rule{}, err
 	}
 	var r Rule
 	if err := json.Unmarshal([]byte(def), &r); err != nil {
-		return Rule{}, fmt.Errorf("rule %s: stored definition: %w", name, err)
+		return Rule{}, fmt.Errorf("rule %s: stored definition: %w", r.Name, err)
 	}
+	r.Org = org
 	return r, nil
 }
 
-// ListRules returns the stored rules of org (every org when empty), by
+// ListRules returns the stored rules of the orgs given ("" names the
+// deployment rules), or every stored rule when none is given, by org and
 // name.
-func (c *Catalog) ListRules(ctx context.Context, org string) ([]Rule, error) {
-	query := `SELECT definition FROM rules`
+func (c *Catalog) ListRules(ctx context.Context, orgs ...string) ([]Rule, error) {
+	query := `SELECT org, definition FROM rules`
 	var args []any
-	if org != "" {
-		query += ` WHERE org = ?`
-		args = append(args, org)
+	if len(orgs) > 0 {
+		query += ` WHERE org IN (?` + strings.Repeat(`, ?`, len(orgs)-1) + `)`
+		for _, o := range orgs {
+			args = append(args, o)
+		}
 	}
-	rows, err := c.db.QueryContext(ctx, c.d.q(query+` ORDER BY name`), args...)
+	rows, err := c.db.QueryContext(ctx, c.d.q(query+` ORDER BY org, name`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: list rules: %w", err)
 	}
 	defer rows.Close()
 	var out []Rule
 	for rows.Next() {
-		var def string
-		if err := rows.Scan(&def); err != nil {
-			return nil, fmt.Errorf("catalog: list rules: %w", err)
-		}
-		var r Rule
-		if err := json.Unmarshal([]byte(def), &r); err != nil {
+		r, err := scanRule(rows.Scan)
+		if err != nil {
 			return nil, fmt.Errorf("catalog: list rules: %w", err)
 		}
 		out = append(out, r)

@@ -24,7 +24,7 @@ func TestCatalog_RulesCreateUpdateDeleteAudited(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if created.Org != "default" || !created.CreatedAt.Equal(clock.Now()) {
+		if created.Org != "" || !created.CreatedAt.Equal(clock.Now()) {
 			t.Fatalf("created = %+v", created)
 		}
 		if _, err := c.CreateRule(ctx, rpmRule("chat_rpm"), "alice"); !errors.Is(err, ErrRuleExists) {
@@ -33,30 +33,30 @@ func TestCatalog_RulesCreateUpdateDeleteAudited(t *testing.T) {
 		clock.Advance(time.Minute)
 		upd := rpmRule("")
 		upd.Window = Duration(time.Hour)
-		got, err := c.UpdateRule(ctx, "chat_rpm", upd, "bob")
+		got, err := c.UpdateRule(ctx, "", "chat_rpm", upd, "bob")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got.Name != "chat_rpm" || time.Duration(got.Window) != time.Hour || !got.CreatedAt.Equal(created.CreatedAt) || !got.UpdatedAt.Equal(clock.Now()) {
 			t.Fatalf("updated = %+v", got)
 		}
-		if _, err := c.UpdateRule(ctx, "chat_rpm", rpmRule("other"), "bob"); !errors.Is(err, ErrInvalid) {
+		if _, err := c.UpdateRule(ctx, "", "chat_rpm", rpmRule("other"), "bob"); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("rename: %v, want ErrInvalid", err)
 		}
-		if _, err := c.SetRuleEnabled(ctx, "chat_rpm", false, "carol"); err != nil {
+		if _, err := c.SetRuleEnabled(ctx, "", "chat_rpm", false, "carol"); err != nil {
 			t.Fatal(err)
 		}
-		stored, err := c.GetRule(ctx, "chat_rpm")
+		stored, err := c.GetRule(ctx, "", "chat_rpm")
 		if err != nil || stored.Enabled || !stored.Sluice().Disabled {
 			t.Fatalf("after disable: %+v, %v", stored, err)
 		}
-		if err := c.DeleteRule(ctx, "chat_rpm", "dave"); err != nil {
+		if err := c.DeleteRule(ctx, "", "chat_rpm", "dave"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.GetRule(ctx, "chat_rpm"); !errors.Is(err, ErrUnknownRule) {
+		if _, err := c.GetRule(ctx, "", "chat_rpm"); !errors.Is(err, ErrUnknownRule) {
 			t.Fatalf("get after delete: %v", err)
 		}
-		if err := c.DeleteRule(ctx, "chat_rpm", "dave"); !errors.Is(err, ErrUnknownRule) {
+		if err := c.DeleteRule(ctx, "", "chat_rpm", "dave"); !errors.Is(err, ErrUnknownRule) {
 			t.Fatalf("second delete: %v", err)
 		}
 		entries, err := c.ListAudit(ctx, AuditQuery{Target: "rule/chat_rpm"})
@@ -91,12 +91,13 @@ func TestCatalog_RuleValidation(t *testing.T) {
 			"slash in name":   {Name: "a/b", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay},
 			"bad time zone":   {Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay, TimeZone: "Mars/Olympus"},
 			"soft over limit": {Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, SoftLimit: 2, Period: sluice.PeriodDay},
+			"control in org":  {Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay, Org: "a\x1eb"},
 		} {
 			if _, err := c.CreateRule(ctx, r, "alice"); !errors.Is(err, ErrInvalid) {
 				t.Errorf("%s: %v, want ErrInvalid", name, err)
 			}
 		}
-		rules, _ := c.ListRules(ctx, "")
+		rules, _ := c.ListRules(ctx)
 		entries, _ := c.ListAudit(ctx, AuditQuery{})
 		if len(rules) != 0 || len(entries) != 0 {
 			t.Fatalf("invalid rules left %d rules and %d audit entries", len(rules), len(entries))
@@ -125,10 +126,10 @@ func TestCatalog_RulesAtMost200PerOrg(t *testing.T) {
 		if _, err := c.CreateRule(ctx, r, "alice"); err != nil {
 			t.Fatalf("another org's first rule: %v", err)
 		}
-		// Moving a rule into the full org is refused too.
+		// A rule stays in the org it was created in.
 		r.Org = "acme"
-		if _, err := c.UpdateRule(ctx, "r200", r, "alice"); !errors.Is(err, ErrTooManyRules) {
-			t.Fatalf("move into full org: %v", err)
+		if _, err := c.UpdateRule(ctx, "beta", "r200", r, "alice"); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("move into another org: %v, want ErrInvalid", err)
 		}
 		acme, _ := c.ListRules(ctx, "acme")
 		beta, _ := c.ListRules(ctx, "beta")

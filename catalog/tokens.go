@@ -37,11 +37,14 @@ type AdminToken struct {
 	Role string `json:"role"`
 	// Workspaces are the workspaces a viewer may read; an admin token has
 	// none (it reads everything).
-	Workspaces []string  `json:"workspaces,omitempty"`
-	CreatedBy  string    `json:"created_by"`
-	CreatedAt  time.Time `json:"created_at,omitzero"`
-	ExpiresAt  time.Time `json:"expires_at,omitzero"`
-	RevokedAt  time.Time `json:"revoked_at,omitzero"`
+	Workspaces []string `json:"workspaces,omitempty"`
+	// Org is the org of a viewer's workspaces, and the one org whose
+	// stored rules it reads; empty means "default". An admin token has none.
+	Org       string    `json:"org,omitempty"`
+	CreatedBy string    `json:"created_by"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
 }
 
 // An admin token secret is "sluice-adm-" + ID + "-" + 43 base62 characters,
@@ -66,10 +69,18 @@ func (c *Catalog) CreateAdminToken(ctx context.Context, t AdminToken, actor stri
 		return "", AdminToken{}, fmt.Errorf("catalog: create admin token: %w: a viewer token needs the workspaces it may read", ErrInvalid)
 	case t.Role == RoleAdmin && len(t.Workspaces) > 0:
 		return "", AdminToken{}, fmt.Errorf("catalog: create admin token: %w: an admin token reads every workspace; give workspaces to viewer tokens only", ErrInvalid)
+	case t.Role == RoleAdmin && t.Org != "":
+		return "", AdminToken{}, fmt.Errorf("catalog: create admin token: %w: an admin token manages every org; give an org to viewer tokens only", ErrInvalid)
 	case slices.Contains(t.Workspaces, ""):
 		return "", AdminToken{}, fmt.Errorf("catalog: create admin token: %w: a workspace name is empty", ErrInvalid)
 	case !t.ExpiresAt.IsZero() && !t.ExpiresAt.After(now):
 		return "", AdminToken{}, fmt.Errorf("catalog: create admin token: %w: expiry %s is not in the future", ErrInvalid, t.ExpiresAt.Format(time.RFC3339))
+	}
+	if err := checkValue("org", t.Org); err != nil {
+		return "", AdminToken{}, fmt.Errorf("catalog: create admin token: %w: %v", ErrInvalid, err)
+	}
+	if t.Role == RoleViewer && t.Org == "" {
+		t.Org = "default"
 	}
 	t.ID = newKeyID()
 	t.CreatedBy = actor
@@ -87,9 +98,9 @@ func (c *Catalog) CreateAdminToken(ctx context.Context, t AdminToken, actor stri
 	hash := sha256.Sum256([]byte(secret))
 	err = c.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO admin_tokens
-			(id, secret_hash, name, role, workspaces, created_by, created_at, expires_at, revoked_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)`),
-			t.ID, hash[:], t.Name, t.Role, string(ws), t.CreatedBy, dbTime(t.CreatedAt), dbTime(t.ExpiresAt)); err != nil {
+			(id, secret_hash, name, role, workspaces, org, created_by, created_at, expires_at, revoked_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`),
+			t.ID, hash[:], t.Name, t.Role, string(ws), t.Org, t.CreatedBy, dbTime(t.CreatedAt), dbTime(t.ExpiresAt)); err != nil {
 			return err
 		}
 		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionTokenCreate, Target: tokenTarget(t.ID), After: t}, now)
@@ -131,7 +142,7 @@ func (c *Catalog) AuthenticateAdminToken(ctx context.Context, secret string) (Ad
 	return t, nil
 }
 
-const tokenColumns = `id, name, role, workspaces, created_by, created_at, expires_at, revoked_at`
+const tokenColumns = `id, name, role, workspaces, org, created_by, created_at, expires_at, revoked_at`
 
 func (c *Catalog) loadToken(ctx context.Context, q queryer, id string, withHash bool) (AdminToken, []byte, error) {
 	cols := tokenColumns
@@ -147,7 +158,7 @@ func scanToken(scan func(...any) error, hash *[]byte, withHash bool) (AdminToken
 	var t AdminToken
 	var ws string
 	var created, expires, revoked sql.NullInt64
-	dest := []any{&t.ID, &t.Name, &t.Role, &ws, &t.CreatedBy, &created, &expires, &revoked}
+	dest := []any{&t.ID, &t.Name, &t.Role, &ws, &t.Org, &t.CreatedBy, &created, &expires, &revoked}
 	if withHash {
 		dest = append(dest, hash)
 	}
@@ -160,6 +171,10 @@ func scanToken(scan func(...any) error, hash *[]byte, withHash bool) (AdminToken
 		}
 	}
 	t.CreatedAt, t.ExpiresAt, t.RevokedAt = fromDBTime(created), fromDBTime(expires), fromDBTime(revoked)
+	if t.Role == RoleViewer && t.Org == "" {
+		// A viewer made before tokens had an org reads the default org.
+		t.Org = "default"
+	}
 	return t, nil
 }
 

@@ -109,7 +109,7 @@ func TestCLI_LimitsShowSetUnset(t *testing.T) {
 		args []string
 		says string
 	}{
-		{[]string{"limits", "set", url, "--workspace", "ghost", "--rule", "daily_token_budget", "--limit", "5"}, `404 Not Found: set override: unknown subject: no key has workspace "ghost"`},
+		{[]string{"limits", "set", url, "--workspace", "ghost", "--rule", "daily_token_budget", "--limit", "5"}, `404 Not Found: set override: unknown subject: no key of org "default" has workspace "ghost"`},
 		{[]string{"limits", "set", url, "--workspace", "acme", "--rule", "daily_token_budget", "--limit", "-5"}, "must not be negative"},
 		{[]string{"limits", "set", url, "--workspace", "acme", "--user", "ada", "--rule", "x", "--limit", "5"}, "exactly one subject"},
 		{[]string{"limits", "set", url, "--workspace", "acme", "--rule", "nope", "--limit", "5"}, `no rule named "nope"`},

@@ -15,10 +15,11 @@ import (
 )
 
 const limitsUsage = `usage:
-  sluice limits show  --workspace W [--user U] [--key K] [--json]
-  sluice limits set   (--workspace W | --user U | --key K) --rule R --limit N|inherit [--burst N|inherit] [--expires 24h|RFC3339]
-  sluice limits unset (--workspace W | --user U | --key K) --rule R
-A limit of 0 disables the rule for that subject; inherit takes the rule's own value.`
+  sluice limits show  [--org O] --workspace W [--user U] [--key K] [--json]
+  sluice limits set   [--org O] (--workspace W | --user U | --key K) --rule R --limit N|inherit [--burst N|inherit] [--expires 24h|RFC3339]
+  sluice limits unset [--org O] (--workspace W | --user U | --key K) --rule R
+A limit of 0 disables the rule for that subject; inherit takes the rule's own value.
+--org names the org of the workspace or user (default "default").`
 
 // limitsCommand runs "sluice limits show|set|unset" against the admin API.
 func limitsCommand(out io.Writer, args []string) error {
@@ -28,6 +29,7 @@ func limitsCommand(out io.Writer, args []string) error {
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("limits "+sub, flag.ContinueOnError)
 	adminURL, asJSON := adminFlags(fs)
+	org := fs.String("org", "", "the org of the workspace or user (default \"default\")")
 	workspace := fs.String("workspace", "", "workspace")
 	user := fs.String("user", "", "user")
 	key := fs.String("key", "", "key ID")
@@ -47,7 +49,7 @@ func limitsCommand(out io.Writer, args []string) error {
 	}
 	switch sub {
 	case "show":
-		return limitsShow(out, c, *workspace, *user, *key, *asJSON)
+		return limitsShow(out, c, *org, *workspace, *user, *key, *asJSON)
 	case "set", "unset":
 		attribute, value, err := oneSubject(*workspace, *user, *key)
 		if err != nil {
@@ -58,13 +60,16 @@ func limitsCommand(out io.Writer, args []string) error {
 		}
 		if sub == "unset" {
 			path := "/admin/v1/overrides/" + url.PathEscape(*rule) + "/" + attribute + "/" + url.PathEscape(value)
+			if *org != "" {
+				path += "?org=" + url.QueryEscape(*org)
+			}
 			if _, err := c.call(http.MethodDelete, path, nil); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "override of %s for %s %s removed; the rule's own limit applies\n", *rule, attribute, value)
 			return nil
 		}
-		body := map[string]any{"rule": *rule, "attribute": attribute, "value": value}
+		body := map[string]any{"rule": *rule, "attribute": attribute, "value": value, "org": *org}
 		if body["limit"], err = limitValue("limit", *limit); err != nil {
 			return err
 		}
@@ -163,9 +168,9 @@ type limitRow struct {
 	ResetAt   time.Time `json:"reset_at"`
 }
 
-func limitsShow(out io.Writer, c *adminClient, workspace, user, key string, asJSON bool) error {
+func limitsShow(out io.Writer, c *adminClient, org, workspace, user, key string, asJSON bool) error {
 	q := url.Values{}
-	for k, v := range map[string]string{"workspace": workspace, "user": user, "key": key} {
+	for k, v := range map[string]string{"org": org, "workspace": workspace, "user": user, "key": key} {
 		if v != "" {
 			q.Set(k, v)
 		}
