@@ -51,7 +51,7 @@ func (c *console) workspaces(w http.ResponseWriter, r *http.Request, p *principa
 		return 0, "", err
 	}
 	today := c.today()
-	rows, err := c.h.cat.Usage(r.Context(), catalog.UsageQuery{From: today, To: today, GroupBy: []string{"workspace"}})
+	rows, err := c.h.cat.Usage(r.Context(), catalog.UsageQuery{Org: p.org, From: today, To: today, GroupBy: []string{"workspace"}})
 	if err != nil {
 		return 0, "", err
 	}
@@ -90,10 +90,10 @@ type chartBar struct {
 
 const chartDays = 30
 
-func (c *console) usageChart(r *http.Request, ws string) (chart, error) {
+func (c *console) usageChart(r *http.Request, org, ws string) (chart, error) {
 	end := c.today()
 	start := end.AddDate(0, 0, -(chartDays - 1))
-	rows, err := c.h.cat.Usage(r.Context(), catalog.UsageQuery{Workspace: ws, From: start, To: end, GroupBy: []string{"day"}})
+	rows, err := c.h.cat.Usage(r.Context(), catalog.UsageQuery{Org: org, Workspace: ws, From: start, To: end, GroupBy: []string{"day"}})
 	if err != nil {
 		return chart{}, err
 	}
@@ -143,7 +143,7 @@ func (c *console) renderWorkspace(r *http.Request, p *principal, v *view, ws str
 	if err != nil {
 		return 0, "", err
 	}
-	ch, err := c.usageChart(r, ws)
+	ch, err := c.usageChart(r, p.org, ws)
 	if err != nil {
 		return 0, "", err
 	}

@@ -125,6 +125,14 @@ func TestAPI_OverridesScopedByOrg(t *testing.T) {
 		t.Fatalf("orgA's viewer lists overrides %v, want orgA's one", overrides)
 	}
 	e.must(http.StatusForbidden, "GET", "/admin/v1/effective?workspace=shared&org=orgB", viewer, nil)
+	e.must(http.StatusForbidden, "GET", "/admin/v1/usage?workspace=shared&org=orgB", viewer, nil)
+	e.cat.RecordUsage(catalog.UsageEntry{Org: "orgB", Workspace: "shared", Route: "chat", Model: "m", Requests: 1, InputTokens: 9})
+	if err := e.cat.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if rows := e.must(http.StatusOK, "GET", "/admin/v1/usage?workspace=shared", viewer, nil).body["usage"].([]any); len(rows) != 1 || rows[0].(map[string]any)["input_tokens"] != float64(0) {
+		t.Fatalf("orgA's viewer reads usage %v, want none of orgB's", rows)
+	}
 	e.must(http.StatusNoContent, "DELETE", "/admin/v1/overrides/ws_daily/workspace/shared?org=orgA", rootToken, nil)
 	e.must(http.StatusNotFound, "DELETE", "/admin/v1/overrides/ws_daily/workspace/shared?org=orgB", rootToken, nil)
 }

@@ -14,6 +14,8 @@ import (
 // gateway after settlement. It carries counters only: never a prompt or an
 // answer.
 type UsageEntry struct {
+	// Org is the org of Workspace; empty means "default".
+	Org       string
 	Workspace string
 	Route     string
 	Model     string
@@ -28,19 +30,24 @@ type UsageEntry struct {
 
 // UsageQuery selects and groups ledger rows.
 type UsageQuery struct {
-	// Workspace keeps one workspace; empty keeps all.
+	// Org keeps one org; empty keeps all.
+	Org string
+	// Workspace keeps one workspace (of Org, or of any org when Org is
+	// empty); empty keeps all.
 	Workspace string
 	// From and To bound the UTC days kept, both inclusive; only their date
 	// (in UTC) counts. Zero leaves that side open.
 	From, To time.Time
-	// GroupBy names the columns rows are grouped by: any of "workspace",
-	// "day", "route", "model". Empty sums everything into one row.
+	// GroupBy names the columns rows are grouped by: any of "org",
+	// "workspace", "day", "route", "model". Empty sums everything into one
+	// row.
 	GroupBy []string
 }
 
 // UsageRow is a sum of ledger rows. Columns not grouped by are empty,
-// except Workspace when the query named one.
+// except Org and Workspace when the query named them.
 type UsageRow struct {
+	Org               string `json:"org,omitempty"`
 	Workspace         string `json:"workspace,omitempty"`
 	Day               string `json:"day,omitempty"`
 	Route             string `json:"route,omitempty"`
@@ -54,7 +61,7 @@ type UsageRow struct {
 
 const dayLayout = "2006-01-02"
 
-type usageKey struct{ workspace, day, route, model string }
+type usageKey struct{ org, workspace, day, route, model string }
 
 type usageSums struct{ requests, input, output, cached, cost int64 }
 
@@ -82,7 +89,7 @@ func newLedger() *ledger {
 }
 
 // RecordUsage adds e to the ledger. It never touches the database: entries
-// are summed in memory per (workspace, day, route, model) and written by
+// are summed in memory per (org, workspace, day, route, model) and written by
 // the background flusher, by Flush, or by Close. Entries recorded after
 // Close are lost.
 func (c *Catalog) RecordUsage(e UsageEntry) {
@@ -98,7 +105,11 @@ func (c *Catalog) RecordUsage(e UsageEntry) {
 	if day != l.lastDay {
 		l.lastDay, l.lastDayStr = day, at.UTC().Format(dayLayout)
 	}
-	k := usageKey{e.Workspace, l.lastDayStr, e.Route, e.Model}
+	org := e.Org
+	if org == "" {
+		org = "default"
+	}
+	k := usageKey{org, e.Workspace, l.lastDayStr, e.Route, e.Model}
 	if s := l.pending[k]; s != nil {
 		s.add(sums)
 		return
@@ -134,9 +145,9 @@ func (c *Catalog) Flush(ctx context.Context) error {
 
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, c.d.q(`INSERT INTO usage_ledger
-			(workspace, day, route, model, requests, input_tokens, output_tokens, cached_input_tokens, cost_micros)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (workspace, day, route, model) DO UPDATE SET
+			(org, workspace, day, route, model, requests, input_tokens, output_tokens, cached_input_tokens, cost_micros)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (org, workspace, day, route, model) DO UPDATE SET
 				requests = usage_ledger.requests + excluded.requests,
 				input_tokens = usage_ledger.input_tokens + excluded.input_tokens,
 				output_tokens = usage_ledger.output_tokens + excluded.output_tokens,
@@ -147,7 +158,7 @@ func (c *Catalog) Flush(ctx context.Context) error {
 		}
 		defer stmt.Close()
 		for k, s := range batch {
-			if _, err := stmt.ExecContext(ctx, k.workspace, k.day, k.route, k.model,
+			if _, err := stmt.ExecContext(ctx, k.org, k.workspace, k.day, k.route, k.model,
 				s.requests, s.input, s.output, s.cached, s.cost); err != nil {
 				return err
 			}
@@ -188,7 +199,7 @@ func (c *Catalog) flushLoop(interval time.Duration) {
 	}
 }
 
-var usageGroups = []string{"workspace", "day", "route", "model"}
+var usageGroups = []string{"org", "workspace", "day", "route", "model"}
 
 // Usage sums the ledger rows q selects, grouped as q asks, ordered by the
 // grouped columns. It reads what has been flushed: call Flush first to
@@ -197,7 +208,7 @@ func (c *Catalog) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	var groups []string
 	for _, g := range q.GroupBy {
 		if !slices.Contains(usageGroups, g) {
-			return nil, fmt.Errorf("catalog: usage: %w: cannot group by %q (want workspace, day, route or model)", ErrInvalid, g)
+			return nil, fmt.Errorf("catalog: usage: %w: cannot group by %q (want org, workspace, day, route or model)", ErrInvalid, g)
 		}
 		if !slices.Contains(groups, g) {
 			groups = append(groups, g)
@@ -205,6 +216,10 @@ func (c *Catalog) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	}
 	var where []string
 	var args []any
+	if q.Org != "" {
+		where = append(where, "org = ?")
+		args = append(args, q.Org)
+	}
 	if q.Workspace != "" {
 		where = append(where, "workspace = ?")
 		args = append(args, q.Workspace)
@@ -250,10 +265,12 @@ func (c *Catalog) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	defer rows.Close()
 	var out []UsageRow
 	for rows.Next() {
-		r := UsageRow{Workspace: q.Workspace}
+		r := UsageRow{Org: q.Org, Workspace: q.Workspace}
 		dest := make([]any, 0, len(groups)+5)
 		for _, g := range groups {
 			switch g {
+			case "org":
+				dest = append(dest, &r.Org)
 			case "workspace":
 				dest = append(dest, &r.Workspace)
 			case "day":

@@ -59,6 +59,7 @@ func TestCatalog_MigratesThePreviousVersionsTenancy(t *testing.T) {
 			`INSERT INTO overrides (rule, attribute, value, limit_value, updated_at) VALUES ('chat_rpm', 'workspace', 'ws', 9, 1)`,
 			`INSERT INTO overrides (rule, attribute, value, limit_value, updated_at) VALUES ('chat_rpm', 'key', 'k1', 3, 1)`,
 			`INSERT INTO admin_tokens (id, secret_hash, role, workspaces, created_by, created_at) VALUES ('t1', '', 'viewer', '["ws"]', 'admin', 1)`,
+			`INSERT INTO usage_ledger (workspace, day, route, model, requests, input_tokens) VALUES ('ws', '2026-03-04', 'chat', 'm', 2, 700)`,
 		} {
 			if _, err := db.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
@@ -91,6 +92,34 @@ func TestCatalog_MigratesThePreviousVersionsTenancy(t *testing.T) {
 		tokens, err := c.ListAdminTokens(ctx)
 		if err != nil || len(tokens) != 1 || tokens[0].Org != "default" {
 			t.Fatalf("tokens %+v, %v, want the viewer in the default org", tokens, err)
+		}
+		usage, err := c.Usage(ctx, UsageQuery{Org: "default", GroupBy: []string{"org", "workspace"}})
+		if err != nil || len(usage) != 1 || usage[0].Org != "default" || usage[0].InputTokens != 700 {
+			t.Fatalf("usage %+v, %v, want the ledger row in the default org", usage, err)
+		}
+	})
+}
+
+// The usage ledger keeps two orgs' workspaces of one name apart.
+func TestCatalog_LedgerPerOrg(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		for org, n := range map[string]int64{"acme": 100, "beta": 7, "": 1} {
+			c.RecordUsage(UsageEntry{Org: org, Workspace: "shared", Route: "chat", Model: "m", Requests: 1, InputTokens: n, At: clock.Now()})
+		}
+		if err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for org, want := range map[string]int64{"acme": 100, "beta": 7, "default": 1} {
+			rows, err := c.Usage(ctx, UsageQuery{Org: org, Workspace: "shared"})
+			if err != nil || len(rows) != 1 || rows[0].InputTokens != want {
+				t.Errorf("org %s: %+v, %v, want %d input tokens", org, rows, err, want)
+			}
+		}
+		rows, err := c.Usage(ctx, UsageQuery{GroupBy: []string{"org"}})
+		if err != nil || len(rows) != 3 {
+			t.Fatalf("by org: %+v, %v", rows, err)
 		}
 	})
 }

@@ -49,7 +49,9 @@ type Authenticator interface {
 // UsageRecord is one settled call, for the usage ledger: counters only,
 // never a prompt or an answer.
 type UsageRecord struct {
-	At                time.Time
+	At time.Time
+	// Org is the org of Workspace.
+	Org               string
 	Workspace         string
 	Route             string
 	Model             string

@@ -437,7 +437,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 		}
 		c.event.Usage = charged
 		if c.g.opts.Usage != nil {
-			c.g.opts.Usage.RecordUsage(UsageRecord{At: time.Now(), Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
+			c.g.opts.Usage.RecordUsage(UsageRecord{At: time.Now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
 				InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags})
 		}
 		if c.g.opts.Observer != nil {

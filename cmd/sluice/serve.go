@@ -249,7 +249,7 @@ func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Prin
 type ledger struct{ cat *catalog.Catalog }
 
 func (l ledger) RecordUsage(u gateway.UsageRecord) {
-	l.cat.RecordUsage(catalog.UsageEntry{Workspace: u.Workspace, Route: u.Route, Model: u.Model, At: u.At, Requests: 1,
+	l.cat.RecordUsage(catalog.UsageEntry{Org: u.Org, Workspace: u.Workspace, Route: u.Route, Model: u.Model, At: u.At, Requests: 1,
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost})
 }
 

@@ -11,3 +11,8 @@ ALTER TABLE overrides ADD COLUMN org TEXT NOT NULL DEFAULT '';
 UPDATE overrides SET org = 'default' WHERE attribute IN ('workspace', 'team', 'user');
 ALTER TABLE overrides DROP CONSTRAINT overrides_pkey;
 ALTER TABLE overrides ADD PRIMARY KEY (rule, org, attribute, value);
+
+-- The usage ledger keeps each org's workspaces apart.
+ALTER TABLE usage_ledger ADD COLUMN org TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE usage_ledger DROP CONSTRAINT usage_ledger_pkey;
+ALTER TABLE usage_ledger ADD PRIMARY KEY (org, workspace, day, route, model);

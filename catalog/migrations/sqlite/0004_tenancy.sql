@@ -40,3 +40,23 @@ INSERT INTO overrides_by_org (rule, org, attribute, value, limit_value, burst, e
 		attribute, value, limit_value, burst, expires_at, updated_at FROM overrides;
 DROP TABLE overrides;
 ALTER TABLE overrides_by_org RENAME TO overrides;
+
+-- The usage ledger keeps each org's workspaces apart.
+CREATE TABLE usage_ledger_by_org (
+	org                 TEXT    NOT NULL,
+	workspace           TEXT    NOT NULL,
+	day                 TEXT    NOT NULL, -- UTC date, YYYY-MM-DD
+	route               TEXT    NOT NULL,
+	model               TEXT    NOT NULL,
+	requests            INTEGER NOT NULL DEFAULT 0,
+	input_tokens        INTEGER NOT NULL DEFAULT 0,
+	output_tokens       INTEGER NOT NULL DEFAULT 0,
+	cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+	cost_micros         INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (org, workspace, day, route, model)
+) WITHOUT ROWID;
+INSERT INTO usage_ledger_by_org (org, workspace, day, route, model, requests, input_tokens, output_tokens, cached_input_tokens, cost_micros)
+	SELECT 'default', workspace, day, route, model, requests, input_tokens, output_tokens, cached_input_tokens, cost_micros FROM usage_ledger;
+DROP TABLE usage_ledger;
+ALTER TABLE usage_ledger_by_org RENAME TO usage_ledger;
+CREATE INDEX usage_ledger_day ON usage_ledger (day);
