@@ -94,6 +94,9 @@ func (c *Catalog) OpenSession(ctx context.Context, s Session, maxOpen int) (out 
 	case s.MaxTurns < 0 || s.MaxTokens < 0 || s.MaxCost < 0 || s.MaxContext < 0:
 		return Session{}, false, fmt.Errorf("catalog: open session: %w: negative ceiling", ErrInvalid)
 	}
+	if s.Org == "" {
+		s.Org = "default"
+	}
 	s.ID = newSessionID()
 	s.CreatedAt = now
 	s.ExpiresAt = s.ExpiresAt.UTC().Round(0)
@@ -118,8 +121,8 @@ func (c *Catalog) OpenSession(ctx context.Context, s Session, maxOpen int) (out 
 		if maxOpen > 0 {
 			var open int
 			if err := tx.QueryRowContext(ctx, c.d.q(`SELECT COUNT(*) FROM sessions
-				WHERE workspace = ? AND user_id = ? AND closed_at IS NULL AND expires_at > ?`),
-				s.Workspace, s.User, now.UnixNano()).Scan(&open); err != nil {
+				WHERE org = ? AND workspace = ? AND user_id = ? AND closed_at IS NULL AND expires_at > ?`),
+				s.Org, s.Workspace, s.User, now.UnixNano()).Scan(&open); err != nil {
 				return err
 			}
 			if open >= maxOpen {

@@ -213,3 +213,23 @@ func TestCatalog_KeyValuesChecked(t *testing.T) {
 		}
 	})
 }
+
+// The cap of open sessions per user counts the user within its org.
+func TestCatalog_OpenSessionsCappedPerOrg(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		for _, org := range []string{"orgA", "orgB"} {
+			s := testSession(clock)
+			s.Org, s.KeyID = org, "key-"+org
+			if _, _, err := c.OpenSession(ctx, s, 1); err != nil {
+				t.Fatalf("org %s's first session: %v", org, err)
+			}
+		}
+		s := testSession(clock)
+		s.Org, s.KeyID = "orgA", "key-orgA"
+		if _, _, err := c.OpenSession(ctx, s, 1); !errors.Is(err, ErrTooManySessions) {
+			t.Fatalf("orgA's second session: %v, want ErrTooManySessions", err)
+		}
+	})
+}
