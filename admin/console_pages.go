@@ -295,7 +295,7 @@ type auditRow struct {
 func (c *console) audit(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
 	q := catalog.AuditQuery{Actor: r.URL.Query().Get("actor"), Action: r.URL.Query().Get("action"), Target: r.URL.Query().Get("target"), Limit: 200}
 	if !p.isAdmin() {
-		q.Workspaces = p.workspaces
+		q.Workspaces, q.Org = p.workspaces, p.org
 	}
 	entries, err := c.h.cat.ListAudit(r.Context(), q)
 	if err != nil {

@@ -133,6 +133,15 @@ func TestAPI_OverridesScopedByOrg(t *testing.T) {
 	if rows := e.must(http.StatusOK, "GET", "/admin/v1/usage?workspace=shared", viewer, nil).body["usage"].([]any); len(rows) != 1 || rows[0].(map[string]any)["input_tokens"] != float64(0) {
 		t.Fatalf("orgA's viewer reads usage %v, want none of orgB's", rows)
 	}
+	audit := e.must(http.StatusOK, "GET", "/admin/v1/audit", viewer, nil).body["entries"].([]any)
+	for _, a := range audit {
+		if m := a.(map[string]any); m["org"] != "orgA" {
+			t.Errorf("orgA's viewer reads audit entry %v", m)
+		}
+	}
+	if len(audit) != 2 { // orgA's key, orgA's override
+		t.Errorf("orgA's viewer reads %d audit entries, want 2", len(audit))
+	}
 	e.must(http.StatusNoContent, "DELETE", "/admin/v1/overrides/ws_daily/workspace/shared?org=orgA", rootToken, nil)
 	e.must(http.StatusNotFound, "DELETE", "/admin/v1/overrides/ws_daily/workspace/shared?org=orgB", rootToken, nil)
 }

@@ -278,6 +278,7 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, p *principal) er
 	case !p.isAdmin():
 		aq.Workspaces = p.workspaces
 	}
+	aq.Org = p.org
 	entries, err := h.cat.ListAudit(r.Context(), aq)
 	if err != nil {
 		return err

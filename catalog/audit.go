@@ -30,6 +30,8 @@ type AuditEntry struct {
 	// Workspace is the workspace the change concerns, when there is one: a
 	// viewer scoped to workspaces reads the entries of those only.
 	Workspace string `json:"workspace,omitempty"`
+	// Org is the org of Workspace ("default" when it names none).
+	Org string `json:"org,omitempty"`
 }
 
 // AuditQuery selects audit entries. Empty fields do not filter.
@@ -39,6 +41,8 @@ type AuditQuery struct {
 	Target string
 	// Workspaces keeps the entries of these workspaces; empty keeps all.
 	Workspaces []string
+	// Org keeps the entries of that org's workspaces; empty keeps all.
+	Org string
 	// Since keeps entries at or after this instant.
 	Since time.Time
 	// BeforeID keeps entries with a smaller ID: pass the last ID of a page
@@ -77,8 +81,11 @@ func (c *Catalog) insertAudit(ctx context.Context, ex execer, e AuditEntry, now 
 	if err != nil {
 		return fmt.Errorf("encode after: %w", err)
 	}
-	_, err = ex.ExecContext(ctx, c.d.q(`INSERT INTO audit_log (at, actor, action, target, before, after, denied, workspace) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-		e.At.UnixNano(), e.Actor, e.Action, e.Target, before, after, e.Denied, e.Workspace)
+	if e.Workspace != "" && e.Org == "" {
+		e.Org = "default"
+	}
+	_, err = ex.ExecContext(ctx, c.d.q(`INSERT INTO audit_log (at, actor, action, target, before, after, denied, workspace, org) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		e.At.UnixNano(), e.Actor, e.Action, e.Target, before, after, e.Denied, e.Workspace, e.Org)
 	return err
 }
 
@@ -100,7 +107,7 @@ func auditJSON(v any) (any, error) {
 
 // ListAudit returns the entries q selects, newest first.
 func (c *Catalog) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
-	query := `SELECT id, at, actor, action, target, before, after, denied, workspace FROM audit_log WHERE 1=1`
+	query := `SELECT id, at, actor, action, target, before, after, denied, workspace, org FROM audit_log WHERE 1=1`
 	var args []any
 	for _, f := range []struct {
 		column, value string
@@ -109,6 +116,10 @@ func (c *Catalog) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, er
 			query += ` AND ` + f.column + ` = ?`
 			args = append(args, f.value)
 		}
+	}
+	if q.Org != "" {
+		query += ` AND org = ?`
+		args = append(args, q.Org)
 	}
 	if len(q.Workspaces) > 0 {
 		query += ` AND workspace IN (?` + strings.Repeat(`, ?`, len(q.Workspaces)-1) + `)`
@@ -140,7 +151,7 @@ func (c *Catalog) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, er
 		var e AuditEntry
 		var at int64
 		var before, after sql.NullString
-		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.Action, &e.Target, &before, &after, &e.Denied, &e.Workspace); err != nil {
+		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.Action, &e.Target, &before, &after, &e.Denied, &e.Workspace, &e.Org); err != nil {
 			return nil, fmt.Errorf("catalog: list audit: %w", err)
 		}
 		e.At = time.Unix(0, at).UTC()

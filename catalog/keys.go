@@ -165,7 +165,7 @@ func (c *Catalog) CreateKey(ctx context.Context, k Key, actor string) (secret st
 			dbTime(k.ExpiresAt), dbTime(k.CreatedAt)); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyCreate, Target: keyTarget(k.ID), After: k, Workspace: k.Workspace}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyCreate, Target: keyTarget(k.ID), After: k, Workspace: k.Workspace, Org: k.Org}, now)
 	})
 	if err != nil {
 		return "", Key{}, fmt.Errorf("catalog: create key: %w", err)
@@ -309,7 +309,7 @@ func (c *Catalog) RevokeKey(ctx context.Context, id, actor string) error {
 		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE api_keys SET revoked_at = ? WHERE id = ?`), dbTime(after.RevokedAt), id); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyRevoke, Target: keyTarget(id), Before: before, After: after, Workspace: before.Workspace}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyRevoke, Target: keyTarget(id), Before: before, After: after, Workspace: before.Workspace, Org: before.Org}, now)
 	})
 	c.cache.invalidate(id)
 	if err != nil {
@@ -343,7 +343,7 @@ func (c *Catalog) RotateKey(ctx context.Context, id, actor string) (secret strin
 		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE api_keys SET secret_hash = ? WHERE id = ?`), hash[:], id); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyRotate, Target: keyTarget(id), Before: k, After: k, Workspace: k.Workspace}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyRotate, Target: keyTarget(id), Before: k, After: k, Workspace: k.Workspace, Org: k.Org}, now)
 	})
 	c.cache.invalidate(id)
 	if err != nil {

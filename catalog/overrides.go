@@ -118,7 +118,7 @@ func (c *Catalog) setOverride(ctx context.Context, o Override, actor string, req
 	o.Limit, o.Burst = clonePtr(o.Limit), clonePtr(o.Burst)
 	o.ExpiresAt = o.ExpiresAt.UTC().Round(0)
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		workspace, err := c.subjectWorkspace(ctx, tx, o.Org, o.Attribute, o.Value)
+		org, workspace, err := c.subjectWorkspace(ctx, tx, o.Org, o.Attribute, o.Value)
 		if requireSubject && errors.Is(err, sql.ErrNoRows) {
 			if inOrg(o.Attribute) {
 				return fmt.Errorf("%w: no key of org %q has %s %q", ErrUnknownSubject, o.Org, o.Attribute, o.Value)
@@ -140,7 +140,7 @@ func (c *Catalog) setOverride(ctx context.Context, o Override, actor string, req
 			o.Rule, o.Org, o.Attribute, o.Value, dbInt(o.Limit), dbInt(o.Burst), dbTime(o.ExpiresAt), now.UnixNano()); err != nil {
 			return err
 		}
-		e := AuditEntry{Actor: actor, Action: ActionOverrideSet, Target: overrideTarget(o), After: o, Workspace: workspace}
+		e := AuditEntry{Actor: actor, Action: ActionOverrideSet, Target: overrideTarget(o), After: o, Workspace: workspace, Org: org}
 		if before != nil {
 			e.Before = before
 		}
@@ -167,28 +167,26 @@ func subjectColumn(attribute string) string {
 }
 
 // subjectWorkspace returns the workspace an override subject belongs to,
-// for the audit log: the value of a workspace, the workspace of a key, ""
-// for subjects that span workspaces. It is sql.ErrNoRows when no key
-// carries the subject: for a workspace, team or user, no key of org (any
-// org when org is empty).
-func (c *Catalog) subjectWorkspace(ctx context.Context, q queryer, org, attribute, value string) (string, error) {
+// and its org, for the audit log: the value of a workspace, the workspace
+// of a key, "" for subjects that span workspaces. It is sql.ErrNoRows when
+// no key carries the subject: for a workspace, team or user, no key of
+// org (any org when org is empty).
+func (c *Catalog) subjectWorkspace(ctx context.Context, q queryer, org, attribute, value string) (keyOrg, workspace string, err error) {
 	col := subjectColumn(attribute)
 	if col == "" {
-		return "", sql.ErrNoRows
+		return "", "", sql.ErrNoRows
 	}
-	query, args := `SELECT workspace FROM api_keys WHERE `+col+` = ?`, []any{value}
+	query, args := `SELECT org, workspace FROM api_keys WHERE `+col+` = ?`, []any{value}
 	if org != "" && inOrg(attribute) {
 		query, args = query+` AND org = ?`, append(args, org)
 	}
-	var workspace string
-	err := q.QueryRowContext(ctx, c.d.q(query+` LIMIT 1`), args...).Scan(&workspace)
-	if err != nil {
-		return "", err
+	if err := q.QueryRowContext(ctx, c.d.q(query+` LIMIT 1`), args...).Scan(&keyOrg, &workspace); err != nil {
+		return "", "", err
 	}
 	if attribute != "workspace" && attribute != "key" {
-		return "", nil
+		return "", "", nil
 	}
-	return workspace, nil
+	return keyOrg, workspace, nil
 }
 
 // SubjectExists reports whether some key, of any org, carries the
@@ -197,7 +195,7 @@ func (c *Catalog) SubjectExists(ctx context.Context, attribute, value string) (b
 	if subjectColumn(attribute) == "" {
 		return false, fmt.Errorf("catalog: subject exists: %w: attribute %q is not recorded on keys", ErrInvalid, attribute)
 	}
-	_, err := c.subjectWorkspace(ctx, c.db, "", attribute, value)
+	_, _, err := c.subjectWorkspace(ctx, c.db, "", attribute, value)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -228,11 +226,11 @@ func (c *Catalog) DeleteOverride(ctx context.Context, o Override, actor string) 
 			o.Rule, o.Org, o.Attribute, o.Value); err != nil {
 			return err
 		}
-		workspace, err := c.subjectWorkspace(ctx, tx, o.Org, o.Attribute, o.Value)
+		org, workspace, err := c.subjectWorkspace(ctx, tx, o.Org, o.Attribute, o.Value)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionOverrideDelete, Target: overrideTarget(o), Before: before, Workspace: workspace}, now)
+		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionOverrideDelete, Target: overrideTarget(o), Before: before, Workspace: workspace, Org: org}, now)
 	})
 	if err != nil {
 		return fmt.Errorf("catalog: delete override: %w", err)

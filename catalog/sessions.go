@@ -319,7 +319,7 @@ func (c *Catalog) EndSession(ctx context.Context, id, actor string) (Session, er
 			return err
 		}
 		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionSessionClose, Target: "session/" + id,
-			Before: before, After: out, Workspace: before.Workspace}, now)
+			Before: before, After: out, Workspace: before.Workspace, Org: before.Org}, now)
 	})
 	if err != nil {
 		if errors.Is(err, ErrUnknownSession) {

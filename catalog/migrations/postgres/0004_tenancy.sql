@@ -16,3 +16,7 @@ ALTER TABLE overrides ADD PRIMARY KEY (rule, org, attribute, value);
 ALTER TABLE usage_ledger ADD COLUMN org TEXT NOT NULL DEFAULT 'default';
 ALTER TABLE usage_ledger DROP CONSTRAINT usage_ledger_pkey;
 ALTER TABLE usage_ledger ADD PRIMARY KEY (org, workspace, day, route, model);
+
+-- An audit entry about a workspace names its org.
+ALTER TABLE audit_log ADD COLUMN org TEXT NOT NULL DEFAULT '';
+UPDATE audit_log SET org = 'default' WHERE workspace <> '';

@@ -60,3 +60,8 @@ INSERT INTO usage_ledger_by_org (org, workspace, day, route, model, requests, in
 DROP TABLE usage_ledger;
 ALTER TABLE usage_ledger_by_org RENAME TO usage_ledger;
 CREATE INDEX usage_ledger_day ON usage_ledger (day);
+
+-- An audit entry about a workspace names its org, so that a viewer reads
+-- its own org's entries only.
+ALTER TABLE audit_log ADD COLUMN org TEXT NOT NULL DEFAULT '';
+UPDATE audit_log SET org = 'default' WHERE workspace <> '';
