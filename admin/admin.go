@@ -39,6 +39,10 @@ type Options struct {
 	// returns why it refused (the old policy is kept). Nil answers
 	// POST /admin/v1/reload with 501.
 	Reload func() error
+	// CheckKey, when set, vets a new key's tier and allowed models against
+	// the configuration in force; its error is answered 400
+	// (invalid_key) and no key is made. Nil accepts any.
+	CheckKey func(tier string, models []string) error
 	// Metrics is served at /metrics and lists open reservations; nil
 	// serves neither.
 	Metrics *Metrics

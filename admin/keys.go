@@ -62,6 +62,13 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *principal
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
+	// A typo in a tier would grant the untiered limits, one in a model a
+	// key that can call nothing.
+	if check := h.opts.CheckKey; check != nil {
+		if err := check(req.Tier, req.AllowedModels); err != nil {
+			return errorf(http.StatusBadRequest, "invalid_key", "%v", err)
+		}
+	}
 	secret, k, err := h.cat.CreateKey(r.Context(), catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team,
 		User: req.User, Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, ExpiresAt: req.ExpiresAt}, p.actor)
 	if err != nil {

@@ -67,6 +67,9 @@ type Config struct {
 	Tiers     []Tier     `yaml:"tiers,omitempty"`
 	// Sessions are the terms of POST /v1/sessions.
 	Sessions Sessions `yaml:"sessions,omitempty"`
+	// TenantModels are logical model names that serve a different model
+	// per org, workspace or tier (see TenantModel).
+	TenantModels []TenantModel `yaml:"tenant_models,omitempty"`
 
 	// Knobs holds the quick knobs that were set in the environment, by
 	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.
@@ -120,6 +123,12 @@ type Provider struct {
 	// Pace holds calls the provider's own rate-limit headers say it would
 	// refuse, instead of sending them to be refused 429.
 	Pace bool `yaml:"pace,omitempty"`
+	// Organization and Project, on an openai or openai-compatible
+	// provider, are sent as its OpenAI-Organization and OpenAI-Project
+	// headers: the operator's account decides which of its projects pays,
+	// and the client's own headers of those names are never forwarded.
+	Organization string `yaml:"organization,omitempty"`
+	Project      string `yaml:"project,omitempty"`
 }
 
 // APIKey reads the provider's key from env; "" when it has none.

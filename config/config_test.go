@@ -99,7 +99,7 @@ func TestLoad_FullExample(t *testing.T) {
 		t.Errorf("TrustedPrefixes() = %v, want %v", got, wantPrefixes)
 	}
 	wantProviders := []Provider{
-		{Name: "openai", Kind: KindOpenAI, BaseURL: DefaultOpenAIBaseURL, APIKeyEnv: "OPENAI_API_KEY"},
+		{Name: "openai", Kind: KindOpenAI, BaseURL: DefaultOpenAIBaseURL, APIKeyEnv: "OPENAI_API_KEY", Organization: "org-acme", Project: "proj_gateway"},
 		{Name: "anthropic", Kind: KindAnthropic, BaseURL: DefaultAnthropicBaseURL, APIKeyEnv: "CLAUDE_KEY", Pace: true},
 		{Name: "local", Kind: KindOpenAICompatible, BaseURL: "http://127.0.0.1:8000/v1"},
 		{Name: "mock", Kind: KindMock},

@@ -98,6 +98,7 @@ func (c *Config) problems() []*FieldError {
 	v.rules()
 	v.tiers()
 	v.sessions()
+	v.tenantModels()
 	return v.problems
 }
 
@@ -223,6 +224,9 @@ func (v *checker) providers() {
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				v.add(at+".base_url", "%q is not an http:// or https:// URL", p.BaseURL)
 			}
+		}
+		if (p.Organization != "" || p.Project != "") && p.Kind != KindOpenAI && p.Kind != KindOpenAICompatible {
+			v.add(at, "organization and project are OpenAI headers: only an openai or openai-compatible provider sends them")
 		}
 		if p.APIKeyEnv != "" && !isVariableName(p.APIKeyEnv) {
 			v.add(at+".api_key_env", "must name an environment variable (like OPENAI_API_KEY), not hold the key itself")
@@ -362,7 +366,10 @@ func (v *checker) rules() {
 		for j, name := range r.Match.Models {
 			path := fmt.Sprintf("%s.match.models[%d]", at, j)
 			m, ok := c.Model(name)
+			_, tenant := c.TenantModel(name)
 			switch {
+			case !ok && tenant:
+				v.add(path, "%q is a tenant model name: match the models it serves (a rule counts the model that served)", name)
 			case !ok:
 				v.add(path, "unknown model %q", name)
 			case m.Name != name:

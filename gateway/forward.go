@@ -144,7 +144,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 }
 
 func (c *call) lastCandidate() *model {
-	m := c.g.models[c.bound.Model]
+	m := c.model
 	if len(m.fallbacks) > 0 {
 		return m.fallbacks[len(m.fallbacks)-1]
 	}

@@ -84,6 +84,24 @@ type Model struct {
 	Fallbacks []string
 }
 
+// TenantModel is a logical model name served by a different model per
+// tenant (see Options.TenantModels).
+type TenantModel struct {
+	Name string
+	// Default serves the identities no route matches; empty means the
+	// name does not exist for them (404 model_not_found).
+	Default string
+	Routes  []TenantRoute
+}
+
+// TenantRoute serves Model to the identities with every attribute it
+// names. Workspace is matched within Org.
+type TenantRoute struct {
+	Org, Workspace, Tier string
+	// Model names a Model, by name or alias.
+	Model string
+}
+
 // Provider kinds.
 const (
 	KindOpenAI           = "openai"
@@ -103,6 +121,11 @@ type Provider struct {
 	BaseURL string
 	// APIKey authenticates the gateway to the provider.
 	APIKey string
+	// Organization and Project, when set on an OpenAI or OpenAI-compatible
+	// provider, are sent as the OpenAI-Organization and OpenAI-Project
+	// headers. The client's own headers of those names are never
+	// forwarded: the operator's account decides which project pays.
+	Organization, Project string
 	// Pace holds a call, per model, while the provider's own rate-limit
 	// headers (OpenAI's x-ratelimit-*, Anthropic's anthropic-ratelimit-*)
 	// and its last 429's retry-after say it would refuse it, for up to
@@ -119,6 +142,11 @@ type Options struct {
 	Usage     UsageRecorder
 	Models    []Model
 	Providers []Provider
+	// TenantModels are names a client may ask for that serve, per tenant,
+	// one of Models: the route most specific to the key's identity wins
+	// (org and workspace, then org, then tier; naming the tier too breaks
+	// ties), else the default. Rules on models count the model served.
+	TenantModels []TenantModel
 	// MaxBodyBytes caps a request body (8 MiB).
 	MaxBodyBytes int
 	// RequestTimeout bounds a call upstream; leases and reservations
@@ -196,6 +224,9 @@ type Gateway struct {
 	// after runs the settlements of the calls served by Server once their
 	// response is written.
 	after afterResponse
+	// tenants are the tenant models by name; tenantList in their order.
+	tenants    map[string]*tenantModel
+	tenantList []*tenantModel
 }
 
 // PreAuthRule names the per-address limit checked before authentication.
@@ -286,6 +317,9 @@ func New(opts Options) (*Gateway, error) {
 			m.fallbacks = append(m.fallbacks, fm)
 		}
 	}
+	if err := g.addTenantModels(opts.TenantModels); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -346,20 +380,6 @@ func (g *Gateway) health(ctx *fasthttp.RequestCtx, ready bool) {
 		return
 	}
 	ctx.SetBodyString(`{"status":"ok"}`)
-}
-
-func (g *Gateway) listModels(ctx *fasthttp.RequestCtx) {
-	var b strings.Builder
-	b.WriteString(`{"object":"list","data":[`)
-	for i, m := range g.modelList {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `{"id":%q,"object":"model","created":0,"owned_by":%q}`, m.Name, m.Provider)
-	}
-	b.WriteString(`]}`)
-	ctx.SetContentType("application/json")
-	ctx.SetBodyString(b.String())
 }
 
 // Drain marks the gateway as shutting down (readyz answers 503) and waits

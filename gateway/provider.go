@@ -104,11 +104,20 @@ func (p *provider) prepare(req *fasthttp.Request, client *fasthttp.RequestHeader
 			req.Header.Set("Authorization", "Bearer "+apiKey)
 		}
 	}
-	// Headers that select API behaviour pass through; identity and the
-	// client's Sluice key never do.
-	for _, name := range []string{"anthropic-version", "anthropic-beta", "OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta", "Idempotency-Key"} {
+	// Headers that select API behaviour pass through; identity, the
+	// client's Sluice key, and the client's OpenAI-Organization and
+	// OpenAI-Project (which would choose the account that pays) never do.
+	for _, name := range []string{"anthropic-version", "anthropic-beta", "OpenAI-Beta", "Idempotency-Key"} {
 		if v := client.Peek(name); len(v) > 0 {
 			req.Header.SetBytesV(name, v)
+		}
+	}
+	if p.Kind == KindOpenAI || p.Kind == KindOpenAICompatible {
+		if p.Organization != "" {
+			req.Header.Set("OpenAI-Organization", p.Organization)
+		}
+		if p.Project != "" {
+			req.Header.Set("OpenAI-Project", p.Project)
 		}
 	}
 	if p.Kind == KindAnthropic && len(req.Header.Peek("anthropic-version")) == 0 {

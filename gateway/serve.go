@@ -36,6 +36,7 @@ type call struct {
 	body    []byte
 	bound   llm.Bound
 	who     Principal
+	model   *model // serves the name asked for, before any fallback
 	ownKey  string
 	tags    []string
 	maxWait time.Duration
@@ -116,10 +117,13 @@ func (c *call) run() error {
 	if c.bound, err = c.rt.parse(c.body); err != nil {
 		return err
 	}
-	m, ok := g.models[c.bound.Model]
-	if !ok {
+	// A tenant model that serves no model to this identity does not
+	// exist for it: 404, as an unknown name.
+	m, tenant := g.lookup(c.bound.Model, &who)
+	if m == nil {
 		return errUnknownModel(c.bound.Model)
 	}
+	c.model = m
 	if sid := ctx.Request.Header.Peek(HeaderSession); len(sid) > 0 {
 		if err := c.joinSession(string(sid), m); err != nil {
 			return err
@@ -133,7 +137,14 @@ func (c *call) run() error {
 	candidates := append([]*model{m}, m.fallbacks...)
 	var last error
 	for i, cand := range candidates {
-		if len(who.AllowedModels) > 0 && !slices.Contains(who.AllowedModels, cand.Name) {
+		// A key's allowed models name what it may ask for: the tenant
+		// model's name grants the model it serves; fallbacks are allowed
+		// by their own names.
+		allowed := mayCall(&who, cand)
+		if i == 0 && tenant {
+			allowed = mayAsk(&who, c.bound.Model)
+		}
+		if !allowed {
 			if i == 0 {
 				return errModelNotAllowed(c.bound.Model)
 			}

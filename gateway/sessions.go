@@ -229,7 +229,7 @@ func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (s catalo
 	if s.MaxContext, err = lower("max_context_tokens", terms.MaxContext, req.MaxContextTokens); err != nil {
 		return catalog.Session{}, false, nil, err
 	}
-	if len(who.AllowedModels) > 0 && !slices.Contains(who.AllowedModels, terms.Model) {
+	if !mayCall(&who, g.models[terms.Model]) {
 		return catalog.Session{}, false, nil, errModelNotAllowed(terms.Model)
 	}
 	if len(s.IdempotencyKey) > 255 {

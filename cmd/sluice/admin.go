@@ -127,7 +127,8 @@ func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *cat
 				log.Error("apply an admin change", "err", err)
 			}
 		},
-		Reload: r.reload,
+		Reload:   r.reload,
+		CheckKey: checkKeyLive(cfg),
 	})
 	if err != nil {
 		return nil, "", err
@@ -147,6 +148,17 @@ func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *cat
 		token = ""
 	}
 	return srv, token, nil
+}
+
+// checkKeyLive vets a new key against the configuration in force: started
+// until a reload swaps in another.
+func checkKeyLive(started *config.Config) func(tier string, models []string) error {
+	return func(tier string, models []string) error {
+		if live := liveConfig.Load(); live != nil {
+			return live.CheckKey(tier, models)
+		}
+		return started.CheckKey(tier, models)
+	}
 }
 
 // reloadOnHangup reloads the configuration on every SIGHUP until ctx ends.

@@ -4,8 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // check validates a config and prints the effective limits and warnings.
@@ -48,6 +52,9 @@ func check(args []string) error {
 	for _, m := range cfg.Models {
 		fmt.Printf("model %s (provider %s): max output %d tokens\n", m.Name, m.Provider, m.MaxOutputTokens)
 	}
+	for _, t := range cfg.TenantModels {
+		fmt.Printf("tenant model %s: %s\n", t.Name, describeTenantModel(t))
+	}
 	for _, t := range cfg.Tiers {
 		fmt.Printf("tier %s: %d%% of each limit", t.Name, t.Percent)
 		if t.Promote != nil {
@@ -84,4 +91,40 @@ func ceiling(n int64) string {
 		return "unlimited"
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// describeTenantModel says which model a tenant model serves to whom, most
+// specific route first.
+func describeTenantModel(t config.TenantModel) string {
+	rank := func(r config.TenantRoute) int {
+		n := 0
+		if r.Workspace != "" {
+			n += 4
+		}
+		if r.Org != "" {
+			n += 2
+		}
+		if r.Tier != "" {
+			n++
+		}
+		return n
+	}
+	routes := slices.Clone(t.Routes)
+	slices.SortStableFunc(routes, func(a, b config.TenantRoute) int { return rank(b) - rank(a) })
+	var parts []string
+	for _, r := range routes {
+		var who []string
+		for _, a := range [][2]string{{"org", r.Org}, {"workspace", r.Workspace}, {"tier", r.Tier}} {
+			if a[1] != "" {
+				who = append(who, a[0]+" "+a[1])
+			}
+		}
+		parts = append(parts, strings.Join(who, ", ")+" -> "+r.Model)
+	}
+	if t.Default != "" {
+		parts = append(parts, "anyone else -> "+t.Default)
+	} else {
+		parts = append(parts, "anyone else: unknown (404)")
+	}
+	return strings.Join(parts, "; ")
 }

@@ -66,6 +66,9 @@ func keys(args []string) error {
 		if req.Workspace == "" || req.User == "" {
 			return errors.New("--workspace and --user are required")
 		}
+		if err := cfg.CheckKey(req.Tier, req.AllowedModels); err != nil {
+			return fmt.Errorf("keys create: %w", err)
+		}
 		secret, key, err := cat.CreateKey(ctx, catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team, User: req.User,
 			Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels}, "cli")
 		if err != nil {
@@ -90,6 +93,20 @@ func keys(args []string) error {
 		return fmt.Errorf("unknown subcommand %q: want create, list or revoke", sub)
 	}
 	return nil
+}
+
+// adminMessage returns the message of an admin API error body, or the body
+// itself when it is not one.
+func adminMessage(body []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		return e.Error.Message
+	}
+	return strings.TrimSpace(string(body))
 }
 
 // printCreated prints a new key, the secret alone on the last line.
@@ -143,7 +160,7 @@ func keysRemote(sub, base string, req keyRequest, workspace string, args []strin
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(data)))
+		return fmt.Errorf("%s: %s", resp.Status, adminMessage(data))
 	}
 	switch sub {
 	case "create":

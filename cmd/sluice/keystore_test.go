@@ -73,6 +73,7 @@ func TestCheck_PrintsTiersAndPreAuth(t *testing.T) {
 		"config is valid",
 		"tier new: 10% of each limit, promoted to standard once a key is 168h0m0s old",
 		"tier standard: 100% of each limit\n",
+		"tenant model cheap: org acme, workspace research -> claude-sonnet; org acme -> llama; tier new -> mini; anyone else -> gpt-4o-mini\n",
 		"before authentication: 6000 requests per minute per client address, per replica",
 	} {
 		if !strings.Contains(strings.ToLower(string(out)), strings.ToLower(want)) {

@@ -105,6 +105,15 @@ func TestServe_FirstCallOnAFreshDataDirectory(t *testing.T) {
 	if resp.Usage.CompletionTokens != 5 {
 		t.Fatalf("usage %+v", resp.Usage)
 	}
+	// The model list needs the key, and lists what it may call.
+	wrong := openai.NewClient(option.WithBaseURL("http://"+listen+"/v1"), option.WithAPIKey("sk-sluice-wrong"), option.WithMaxRetries(0))
+	if _, err := wrong.Models.List(context.Background()); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("models list with a wrong key: %v, want 401", err)
+	}
+	page, err := client.Models.List(context.Background())
+	if err != nil || len(page.Data) != 2 || page.Data[0].ID != "mock-small" || page.Data[1].ID != "mock-large" {
+		t.Errorf("models list = %+v, %v; want mock-small and mock-large", page, err)
+	}
 	// A session on the default terms: mock-small, an hour, charged by the
 	// calls that carry it.
 	mint, _ := http.NewRequest("POST", "http://"+listen+"/v1/sessions", nil)

@@ -90,6 +90,7 @@ func serve(args []string) error {
 		Keys:             keys,
 		Usage:            ledger{cat},
 		Models:           modelsOf(cfg),
+		TenantModels:     tenantModelsOf(cfg),
 		Providers:        providers,
 		MaxBodyBytes:     int(cfg.MaxBodyBytes),
 		RequestTimeout:   cfg.RequestTimeout,
@@ -170,7 +171,8 @@ func everyInterval(ctx context.Context, d time.Duration, fn func()) {
 func providersOf(ctx context.Context, cfg *config.Config, log *slog.Logger) ([]gateway.Provider, error) {
 	var out []gateway.Provider
 	for _, p := range cfg.Providers {
-		gp := gateway.Provider{Name: p.Name, Kind: string(p.Kind), BaseURL: p.BaseURL, APIKey: p.APIKey(os.LookupEnv), Pace: p.Pace}
+		gp := gateway.Provider{Name: p.Name, Kind: string(p.Kind), BaseURL: p.BaseURL, APIKey: p.APIKey(os.LookupEnv), Pace: p.Pace,
+			Organization: p.Organization, Project: p.Project}
 		if p.Kind == config.KindMock && p.BaseURL == "" {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -196,6 +198,18 @@ func modelsOf(cfg *config.Config) []gateway.Model {
 		out = append(out, gateway.Model{Name: m.Name, Provider: m.Provider, UpstreamName: m.UpstreamName,
 			Price: m.SluicePrice(), MaxOutputTokens: m.MaxOutputTokens, ContextWindow: m.ContextWindow,
 			Aliases: m.Aliases, Fallbacks: m.Fallbacks})
+	}
+	return out
+}
+
+func tenantModelsOf(cfg *config.Config) []gateway.TenantModel {
+	var out []gateway.TenantModel
+	for _, t := range cfg.TenantModels {
+		tm := gateway.TenantModel{Name: t.Name, Default: t.Default}
+		for _, r := range t.Routes {
+			tm.Routes = append(tm.Routes, gateway.TenantRoute{Org: r.Org, Workspace: r.Workspace, Tier: r.Tier, Model: r.Model})
+		}
+		out = append(out, tm)
 	}
 	return out
 }

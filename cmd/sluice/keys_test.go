@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/admin"
+	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+const keysTestConfig = `
+tiers:
+  - {name: pro, percent: 200}
+tenant_models:
+  - name: cheap
+    routes: [{org: acme, model: mock-large}]
+`
+
+// TestKeysCreate_RefusesUnknownTierOrModel checks that "sluice keys
+// create" refuses a tier or model the configuration does not know, on the
+// data directory and through a running server's admin API, and creates
+// the keys that name known ones.
+func TestKeysCreate_RefusesUnknownTierOrModel(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(cfgPath, []byte(keysTestConfig+"data_dir: "+filepath.Join(dir, "data")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The admin API of a server running on cfg, over its own catalog.
+	remoteCat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{FlushInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { remoteCat.Close() })
+	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(admin.Options{Catalog: remoteCat, Limiter: l, AdminToken: "keys-test-token", CheckKey: checkKeyLive(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Setenv("SLUICE_ADMIN_TOKEN", "keys-test-token")
+
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  string // part of the error; empty for a key created
+	}{
+		{"no tier", []string{"--user", "a"}, ""},
+		{"known tier, model and tenant model", []string{"--user", "b", "--tier", "pro", "--models", "mock-small,cheap"}, ""},
+		{"tier typo", []string{"--user", "c", "--tier", "prO"}, `unknown tier "prO" (configured: pro)`},
+		{"model typo", []string{"--user", "d", "--models", "mock-small,mock-lrage"}, `unknown model "mock-lrage" (known: mock-small, mock-large, cheap)`},
+	} {
+		for _, where := range []string{"local", "remote"} {
+			t.Run(tc.name+"/"+where, func(t *testing.T) {
+				args := append([]string{"create", "--config", cfgPath, "--workspace", "w"}, tc.flags...)
+				if where == "remote" {
+					args = append(args, "--admin-url", srv.URL)
+				}
+				err := keys(args)
+				if tc.want == "" {
+					if err != nil {
+						t.Fatalf("keys %s: %v", strings.Join(args, " "), err)
+					}
+					return
+				}
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("keys %s = %v, want an error containing %q", strings.Join(args, " "), err, tc.want)
+				}
+			})
+		}
+	}
+	// Only the two good keys were made, on each side.
+	localCat, err := openCatalog(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer localCat.Close()
+	for name, cat := range map[string]*catalog.Catalog{"local": localCat, "remote": remoteCat} {
+		list, err := cat.ListKeys(context.Background(), "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 2 {
+			t.Errorf("%s catalog holds %d keys, want 2", name, len(list))
+		}
+	}
+}
