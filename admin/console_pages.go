@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -22,8 +23,8 @@ type workspaceSummary struct {
 
 // workspaceLimits returns the limits that apply to a whole workspace: the
 // rules counted per workspace (or wider), not per user or key in it.
-func (c *console) workspaceLimits(r *http.Request, ws string) ([]limitView, error) {
-	limits, err := c.h.limitsOf(r.Context(), sluice.Identity{Workspace: ws})
+func (c *console) workspaceLimits(r *http.Request, org, ws string) ([]limitView, error) {
+	limits, err := c.h.limitsOf(r.Context(), sluice.Identity{Org: org, Workspace: ws})
 	if err != nil {
 		return nil, err
 	}
@@ -32,8 +33,17 @@ func (c *console) workspaceLimits(r *http.Request, ws string) ([]limitView, erro
 	}), nil
 }
 
+// orgOf is the org the console shows: a viewer's own; for an admin the one
+// ?org= names, "default" when none.
+func orgOf(r *http.Request, p *principal) string {
+	if !p.isAdmin() {
+		return p.org
+	}
+	return cmp.Or(r.URL.Query().Get("org"), sluice.DefaultOrg)
+}
+
 func (c *console) visibleWorkspaces(r *http.Request, p *principal) ([]string, error) {
-	all, err := c.h.cat.Workspaces(r.Context())
+	all, err := c.h.cat.Workspaces(r.Context(), orgOf(r, p))
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +61,7 @@ func (c *console) workspaces(w http.ResponseWriter, r *http.Request, p *principa
 		return 0, "", err
 	}
 	today := c.today()
-	rows, err := c.h.cat.Usage(r.Context(), catalog.UsageQuery{Org: p.org, From: today, To: today, GroupBy: []string{"workspace"}})
+	rows, err := c.h.cat.Usage(r.Context(), catalog.UsageQuery{Org: orgOf(r, p), From: today, To: today, GroupBy: []string{"workspace"}})
 	if err != nil {
 		return 0, "", err
 	}
@@ -63,7 +73,7 @@ func (c *console) workspaces(w http.ResponseWriter, r *http.Request, p *principa
 				s.Today = row
 			}
 		}
-		if s.Limits, err = c.workspaceLimits(r, ws); err != nil {
+		if s.Limits, err = c.workspaceLimits(r, orgOf(r, p), ws); err != nil {
 			return 0, "", err
 		}
 		out = append(out, s)
@@ -139,11 +149,12 @@ func (c *console) renderWorkspace(r *http.Request, p *principal, v *view, ws str
 	} else if !ok {
 		return 0, "", errorf(http.StatusNotFound, "unknown_subject", "no key has workspace %q", ws)
 	}
-	limits, err := c.workspaceLimits(r, ws)
+	org := orgOf(r, p)
+	limits, err := c.workspaceLimits(r, org, ws)
 	if err != nil {
 		return 0, "", err
 	}
-	ch, err := c.usageChart(r, p.org, ws)
+	ch, err := c.usageChart(r, org, ws)
 	if err != nil {
 		return 0, "", err
 	}
@@ -151,7 +162,7 @@ func (c *console) renderWorkspace(r *http.Request, p *principal, v *view, ws str
 	if err != nil {
 		return 0, "", err
 	}
-	overrides := slices.DeleteFunc(all, func(o catalog.Override) bool { return o.Attribute != "workspace" || o.Value != ws })
+	overrides := slices.DeleteFunc(all, func(o catalog.Override) bool { return o.Attribute != "workspace" || o.Value != ws || o.Org != org })
 	var ruleNames []string
 	for _, rule := range c.h.limiter.Policy().Rules {
 		ruleNames = append(ruleNames, rule.Name)
@@ -166,8 +177,8 @@ func (c *console) renderWorkspace(r *http.Request, p *principal, v *view, ws str
 
 // overrideForm reads the override form: an empty limit or burst inherits,
 // 0 disables; an expiry is a UTC date and time.
-func overrideForm(r *http.Request, ws string) (overrideRequest, error) {
-	req := overrideRequest{Rule: r.PostFormValue("rule"), Attribute: "workspace", Value: ws}
+func overrideForm(r *http.Request, org, ws string) (overrideRequest, error) {
+	req := overrideRequest{Rule: r.PostFormValue("rule"), Org: org, Attribute: "workspace", Value: ws}
 	for _, f := range []struct {
 		name string
 		dst  **int64
@@ -194,7 +205,7 @@ func overrideForm(r *http.Request, ws string) (overrideRequest, error) {
 
 func (c *console) setOverride(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
 	ws := r.PathValue("ws")
-	req, err := overrideForm(r, ws)
+	req, err := overrideForm(r, orgOf(r, p), ws)
 	if err == nil {
 		_, err = c.h.setOverrideFrom(r.Context(), req, p.actor)
 	}
@@ -212,7 +223,7 @@ func (c *console) setOverride(w http.ResponseWriter, r *http.Request, p *princip
 
 func (c *console) deleteOverride(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
 	ws := r.PathValue("ws")
-	o := catalog.Override{Rule: r.PostFormValue("rule"), Org: p.org, Attribute: "workspace", Value: ws}
+	o := catalog.Override{Rule: r.PostFormValue("rule"), Org: orgOf(r, p), Attribute: "workspace", Value: ws}
 	if err := c.h.cat.DeleteOverride(r.Context(), o, p.actor); err != nil {
 		return 0, "", err
 	}

@@ -365,9 +365,10 @@ func (c *Catalog) GetKey(ctx context.Context, id string) (Key, error) {
 	return k, nil
 }
 
-// Workspaces returns the distinct workspaces of every key, sorted.
-func (c *Catalog) Workspaces(ctx context.Context) ([]string, error) {
-	rows, err := c.db.QueryContext(ctx, `SELECT DISTINCT workspace FROM api_keys ORDER BY workspace`)
+// Workspaces returns the distinct workspaces of the keys of org (of every
+// key when org is empty), sorted.
+func (c *Catalog) Workspaces(ctx context.Context, org string) ([]string, error) {
+	rows, err := c.db.QueryContext(ctx, c.d.q(`SELECT DISTINCT workspace FROM api_keys WHERE (? = '' OR org = ?) ORDER BY workspace`), org, org)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: workspaces: %w", err)
 	}
