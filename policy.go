@@ -309,8 +309,8 @@ type compiledPolicy struct {
 	// rules of its own, that list with the org's rules added and the
 	// deployment rules they replace taken out, so that an admission looks
 	// at its own org's rules only, however many orgs have rules.
-	candidates    []uint16
-	orgCandidates map[string][]uint16
+	candidates    []uint32
+	orgCandidates map[string][]uint32
 	// plain is set when no tier or override can change a rule's limit.
 	plain bool
 }
@@ -330,16 +330,17 @@ type policyLines struct {
 var overrideOrder = []attribute{attrKey, attrSession, attrUser, attrTeam, attrWorkspace, attrOrg, attrIP}
 
 // maxRules is the most rules a policy holds: a charge names its rule by a
-// 16-bit index.
-const maxRules = 1 << 16
+// 32-bit index (a deployment of many orgs, each with up to 200 rules,
+// holds more than 65,536).
+const maxRules = 1<<32 - 1
 
 func compilePolicy(p Policy) (*compiledPolicy, error) {
-	if len(p.Rules) > maxRules {
+	if int64(len(p.Rules)) > maxRules {
 		return nil, fmt.Errorf("sluice: policy: %d rules, at most %d", len(p.Rules), maxRules)
 	}
 	cp := &new(policyLines).compiledPolicy
 	*cp = compiledPolicy{source: p, byName: map[ruleName]*compiledRule{}, names: map[string]bool{},
-		rules: cacheline.Slice[*compiledRule](0, len(p.Rules)), candidates: cacheline.Slice[uint16](0, len(p.Rules))}
+		rules: cacheline.Slice[*compiledRule](0, len(p.Rules)), candidates: cacheline.Slice[uint32](0, len(p.Rules))}
 	groups := map[string]int{}
 	for _, r := range p.Rules {
 		c, err := compileRule(r)
@@ -362,7 +363,7 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 			}
 			c.group = g
 		}
-		c.charge.RuleIndex = uint16(len(cp.rules))
+		c.charge.RuleIndex = uint32(len(cp.rules))
 		cp.byName[ruleName{r.Org, r.Name}] = c
 		cp.names[r.Name] = true
 		cp.rules = append(cp.rules, c)
@@ -408,31 +409,34 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 	candidate := func(r *compiledRule) bool { return !r.Disabled && (r.Limit != 0 || len(cp.overrides) > 0) }
 	for i, r := range cp.rules {
 		if r.Org == "" && candidate(r) {
-			cp.candidates = append(cp.candidates, uint16(i))
+			cp.candidates = append(cp.candidates, uint32(i))
 		}
 	}
-	for _, r := range cp.rules {
-		if r.Org == "" || cp.orgCandidates[r.Org] != nil {
-			continue
-		}
-		if cp.orgCandidates == nil {
-			cp.orgCandidates = map[string][]uint16{}
-		}
-		list := []uint16{}
-		for i, c := range cp.rules {
-			switch {
-			case c.Org == r.Org:
-				if candidate(c) {
-					list = append(list, uint16(i))
-				}
-			case c.Org == "":
-				// A disabled org rule still replaces the deployment's.
-				if _, replaced := cp.byName[ruleName{r.Org, c.Name}]; !replaced && candidate(c) {
-					list = append(list, uint16(i))
-				}
+	// Each org's list: the deployment's candidates its own rules do not
+	// replace, then its own candidates.
+	own := map[string][]uint32{}
+	for i, r := range cp.rules {
+		if r.Org != "" {
+			if _, ok := own[r.Org]; !ok {
+				own[r.Org] = []uint32{}
+			}
+			if candidate(r) {
+				own[r.Org] = append(own[r.Org], uint32(i))
 			}
 		}
-		cp.orgCandidates[r.Org] = list
+	}
+	for org, list := range own {
+		if cp.orgCandidates == nil {
+			cp.orgCandidates = map[string][]uint32{}
+		}
+		merged := make([]uint32, 0, len(cp.candidates)+len(list))
+		for _, i := range cp.candidates {
+			// A disabled org rule still replaces the deployment's.
+			if _, replaced := cp.byName[ruleName{org, cp.rules[i].Name}]; !replaced {
+				merged = append(merged, i)
+			}
+		}
+		cp.orgCandidates[org] = append(merged, list...)
 	}
 	if len(cp.overrideAttrs) > 0 {
 		cp.overrideAttrs = cacheline.Clone(cp.overrideAttrs)
@@ -446,7 +450,7 @@ type ruleName struct{ org, name string }
 
 // candidatesFor returns the rules an admission of an identity in org looks
 // at.
-func (cp *compiledPolicy) candidatesFor(org string) []uint16 {
+func (cp *compiledPolicy) candidatesFor(org string) []uint32 {
 	if cp.orgCandidates == nil {
 		return cp.candidates
 	}

@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -212,4 +213,23 @@ func splitSubject(s string) []string {
 		}
 	}
 	return out
+}
+
+// A deployment of many orgs holds more rules than a 16-bit index names:
+// 400 orgs of 200 rules each compile, and each org's rules apply.
+func TestTenancy_ManyOrgsOfManyRules(t *testing.T) {
+	var rules []sluice.Rule
+	for o := range 400 {
+		for i := range 200 {
+			rules = append(rules, sluice.Rule{Name: fmt.Sprintf("r%d", i), Org: fmt.Sprintf("org-%d", o), Kind: sluice.KindRate,
+				Subject: "user", Limit: int64(1 + o%2), Window: time.Minute, Match: sluice.Match{Models: []string{fmt.Sprintf("m%d", i)}}})
+		}
+	}
+	l, _ := withRules(t, rules...)
+	for _, o := range []int{0, 1, 398, 399} {
+		req := sluice.Request{Identity: sluice.Identity{Org: fmt.Sprintf("org-%d", o), User: "u", Model: "m199"}}
+		if n := admitN(t, l, req, 5); n != 1+o%2 {
+			t.Errorf("org-%d admitted %d, want its rule's %d", o, n, 1+o%2)
+		}
+	}
 }

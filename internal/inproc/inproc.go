@@ -70,7 +70,7 @@ type Charge struct {
 
 	// RuleIndex and Source are the engine's: which rule of its policy the
 	// charge belongs to and where its limit came from. Stores ignore them.
-	RuleIndex uint16
+	RuleIndex uint32
 	Source    uint8
 
 	// Shard and Ref are the store's: where it found the charge's counter
