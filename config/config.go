@@ -70,6 +70,8 @@ type Config struct {
 	// TenantModels are logical model names that serve a different model
 	// per org, workspace or tier (see TenantModel).
 	TenantModels []TenantModel `yaml:"tenant_models,omitempty"`
+	// Auth lists the trusted identity records besides API keys.
+	Auth Auth `yaml:"auth,omitempty"`
 
 	// Knobs holds the quick knobs that were set in the environment, by
 	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.

@@ -281,6 +281,7 @@ func (c *Config) applyDefaults() {
 	if c.Sessions.MaxOpenPerUser == 0 {
 		c.Sessions.MaxOpenPerUser = DefaultSessionsPerUser
 	}
+	c.Auth.applyDefaults()
 	for i := range c.Rules {
 		if c.Rules[i].Enabled == nil {
 			enabled := true

@@ -99,6 +99,7 @@ func (c *Config) problems() []*FieldError {
 	v.tiers()
 	v.sessions()
 	v.tenantModels()
+	v.auth()
 	return v.problems
 }
 
