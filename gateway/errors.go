@@ -33,6 +33,12 @@ func errBadKey() error {
 		message: "Invalid API key: send your Sluice key in the Authorization header (Bearer) or in x-api-key."}
 }
 
+// errBadToken refuses a JWT bearer token, saying why.
+func errBadToken(reason string) error {
+	return &apiError{status: 401, typ: "invalid_request_error", anthType: "authentication_error", code: "invalid_token",
+		message: "Invalid bearer token: " + reason + "."}
+}
+
 func errKeyStore(err error) error {
 	return &apiError{status: 503, typ: "server_error", anthType: "api_error", code: "key_store_unavailable",
 		message: "The key store is unavailable; retry shortly.", retryHint: time.Second}

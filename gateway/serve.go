@@ -208,6 +208,10 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string) (Principal, 
 	}
 	who, err := g.opts.Keys.Authenticate(context.Background(), secret)
 	if err != nil {
+		var te *tokenError
+		if errors.As(err, &te) {
+			return Principal{}, errBadToken(te.reason)
+		}
 		if errors.Is(err, ErrBadKey) {
 			return Principal{}, errBadKey()
 		}

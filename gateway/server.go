@@ -16,10 +16,13 @@ import (
 // caller that sets its own ConnState must call the one it replaces.
 func (g *Gateway) Server() *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler:               g.handleServed,
-		ErrorHandler:          g.serverError,
-		Name:                  "sluice",
-		MaxRequestBodySize:    g.opts.MaxBodyBytes,
+		Handler:            g.handleServed,
+		ErrorHandler:       g.serverError,
+		Name:               "sluice",
+		MaxRequestBodySize: g.opts.MaxBodyBytes,
+		// Room for the headers of a request whose JWT bearer token is as
+		// large as MaxTokenBytes allows (fasthttp's default is 4 KiB).
+		ReadBufferSize:        16 << 10,
 		ReadTimeout:           time.Minute,
 		IdleTimeout:           2 * time.Minute,
 		NoDefaultServerHeader: true,
