@@ -85,9 +85,13 @@ func serve(args []string) error {
 		return err
 	}
 	keys := newKeyStore(cat, cfg)
+	auth, err := authenticatorOf(ctx, cfg, keys, log)
+	if err != nil {
+		return err
+	}
 	g, err := gateway.New(gateway.Options{
 		Limiter:          limiter,
-		Keys:             keys,
+		Keys:             auth,
 		Usage:            ledger{cat},
 		Models:           modelsOf(cfg),
 		TenantModels:     tenantModelsOf(cfg),
