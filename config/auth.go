@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -170,5 +171,5 @@ func jwksURLAllowed(s string) bool {
 // plainValue reports whether s can be an attribute value: at most 256 bytes
 // and no control characters.
 func plainValue(s string) bool {
-	return len(s) <= 256 && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
+	return len(s) <= 256 && !strings.ContainsFunc(s, unicode.IsControl)
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/lestrrat-go/httprc/v3"
 	"github.com/lestrrat-go/httprc/v3/errsink"
@@ -24,7 +25,8 @@ const (
 	// MaxTokenBytes caps a JWT bearer token; a larger one is refused
 	// before it is parsed.
 	MaxTokenBytes = 8 << 10
-	// MaxAttributeBytes caps an attribute value a token's claim gives.
+	// MaxAttributeBytes caps an attribute value a token's claim gives, as
+	// the catalog caps the values of a key (catalog.MaxValueBytes).
 	MaxAttributeBytes = 256
 	// JWTLeeway is the clock skew allowed on a token's exp, nbf and iat.
 	JWTLeeway = 30 * time.Second
@@ -332,7 +334,7 @@ func claimString(tok jwt.Token, name, attr string) (string, error) {
 	if !ok {
 		return "", badToken(fmt.Sprintf("its %q claim, which gives the %s, is not a string", name, attr))
 	}
-	if len(s) > MaxAttributeBytes || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+	if len(s) > MaxAttributeBytes || strings.ContainsFunc(s, unicode.IsControl) {
 		return "", badToken(fmt.Sprintf("its %q claim, which gives the %s, is longer than %d bytes or holds control characters", name, attr, MaxAttributeBytes))
 	}
 	return s, nil

@@ -351,6 +351,7 @@ func TestJWT_Refusals(t *testing.T) {
 		{"workspace not a string", sign(t, key, good.with("workspace", 42)), `its "workspace" claim, which gives the workspace, is not a string`},
 		{"workspace too long", sign(t, key, good.with("workspace", strings.Repeat("w", 257))), "is longer than 256 bytes or holds control characters"},
 		{"control character", sign(t, key, good.with("team", "red\nblue")), `its "team" claim, which gives the team, is longer than 256 bytes or holds control characters`},
+		{"C1 control character", sign(t, key, good.with("sub", "u\u0085")), `its "sub" claim, which gives the user, is longer than 256 bytes or holds control characters`},
 		{"unknown tier", sign(t, key, good.with("tier", "gold")), `its tier "gold" is not a tier of this gateway`},
 	}
 	for _, tt := range tests {
