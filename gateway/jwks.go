@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -81,6 +82,8 @@ func (f *fileKeys) refresh(context.Context) (jwk.Set, error) {
 type issuerKeys struct {
 	src        keySource
 	minRefresh time.Duration
+	// log is told of each failed refresh (at most one per minRefresh).
+	log *slog.Logger
 
 	mu sync.Mutex // serializes refreshes; guards the fields below
 	// lastRefresh is when the last refresh on demand started, lastErr its
@@ -131,5 +134,8 @@ func (k *issuerKeys) refreshed(ctx context.Context, now time.Time) (jwk.Set, err
 	k.lastRefresh = now
 	set, err := k.src.refresh(ctx)
 	k.lastErr = err
+	if err != nil {
+		k.log.Warn("jwt: reading the issuer's keys failed: its tokens naming keys not held are answered 503", "err", err)
+	}
 	return set, err
 }

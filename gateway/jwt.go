@@ -165,7 +165,7 @@ func NewJWTAuthenticator(ctx context.Context, opts JWTOptions) (*JWTAuthenticato
 			}
 			src = &urlKeys{cache: cache, url: iss.JWKSURL}
 		}
-		a.issuers[iss.Issuer] = &jwtIssuer{JWTIssuer: iss, keys: &issuerKeys{src: src, minRefresh: opts.MinRefresh}}
+		a.issuers[iss.Issuer] = &jwtIssuer{JWTIssuer: iss, keys: &issuerKeys{src: src, minRefresh: opts.MinRefresh, log: log.With("issuer", iss.Issuer)}}
 	}
 	return a, nil
 }
