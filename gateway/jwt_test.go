@@ -258,6 +258,10 @@ func TestJWT_AdmittedAndChargedToClaims(t *testing.T) {
 			t.Errorf("rule %s charged %d to the claims' identity, want 3", rule, got)
 		}
 	}
+	// GET /v1/models, which needs a key, takes a token too.
+	if r := h.get("/v1/models", bearerHeader(sign(t, ecKey, goodClaims()))); r.status != 200 || !strings.Contains(string(r.body), "mock-small") {
+		t.Errorf("GET /v1/models with a token: %d %s", r.status, r.body)
+	}
 	for _, u := range h.rec.waitUsage(t, 3) {
 		if u.Workspace != "ws1" {
 			t.Errorf("usage recorded for workspace %q, want ws1", u.Workspace)

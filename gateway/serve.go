@@ -195,7 +195,8 @@ func (c *call) run() error {
 }
 
 // authenticate counts the request against its client address's pre-auth
-// limit, then resolves its key to the principal of the key's record.
+// limit, then resolves its bearer (an API key, or a JWT when Keys is a
+// JWTAuthenticator) to the principal of its trusted record.
 func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string) (Principal, error) {
 	if g.preAuth != nil {
 		if err := g.admitAddress(ip); err != nil {
