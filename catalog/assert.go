@@ -20,10 +20,6 @@ const (
 // assertable lists the attributes a key may assert, in their usual order.
 var assertable = []string{AssertWorkspace, AssertUser, AssertTeam}
 
-// maxAssertPattern bounds one entry of Key.AssertWorkspaces, as the
-// gateway bounds an asserted value.
-const maxAssertPattern = 256
-
 // MayAssert reports whether the key may assert attribute (workspace, user
 // or team) per request.
 func (k Key) MayAssert(attribute string) bool { return slices.Contains(k.Assert, attribute) }
@@ -64,8 +60,8 @@ func checkWorkspacePattern(p string) error {
 	switch {
 	case p == "":
 		return fmt.Errorf("empty workspace pattern")
-	case len(p) > maxAssertPattern:
-		return fmt.Errorf("workspace pattern longer than %d bytes", maxAssertPattern)
+	case len(p) > MaxValueBytes:
+		return fmt.Errorf("workspace pattern longer than %d bytes", MaxValueBytes)
 	case strings.Contains(strings.TrimSuffix(p, "*"), "*"):
 		return fmt.Errorf("workspace pattern %q: * may only end a prefix", p)
 	case !utf8.ValidString(p) || strings.ContainsFunc(p, unicode.IsControl):

@@ -9,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/catalog"
 	"github.com/valyala/fasthttp"
 )
 
@@ -29,8 +30,9 @@ const (
 	AssertTeam      = "team"
 )
 
-// MaxAssertedValue bounds an asserted workspace, user or team, in bytes.
-const MaxAssertedValue = 256
+// MaxAssertedValue bounds an asserted workspace, user or team, in bytes:
+// the bound of the same values on a key.
+const MaxAssertedValue = catalog.MaxValueBytes
 
 // assertedHeaders pairs each assertable attribute with its header, in the
 // order they are checked.
@@ -122,7 +124,8 @@ func assertIdentity(h *fasthttp.RequestHeader, who Principal) (_ Principal, asse
 
 // parseAssertedValue reads the value of an identity header: spaces around
 // it trimmed, at most MaxAssertedValue bytes, valid UTF-8 without control
-// characters, and not empty.
+// characters (0x1e and 0x1f join the parts of a counter's subject), and not
+// empty: the rules a key's own values follow.
 func parseAssertedValue(raw []byte) (string, error) {
 	v := bytes.TrimSpace(raw)
 	switch {
