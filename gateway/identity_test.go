@@ -328,3 +328,60 @@ func TestServiceKey_SessionsAreMintedForTheAssertedIdentity(t *testing.T) {
 		t.Errorf("mint for a workspace outside the list: %d %s", r.status, r.body)
 	}
 }
+
+// TestServiceKey_AssertedValuesStayInTheKeysOrg checks that what a service
+// key asserts is counted within its own org: two orgs' service keys
+// asserting the same user share nothing, while in one org an asserted user
+// is the user of that name.
+func TestServiceKey_AssertedValuesStayInTheKeysOrg(t *testing.T) {
+	rules := []sluice.Rule{{Name: "per_user", Kind: sluice.KindRate, Subject: "workspace+user", Metric: sluice.MetricRequests, Limit: 1, Window: time.Hour}}
+	all := []string{gateway.AssertWorkspace, gateway.AssertUser, gateway.AssertTeam}
+	h := newHarness(t, rules, func(o *gateway.Options) {
+		o.Keys = fakeKeys{
+			"sk-service-a": {KeyID: "ksa", Org: "orgA", Workspace: "app", User: "server", Assert: all},
+			"sk-service-b": {KeyID: "ksb", Org: "orgB", Workspace: "app", User: "server", Assert: all},
+			"sk-alice-a":   {KeyID: "kaa", Org: "orgA", Workspace: "shared", User: "alice"},
+		}
+	})
+	alice := map[string]string{gateway.HeaderWorkspace: "shared", gateway.HeaderUser: "alice"}
+	for _, step := range []struct {
+		name, key string
+		headers   map[string]string
+		want      int
+	}{
+		{"orgA's alice", "sk-service-a", alice, 200},
+		{"orgA's alice again", "sk-service-a", alice, 429},
+		{"orgB's alice: another org's counter", "sk-service-b", alice, 200},
+		{"orgA's own key for alice: the same user", "sk-alice-a", nil, 429},
+		// A header naming the org is no identity header: still orgB's server.
+		{"orgB's server, whatever X-Sluice-Org says", "sk-service-b", map[string]string{"X-Sluice-Org": "orgA"}, 200},
+	} {
+		if r := h.post("/v1/chat/completions", identityChat, as(step.key, step.headers)); r.status != step.want {
+			t.Fatalf("%s: %d %s, want %d", step.name, r.status, r.body, step.want)
+		}
+	}
+}
+
+// TestServiceKey_AssertedWorkspacePicksTheTenantModel checks that a tenant
+// model's route for a workspace serves the workspace a service key asserts.
+func TestServiceKey_AssertedWorkspacePicksTheTenantModel(t *testing.T) {
+	h := newHarness(t, nil, func(o *gateway.Options) {
+		o.Keys = fakeKeys{"sk-service-b": {KeyID: "ksb", Org: "orgB", Workspace: "w1", User: "server", Assert: []string{gateway.AssertWorkspace}}}
+		o.TenantModels = tenantModels // orgB's cheap is mock-large, its research workspace's mock-small
+	})
+	for _, tc := range []struct {
+		workspace, served string
+	}{
+		{"", "mock-large"},
+		{"research", "mock-small"},
+	} {
+		headers := as("sk-service-b", nil)
+		if tc.workspace != "" {
+			headers[gateway.HeaderWorkspace] = tc.workspace
+		}
+		r := h.post("/v1/chat/completions", chatBody("cheap"), headers)
+		if r.status != 200 || r.header.Get("X-Sluice-Model") != tc.served {
+			t.Errorf("workspace %q: %d %s, X-Sluice-Model %q; want %s", tc.workspace, r.status, r.body, r.header.Get("X-Sluice-Model"), tc.served)
+		}
+	}
+}
