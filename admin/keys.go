@@ -17,6 +17,9 @@ type keyRequest struct {
 	Name          string    `json:"name"`
 	AllowedModels []string  `json:"allowed_models"`
 	ExpiresAt     time.Time `json:"expires_at"`
+	// Assert and AssertWorkspaces make a service key (catalog.Key).
+	Assert           []string `json:"assert"`
+	AssertWorkspaces []string `json:"assert_workspaces"`
 }
 
 // keySecret is a key with its secret: the answer to a creation or a
@@ -70,7 +73,8 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *principal
 		}
 	}
 	secret, k, err := h.cat.CreateKey(r.Context(), catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team,
-		User: req.User, Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, ExpiresAt: req.ExpiresAt}, p.actor)
+		User: req.User, Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, ExpiresAt: req.ExpiresAt,
+		Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces}, p.actor)
 	if err != nil {
 		return err
 	}

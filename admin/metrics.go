@@ -31,6 +31,7 @@ var (
 		"upstream_error", "bad_request", "unauthorized", "client_gone", "session_ceiling", "too_many_sessions"}
 	knownClasses  = []string{"throttled", "terminal", "transient"}
 	knownCeilings = []string{"wall_clock", "turns", "tokens", "cost", "context"}
+	knownIdentity = []string{gateway.HeaderWorkspace, gateway.HeaderUser, gateway.HeaderTeam}
 )
 
 // Metrics holds Sluice's Prometheus series, named sluice_*. Labels are
@@ -56,6 +57,7 @@ type Metrics struct {
 	sessions    *prometheus.CounterVec
 	sessionCost prometheus.Histogram
 	sessionTurn prometheus.Histogram
+	ignoredID   *prometheus.CounterVec
 
 	seriesCache sync.Map // seriesKey -> *requestSeries
 
@@ -135,6 +137,10 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		Help:    "Turns (calls) of each session its client closed.",
 		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500},
 	})
+	m.ignoredID = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_identity_headers_ignored_total",
+		Help: "Identity headers (X-Sluice-Workspace, X-Sluice-User, X-Sluice-Team) ignored because the request's key may not assert them, by header.",
+	}, []string{"header"})
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_in_flight",
 		Help: "Calls admitted and not yet settled in this process.",
@@ -149,7 +155,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		m.storeTimeOf[op] = m.storeTime.WithLabelValues(name)
 	}
 	reg.MustRegister(m.requests, m.tokens, m.cost, m.decision, m.attempts, m.attemptsSum, m.storeTime,
-		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sessions, m.sessionCost, m.sessionTurn, inFlight)
+		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sessions, m.sessionCost, m.sessionTurn, m.ignoredID, inFlight)
 	return m
 }
 
@@ -234,6 +240,9 @@ func (m *Metrics) Observe(e gateway.Event) {
 		m.sessionTurn.Observe(float64(e.SessionUsed.Turns))
 	case "ceiling":
 		m.sessions.WithLabelValues("ceiling_reached", bounded(e.Ceiling, knownCeilings)).Inc()
+	}
+	for _, h := range e.IgnoredIdentity {
+		m.ignoredID.WithLabelValues(bounded(h, knownIdentity)).Inc()
 	}
 	if e.Decision > 0 {
 		s.decision.Observe(e.Decision.Seconds())

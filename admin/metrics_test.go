@@ -120,6 +120,11 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 		{Route: "chat", Model: "mock-small", Outcome: "session_ceiling", Class: "terminal", Status: 429, Session: "ceiling", Ceiling: "turns"},
 		{Route: "sessions", Model: "mock-small", Outcome: "admitted", Status: 200, Session: "closed",
 			SessionUsed: gateway.SessionUsage{Turns: 7, Tokens: 900, Cost: 12_000}},
+		// Identity headers a key may not assert, ignored; a name no release
+		// sends folds into "other".
+		{Route: "chat", Model: "mock-small", Outcome: "admitted", Status: 200,
+			IgnoredIdentity: []string{gateway.HeaderWorkspace, gateway.HeaderUser, gateway.HeaderTeam}},
+		{Route: "chat", Model: "mock-small", Outcome: "admitted", Status: 200, IgnoredIdentity: []string{gateway.HeaderUser, "X-Evil"}},
 	}
 	for _, ev := range events {
 		e.metrics.Observe(ev)
@@ -131,7 +136,7 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 		labels []string
 		want   float64
 	}{
-		{"sluice_requests_total", []string{"route", "chat", "model", "mock-small", "outcome", "admitted", "class", ""}, 2},
+		{"sluice_requests_total", []string{"route", "chat", "model", "mock-small", "outcome", "admitted", "class", ""}, 4},
 		{"sluice_requests_total", []string{"outcome", "rate_limited", "class", "throttled"}, 1},
 		{"sluice_requests_total", []string{"route", "messages", "outcome", "busy", "class", "throttled"}, 1},
 		{"sluice_requests_total", []string{"outcome", "budget_exceeded", "class", "terminal"}, 1},
@@ -160,6 +165,10 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 		{"sluice_session_cost_microdollars", nil, 1},
 		{"sluice_session_turns", nil, 1},
 		{"sluice_requests_total", []string{"route", "chat", "outcome", "session_ceiling", "class", "terminal"}, 1},
+		{"sluice_identity_headers_ignored_total", []string{"header", "X-Sluice-Workspace"}, 1},
+		{"sluice_identity_headers_ignored_total", []string{"header", "X-Sluice-User"}, 2},
+		{"sluice_identity_headers_ignored_total", []string{"header", "X-Sluice-Team"}, 1},
+		{"sluice_identity_headers_ignored_total", []string{"header", "other"}, 1},
 	} {
 		if got := value(f, tc.family, tc.labels...); got != tc.want {
 			t.Errorf("%s%v = %v, want %v", tc.family, tc.labels, got, tc.want)

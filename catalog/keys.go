@@ -35,6 +35,14 @@ type Key struct {
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
 	// Name is a label for people.
 	Name string `json:"name,omitempty"`
+	// Assert makes the key a service key: the attributes (workspace, user,
+	// team) it may set per request with X-Sluice-Workspace, X-Sluice-User
+	// and X-Sluice-Team, within its own org. Empty: it asserts nothing.
+	Assert []string `json:"assert,omitempty"`
+	// AssertWorkspaces limits the workspaces a service key may assert:
+	// each an exact name or a prefix ending in "*". Empty: any workspace
+	// of its org.
+	AssertWorkspaces []string `json:"assert_workspaces,omitempty"`
 }
 
 // AllowsModel reports whether the key may call model.
@@ -138,6 +146,11 @@ func (c *Catalog) CreateKey(ctx context.Context, k Key, actor string) (secret st
 	case !k.ExpiresAt.IsZero() && !k.ExpiresAt.After(now):
 		return "", Key{}, fmt.Errorf("catalog: create key: %w: expiry %s is not in the future", ErrInvalid, k.ExpiresAt.Format(time.RFC3339))
 	}
+	assert, workspaces, err := checkAssert(k.Assert, k.AssertWorkspaces)
+	if err != nil {
+		return "", Key{}, fmt.Errorf("catalog: create key: %w", err)
+	}
+	k.Assert, k.AssertWorkspaces = assert, workspaces
 	if k.Org == "" {
 		k.Org = "default"
 	}
@@ -155,14 +168,17 @@ func (c *Catalog) CreateKey(ctx context.Context, k Key, actor string) (secret st
 	if err != nil {
 		return "", Key{}, fmt.Errorf("catalog: create key: %w", err)
 	}
+	assertJSON, _ := json.Marshal(nonNil(k.Assert)) // a []string always marshals
+	workspacesJSON, _ := json.Marshal(nonNil(k.AssertWorkspaces))
 	secret = newSecret(k.ID)
 	hash := hashSecret(secret)
 	err = c.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO api_keys
-			(id, secret_hash, org, workspace, team, user_id, tier, allowed_models, name, expires_at, created_at, revoked_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`),
+			(id, secret_hash, org, workspace, team, user_id, tier, allowed_models, name, expires_at, created_at, revoked_at,
+			may_assert, assert_workspaces)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)`),
 			k.ID, hash[:], k.Org, k.Workspace, k.Team, k.User, k.Tier, string(models), k.Name,
-			dbTime(k.ExpiresAt), dbTime(k.CreatedAt)); err != nil {
+			dbTime(k.ExpiresAt), dbTime(k.CreatedAt), string(assertJSON), string(workspacesJSON)); err != nil {
 			return err
 		}
 		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyCreate, Target: keyTarget(k.ID), After: k, Workspace: k.Workspace, Org: k.Org}, now)
@@ -214,10 +230,11 @@ func (c *Catalog) Authenticate(ctx context.Context, secret string) (Key, error) 
 		return Key{}, ErrExpiredKey
 	}
 	k.AllowedModels = slices.Clone(k.AllowedModels)
+	k.Assert, k.AssertWorkspaces = slices.Clone(k.Assert), slices.Clone(k.AssertWorkspaces)
 	return k, nil
 }
 
-const keyColumns = `id, org, workspace, team, user_id, tier, allowed_models, name, expires_at, created_at, revoked_at`
+const keyColumns = `id, org, workspace, team, user_id, tier, allowed_models, name, expires_at, created_at, revoked_at, may_assert, assert_workspaces`
 
 type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -239,9 +256,9 @@ func (c *Catalog) loadKey(ctx context.Context, q queryer, id string, withHash bo
 
 func scanKey(scan func(...any) error, hash *[]byte, withHash bool) (Key, error) {
 	var k Key
-	var models string
+	var models, assert, workspaces string
 	var expires, created, revoked sql.NullInt64
-	dest := []any{&k.ID, &k.Org, &k.Workspace, &k.Team, &k.User, &k.Tier, &models, &k.Name, &expires, &created, &revoked}
+	dest := []any{&k.ID, &k.Org, &k.Workspace, &k.Team, &k.User, &k.Tier, &models, &k.Name, &expires, &created, &revoked, &assert, &workspaces}
 	if withHash {
 		dest = append(dest, hash)
 	}
@@ -252,6 +269,13 @@ func scanKey(scan func(...any) error, hash *[]byte, withHash bool) (Key, error) 
 		if err := json.Unmarshal([]byte(models), &k.AllowedModels); err != nil {
 			return Key{}, fmt.Errorf("key %s: allowed models: %w", k.ID, err)
 		}
+	}
+	var err error
+	if k.Assert, err = decodeList("assert", assert); err != nil {
+		return Key{}, fmt.Errorf("key %s: %w", k.ID, err)
+	}
+	if k.AssertWorkspaces, err = decodeList("assert_workspaces", workspaces); err != nil {
+		return Key{}, fmt.Errorf("key %s: %w", k.ID, err)
 	}
 	k.ExpiresAt, k.CreatedAt, k.RevokedAt = fromDBTime(expires), fromDBTime(created), fromDBTime(revoked)
 	return k, nil

@@ -34,6 +34,14 @@ type Principal struct {
 	User          string
 	Tier          string
 	AllowedModels []string
+	// Assert makes the key a service key: the attributes (AssertWorkspace,
+	// AssertUser, AssertTeam) it may set per request with HeaderWorkspace,
+	// HeaderUser and HeaderTeam, within its own Org. Empty: the headers
+	// are ignored.
+	Assert []string
+	// AssertWorkspaces limits the workspaces a service key may assert:
+	// each an exact name or a prefix ending in "*". Empty: any.
+	AssertWorkspaces []string
 }
 
 // ErrBadKey is returned by an Authenticator for a key that is unknown,
@@ -201,6 +209,10 @@ type Event struct {
 	SessionUsed SessionUsage
 	// Paced is how long the call was held for its provider's rate limit.
 	Paced time.Duration
+	// IgnoredIdentity names the identity headers (HeaderWorkspace,
+	// HeaderUser, HeaderTeam) the request sent and its key may not assert:
+	// they were ignored.
+	IgnoredIdentity []string
 }
 
 // SessionUsage is what a session used.

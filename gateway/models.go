@@ -144,7 +144,9 @@ func (g *Gateway) listModels(ctx *fasthttp.RequestCtx) {
 	if len(ctx.Request.Header.Peek("anthropic-version")) > 0 {
 		rt = routes["/v1/messages"]
 	}
-	who, err := g.authenticate(ctx, clientIP(ctx, g.opts.TrustedProxies))
+	// A service key's asserted workspace picks the tenant models' routes,
+	// as it does for a call.
+	who, _, err := g.authenticate(ctx, clientIP(ctx, g.opts.TrustedProxies), &Event{})
 	if err != nil {
 		writeError(ctx, rt, err)
 		return

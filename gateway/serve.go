@@ -63,6 +63,9 @@ type call struct {
 	// served is set when the call came through Server, whose ConnState
 	// hook runs g.after.
 	served bool
+	// asserted are the attributes of who that a service key set from the
+	// request's headers.
+	asserted attrSet
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
@@ -105,11 +108,11 @@ func (c *call) whenAnswered(f func()) {
 func (c *call) run() error {
 	g, ctx := c.g, c.ctx
 	c.ip = clientIP(ctx, g.opts.TrustedProxies)
-	who, err := g.authenticate(ctx, c.ip)
+	who, asserted, err := g.authenticate(ctx, c.ip, &c.event)
 	if err != nil {
 		return err
 	}
-	c.who = who
+	c.who, c.asserted = who, asserted
 	c.body = ctx.PostBody()
 	if len(c.body) > g.opts.MaxBodyBytes {
 		return errBodyTooLarge(g.opts.MaxBodyBytes)
@@ -196,29 +199,36 @@ func (c *call) run() error {
 
 // authenticate counts the request against its client address's pre-auth
 // limit, then resolves its bearer (an API key, or a JWT when Keys is a
-// JWTAuthenticator) to the principal of its trusted record.
-func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string) (Principal, error) {
+// JWTAuthenticator) to the principal of its trusted record, with the
+// attributes a service key asserts in the request's headers. Identity
+// headers the key may not assert are named in ev.IgnoredIdentity.
+func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (Principal, attrSet, error) {
 	if g.preAuth != nil {
 		if err := g.admitAddress(ip); err != nil {
-			return Principal{}, err
+			return Principal{}, 0, err
 		}
 	}
 	secret := bearer(&ctx.Request.Header)
 	if secret == "" {
-		return Principal{}, errBadKey()
+		return Principal{}, 0, errBadKey()
 	}
 	who, err := g.opts.Keys.Authenticate(context.Background(), secret)
 	if err != nil {
 		var te *tokenError
 		if errors.As(err, &te) {
-			return Principal{}, errBadToken(te.reason)
+			return Principal{}, 0, errBadToken(te.reason)
 		}
 		if errors.Is(err, ErrBadKey) {
-			return Principal{}, errBadKey()
+			return Principal{}, 0, errBadKey()
 		}
-		return Principal{}, errKeyStore(err)
+		return Principal{}, 0, errKeyStore(err)
 	}
-	return who, nil
+	who, asserted, ignored, err := assertIdentity(&ctx.Request.Header, who)
+	ev.IgnoredIdentity = ignored.headers()
+	if err != nil {
+		return Principal{}, 0, err
+	}
+	return who, asserted, nil
 }
 
 // admitAddress counts a request against its client address's pre-auth

@@ -138,7 +138,8 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		writeError(ctx, rt, errNotFound(path))
 		return
 	}
-	who, err := g.authenticate(ctx, clientIP(ctx, g.opts.TrustedProxies))
+	var authEvent Event
+	who, _, err := g.authenticate(ctx, clientIP(ctx, g.opts.TrustedProxies), &authEvent)
 	if err != nil {
 		writeError(ctx, rt, err)
 		return
@@ -149,7 +150,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	switch {
 	case id == "" && method == fasthttp.MethodPost:
 		s, created, lowered, err := g.mintSession(ctx, who)
-		ev := Event{Route: "sessions", Model: s.Model, Outcome: "admitted"}
+		ev := Event{Route: "sessions", Model: s.Model, Outcome: "admitted", IgnoredIdentity: authEvent.IgnoredIdentity}
 		if err != nil {
 			writeError(ctx, rt, err)
 			ev.Outcome, ev.Class = outcomeOf(err)
@@ -179,7 +180,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		writeSession(ctx, 200, s, nil)
 		if closed {
 			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: "admitted", Session: "closed",
-				SessionUsed: SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost}})
+				SessionUsed: SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost}, IgnoredIdentity: authEvent.IgnoredIdentity})
 		}
 	default:
 		if id == "" {
@@ -398,6 +399,15 @@ func (c *call) joinSession(id string, m *model) error {
 		return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "session_model", param: "model",
 			message: fmt.Sprintf("Session %s serves model %q, not %q.", s.ID, s.Model, c.bound.Model)}
 	}
+	// The session keeps the workspace and user it was minted for: a call
+	// on it is theirs, and a service key may not assert others.
+	switch {
+	case c.asserted.has(assertedWorkspace) && c.who.Workspace != s.Workspace:
+		return errSessionIdentity(s.ID, HeaderWorkspace, "workspace", s.Workspace)
+	case c.asserted.has(assertedUser) && c.who.User != s.User:
+		return errSessionIdentity(s.ID, HeaderUser, "user", s.User)
+	}
+	c.who.Workspace, c.who.User = s.Workspace, s.User
 	c.session.id = s.ID
 	// The session's wall clock bounds its calls: a call still running
 	// when it ends is cut, as the request deadline would cut it.
@@ -405,6 +415,11 @@ func (c *call) joinSession(id string, m *model) error {
 		c.deadline = s.ExpiresAt
 	}
 	return nil
+}
+
+func errSessionIdentity(id, header, attribute, value string) error {
+	return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "session_identity", param: header,
+		message: fmt.Sprintf("Session %s belongs to %s %q; send that %s or none.", id, attribute, value, header)}
 }
 
 // observe tells the Observer about a session event.

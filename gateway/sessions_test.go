@@ -42,15 +42,16 @@ type sessionReply struct {
 
 // sessionHarness is a gateway with sessions kept in a SQLite catalog: the
 // default terms are mock-small, one hour, 3 turns, 10,000 tokens, at most
-// 2 open per user; the tier "pro" gets mock-large.
-func sessionHarness(t *testing.T, rules []sluice.Rule) *harness {
+// 2 open per user; the tier "pro" gets mock-large. Then tweak changes the
+// gateway's options.
+func sessionHarness(t *testing.T, rules []sluice.Rule, tweak ...func(*gateway.Options)) *harness {
 	t.Helper()
 	cat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	return startHarness(t, setup{rules: rules, tweak: []func(*gateway.Options){func(o *gateway.Options) {
+	return startHarness(t, setup{rules: rules, tweak: append([]func(*gateway.Options){func(o *gateway.Options) {
 		o.Sessions = &gateway.Sessions{Store: cat, MaxOpenPerUser: 2, Terms: func(p gateway.Principal) gateway.SessionTerms {
 			terms := gateway.SessionTerms{Model: "mock-small", MaxDuration: time.Hour, MaxTurns: 3, MaxTokens: 10_000}
 			if p.Tier == "pro" {
@@ -58,7 +59,7 @@ func sessionHarness(t *testing.T, rules []sluice.Rule) *harness {
 			}
 			return terms
 		}}
-	}}})
+	}}, tweak...)})
 }
 
 func (h *harness) sessionCall(method, path, body string, headers map[string]string) (reply, sessionReply) {

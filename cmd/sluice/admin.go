@@ -198,4 +198,7 @@ type keyRequest struct {
 	Name          string    `json:"name,omitempty"`
 	AllowedModels []string  `json:"allowed_models,omitempty"`
 	ExpiresAt     time.Time `json:"expires_at,omitzero"`
+	// Assert and AssertWorkspaces make a service key (catalog.Key).
+	Assert           []string `json:"assert,omitempty"`
+	AssertWorkspaces []string `json:"assert_workspaces,omitempty"`
 }

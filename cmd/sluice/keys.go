@@ -30,6 +30,7 @@ func keys(args []string) error {
 	adminURL := fs.String("admin-url", "", "admin API of a running server (token from $SLUICE_ADMIN_TOKEN); default: the data directory")
 	var req keyRequest
 	models := fs.String("models", "", "comma-separated models the key may use (default: all)")
+	var assert, assertWorkspaces string
 	if sub == "create" {
 		fs.StringVar(&req.Workspace, "workspace", "", "workspace (required)")
 		fs.StringVar(&req.User, "user", "", "user (required)")
@@ -37,6 +38,8 @@ func keys(args []string) error {
 		fs.StringVar(&req.Team, "team", "", "team")
 		fs.StringVar(&req.Tier, "tier", "", "tier")
 		fs.StringVar(&req.Name, "name", "", "a name to recognise the key by")
+		fs.StringVar(&assert, "assert", "", "make a service key: comma-separated attributes (workspace,user,team) it may assert per request with X-Sluice-Workspace, X-Sluice-User, X-Sluice-Team")
+		fs.StringVar(&assertWorkspaces, "assert-workspaces", "", "comma-separated workspaces a service key may assert, each a name or a prefix ending in * (default: any in its org)")
 	}
 	workspace := ""
 	if sub == "list" {
@@ -48,6 +51,7 @@ func keys(args []string) error {
 	if *models != "" {
 		req.AllowedModels = strings.Split(*models, ",")
 	}
+	req.Assert, req.AssertWorkspaces = splitList(assert), splitList(assertWorkspaces)
 	if *adminURL != "" {
 		return keysRemote(sub, *adminURL, req, workspace, fs.Args())
 	}
@@ -70,7 +74,7 @@ func keys(args []string) error {
 			return fmt.Errorf("keys create: %w", err)
 		}
 		secret, key, err := cat.CreateKey(ctx, catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team, User: req.User,
-			Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels}, "cli")
+			Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces}, "cli")
 		if err != nil {
 			return err
 		}
@@ -116,7 +120,7 @@ func printCreated(id, workspace, user, secret string) {
 
 func printKeys(list []catalog.Key) {
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tORG\tWORKSPACE\tUSER\tTIER\tCREATED\tSTATUS")
+	fmt.Fprintln(w, "ID\tORG\tWORKSPACE\tUSER\tTIER\tCREATED\tSTATUS\tASSERTS")
 	for _, k := range list {
 		status := "active"
 		if !k.RevokedAt.IsZero() {
@@ -124,9 +128,33 @@ func printKeys(list []catalog.Key) {
 		} else if !k.ExpiresAt.IsZero() && k.ExpiresAt.Before(time.Now()) {
 			status = "expired"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Org, k.Workspace, k.User, k.Tier, k.CreatedAt.UTC().Format(time.RFC3339), status)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Org, k.Workspace, k.User, k.Tier, k.CreatedAt.UTC().Format(time.RFC3339), status, asserts(k))
 	}
 	_ = w.Flush()
+}
+
+// asserts describes what a service key may assert: "workspace,user in
+// ws-a,team-*", or "-" for a plain key.
+func asserts(k catalog.Key) string {
+	if len(k.Assert) == 0 {
+		return "-"
+	}
+	s := strings.Join(k.Assert, ",")
+	if len(k.AssertWorkspaces) > 0 {
+		s += " in " + strings.Join(k.AssertWorkspaces, ",")
+	}
+	return s
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 func keysRemote(sub, base string, req keyRequest, workspace string, args []string) error {

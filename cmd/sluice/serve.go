@@ -260,7 +260,7 @@ func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Prin
 		tier = k.config().PromotedTier(tier, k.now().Sub(key.CreatedAt))
 	}
 	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
-		Tier: tier, AllowedModels: key.AllowedModels}, nil
+		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces}, nil
 }
 
 // ledger adapts the catalog to the gateway's UsageRecorder.
