@@ -49,7 +49,9 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 		ctx.SetConnectionClose()
 		return
 	}
+	// fasthttp's error quotes the raw request, headers (and so the key)
+	// included: the client is told what is wrong, never the bytes back.
 	writeError(ctx, rt, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
-		code: "malformed_request", message: "The request could not be read: " + err.Error()})
+		code: "malformed_request", message: "The request could not be read as HTTP/1.1 (a malformed request line or header, or a header too large)."})
 	ctx.SetConnectionClose()
 }
