@@ -24,6 +24,24 @@ var assertable = []string{AssertWorkspace, AssertUser, AssertTeam}
 // or team) per request.
 func (k Key) MayAssert(attribute string) bool { return slices.Contains(k.Assert, attribute) }
 
+// MayAssertWorkspace reports whether the key may name workspace ws: it may
+// assert a workspace, and ws is within AssertWorkspaces (an exact name or
+// a prefix ending in "*"; an empty list allows any).
+func (k Key) MayAssertWorkspace(ws string) bool {
+	if !k.MayAssert(AssertWorkspace) {
+		return false
+	}
+	if len(k.AssertWorkspaces) == 0 {
+		return true
+	}
+	for _, p := range k.AssertWorkspaces {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(ws, prefix) || p == ws {
+			return true
+		}
+	}
+	return false
+}
+
 // checkAssert validates a key's permission to assert attributes and
 // returns it normalised: each attribute once, in the order of assertable;
 // each workspace pattern once, in the order given.

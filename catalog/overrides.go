@@ -119,6 +119,20 @@ func (c *Catalog) setOverride(ctx context.Context, o Override, actor string, req
 	o.ExpiresAt = o.ExpiresAt.UTC().Round(0)
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
 		org, workspace, err := c.subjectWorkspace(ctx, tx, o.Org, o.Attribute, o.Value)
+		if requireSubject && errors.Is(err, sql.ErrNoRows) && inOrg(o.Attribute) {
+			// A workspace, user or team no key records may still be one a
+			// service key of the org asserts.
+			asserted, aerr := c.assertable(ctx, tx, o.Org, o.Attribute, o.Value)
+			if aerr != nil {
+				return aerr
+			}
+			if asserted {
+				org, err = o.Org, nil
+				if o.Attribute == "workspace" {
+					workspace = o.Value
+				}
+			}
+		}
 		if requireSubject && errors.Is(err, sql.ErrNoRows) {
 			if inOrg(o.Attribute) {
 				return fmt.Errorf("%w: no key of org %q has %s %q", ErrUnknownSubject, o.Org, o.Attribute, o.Value)
@@ -150,6 +164,26 @@ func (c *Catalog) setOverride(ctx context.Context, o Override, actor string, req
 		return fmt.Errorf("catalog: set override: %w", err)
 	}
 	return nil
+}
+
+// assertable reports whether a live service key of org may assert value
+// as its attribute (workspace, user or team).
+func (c *Catalog) assertable(ctx context.Context, q queryer, org, attribute, value string) (bool, error) {
+	rows, err := q.QueryContext(ctx, c.d.q(`SELECT `+keyColumns+` FROM api_keys WHERE org = ? AND may_assert <> '[]' AND revoked_at IS NULL`), org)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		k, err := scanKey(rows.Scan, nil, false)
+		if err != nil {
+			return false, err
+		}
+		if attribute == AssertWorkspace && k.MayAssertWorkspace(value) || attribute != AssertWorkspace && k.MayAssert(attribute) {
+			return true, nil
+		}
+	}
+	return false, rows.Err()
 }
 
 // subjectColumn is the api_keys column an override attribute is checked

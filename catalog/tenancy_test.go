@@ -233,3 +233,31 @@ func TestCatalog_OpenSessionsCappedPerOrg(t *testing.T) {
 		}
 	})
 }
+
+// An override may name a workspace or user that only a service key of the
+// org asserts; not one outside its list, nor one of another org.
+func TestCatalog_OverrideOfAnAssertedSubject(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		ctx := context.Background()
+		if _, _, err := c.CreateKey(ctx, Key{Org: "acme", Workspace: "app", User: "server", Assert: []string{"workspace", "user"}, AssertWorkspaces: []string{"team-*"}}, "alice"); err != nil {
+			t.Fatal(err)
+		}
+		limit := int64(5)
+		for _, tt := range []struct {
+			org, attribute, value string
+			ok                    bool
+		}{
+			{"acme", "workspace", "team-red", true},
+			{"acme", "workspace", "other", false},
+			{"acme", "user", "alice", true},
+			{"acme", "team", "design", false},
+			{"beta", "user", "alice", false},
+		} {
+			err := c.SetSubjectOverride(ctx, Override{Rule: "daily", Org: tt.org, Attribute: tt.attribute, Value: tt.value, Limit: &limit}, "alice")
+			if got := err == nil; got != tt.ok || (!tt.ok && !errors.Is(err, ErrUnknownSubject)) {
+				t.Errorf("%s %s %q: %v, want ok %v", tt.org, tt.attribute, tt.value, err, tt.ok)
+			}
+		}
+	})
+}
