@@ -62,6 +62,9 @@ type Handler struct {
 	now     func() time.Time
 	mux     *http.ServeMux
 	console *console
+	// anonymous bounds the audit entries of refused writes without a
+	// valid token.
+	anonymous denials
 }
 
 // New returns the admin Handler.
@@ -266,10 +269,24 @@ func (h *Handler) guard(fn apiHandler, adminOnly, isWrite bool) http.Handler {
 
 // auditDenied records a refused write. The token presented is never
 // recorded.
+// Anonymous denials are recorded at most once a minute per source address,
+// with the count of those left out since.
 func (h *Handler) auditDenied(r *http.Request, actor string, status int, reason string) {
+	after := map[string]any{"status": status, "reason": reason}
+	if actor == "anonymous" {
+		source := sourceOf(r)
+		audit, suppressed := h.anonymous.admit(source, h.now())
+		if !audit {
+			return
+		}
+		after["source"] = source
+		if suppressed > 0 {
+			after["suppressed"] = suppressed
+		}
+	}
 	err := h.cat.Audit(r.Context(), catalog.AuditEntry{
 		Actor: actor, Action: "denied", Target: r.Method + " " + r.URL.Path, Denied: true,
-		After: map[string]any{"status": status, "reason": reason},
+		After: after,
 	})
 	if err != nil {
 		h.log.Error("admin: audit a denied write", "err", err)

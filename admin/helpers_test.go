@@ -60,7 +60,7 @@ func newEnv(t *testing.T) *env {
 	}
 	e.limiter = l
 	h, err := New(Options{
-		Catalog: cat, Limiter: l, AdminToken: rootToken, Metrics: e.metrics,
+		Catalog: cat, Limiter: l, AdminToken: rootToken, Metrics: e.metrics, Now: e.clock.Now,
 		OnChange: func() {
 			e.changes.Add(1)
 			if err := e.refresh(); err != nil {
