@@ -59,7 +59,7 @@ func TestServe_AdminReloadMetricsAndLogs(t *testing.T) {
 		}
 	}
 	writeConfig("100")
-	const adminTok = "test-admin-token-0123456789"
+	const adminTok = "test-admin-token-0123456789-abcdef"
 	listen, adminAddr := freeAddr(t), freeAddr(t)
 	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+adminAddr,
 		"SLUICE_CONFIG="+cfgPath, "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=production", "SLUICE_ADMIN_TOKEN="+adminTok)

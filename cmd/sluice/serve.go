@@ -271,10 +271,18 @@ func (l ledger) RecordUsage(u gateway.UsageRecord) {
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost})
 }
 
-// adminToken returns the admin token: SLUICE_ADMIN_TOKEN, or in
-// development on a loopback address a generated one.
+// minProductionAdminToken is the shortest SLUICE_ADMIN_TOKEN production
+// accepts: 32 bytes, as many as a generated token's random part.
+const minProductionAdminToken = 32
+
+// adminToken returns the admin token: SLUICE_ADMIN_TOKEN (in production at
+// least minProductionAdminToken bytes), or in development on a loopback
+// address a generated one.
 func adminToken(cfg *config.Config) (string, bool, error) {
 	if t := os.Getenv("SLUICE_ADMIN_TOKEN"); t != "" {
+		if cfg.IsProduction() && len(t) < minProductionAdminToken {
+			return "", false, fmt.Errorf("SLUICE_ADMIN_TOKEN is %d bytes; production needs at least %d (for example: openssl rand -hex 32)", len(t), minProductionAdminToken)
+		}
 		return t, false, nil
 	}
 	host, _, err := net.SplitHostPort(cfg.AdminListen)
