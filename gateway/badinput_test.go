@@ -1,14 +1,17 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -333,4 +336,39 @@ func TestGateway_ServerErrorsGoToTheLog(t *testing.T) {
 	eventually(t, "the server's message in the log", func() bool {
 		return strings.Contains(logged.String(), `"level":"DEBUG","msg":"http server"`) && strings.Contains(logged.String(), "body size exceeds")
 	})
+}
+
+// A request with both Content-Length and Transfer-Encoding is refused
+// (request smuggling), whichever comes first.
+func TestGateway_LengthAndChunkedRefused(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, headers := range []string{
+		"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+		"Transfer-Encoding: chunked\r\ncontent-length: 5\r\n",
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		body := `{"model":"mock-small","messages":[{"role":"user","content":"hi"}]}`
+		req := "POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer " + testKey + "\r\n" + headers +
+			"\r\n" + strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n"
+		if _, err := conn.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		conn.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "Content-Length and Transfer-Encoding") || !resp.Close {
+			t.Errorf("%q: %d %s (close %v), want 400 and the connection closed", headers, resp.StatusCode, b, resp.Close)
+		}
+	}
+	if n := h.mockCalls(); n != 0 {
+		t.Fatalf("the provider was called %d times", n)
+	}
 }

@@ -10,6 +10,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -345,9 +346,33 @@ func (g *Gateway) Handler(ctx *fasthttp.RequestCtx) { g.handle(ctx, false) }
 // g.after.
 func (g *Gateway) handleServed(ctx *fasthttp.RequestCtx) { g.handle(ctx, true) }
 
+// lengthAndChunked reports a request that has a Transfer-Encoding and a
+// Content-Length too. fasthttp reads the body by the Transfer-Encoding and
+// drops the Content-Length, so the raw header lines are looked at.
+func lengthAndChunked(h *fasthttp.RequestHeader) bool {
+	if len(h.Peek("Transfer-Encoding")) == 0 {
+		return false
+	}
+	for line := range bytes.SplitSeq(h.RawHeaders(), []byte("\r\n")) {
+		name, _, ok := bytes.Cut(line, []byte(":"))
+		if ok && bytes.EqualFold(bytes.TrimSpace(name), []byte("Content-Length")) {
+			return true
+		}
+	}
+	return false
+}
+
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 	path := string(ctx.Path())
 	method := string(ctx.Method())
+	if lengthAndChunked(&ctx.Request.Header) {
+		// Two framings: a proxy in front may read one and Sluice the
+		// other (request smuggling). Refused, and the connection closed.
+		writeError(ctx, routeForShape(path), &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+			code: "malformed_request", message: "The request has both Content-Length and Transfer-Encoding; send one."})
+		ctx.SetConnectionClose()
+		return
+	}
 	switch {
 	case path == "/healthz" || path == "/readyz":
 		g.health(ctx, path == "/readyz")
