@@ -26,6 +26,15 @@ const sessionTTL = 12 * time.Hour
 
 const sessionCookie = "sluice_session"
 
+// loginCookie carries the sign-in form's CSRF token, which the form repeats:
+// a page of another site cannot read it, so it cannot sign a browser in to
+// a session of the attacker's choosing.
+const loginCookie = "sluice_login"
+
+// maxSessions bounds the console logins kept; past it the oldest is
+// forgotten (its browser signs in again).
+const maxSessions = 1000
+
 // console is the web console under /ui/: server-rendered pages over the
 // same catalog and limiter as the API, with the same roles.
 type console struct {
@@ -108,8 +117,10 @@ func (c *console) routes(m *http.ServeMux) {
 	static, _ := fs.Sub(uiFiles, "ui/static")
 	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
 	m.HandleFunc("GET /ui/login", c.loginPage)
-	m.HandleFunc("POST /ui/login", c.login)
-	m.HandleFunc("POST /ui/logout", c.logout)
+	// Cross-origin writes are refused by the browser's own Sec-Fetch-Site
+	// or Origin, before any token is looked at.
+	m.Handle("POST /ui/login", crossOrigin.Handler(http.HandlerFunc(c.login)))
+	m.Handle("POST /ui/logout", crossOrigin.Handler(http.HandlerFunc(c.logout)))
 	m.Handle("GET /ui/{$}", c.page(c.workspaces))
 	m.Handle("GET /ui/workspaces/{ws}", c.page(c.workspace))
 	m.Handle("POST /ui/workspaces/{ws}/overrides", c.page(c.setOverride))
@@ -158,6 +169,11 @@ func (c *console) page(fn pageFunc) http.Handler {
 		}
 		v := &view{Actor: p.actor, Role: p.role, IsAdmin: p.isAdmin(), Scope: p.workspaces, CSRF: s.csrf}
 		if r.Method == http.MethodPost {
+			if err := crossOrigin.Check(r); err != nil {
+				c.h.auditDenied(r, p.actor, http.StatusForbidden, "a cross-origin form")
+				http.Error(w, "cross-origin requests are refused", http.StatusForbidden)
+				return
+			}
 			if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) != 1 {
 				c.h.auditDenied(r, p.actor, http.StatusForbidden, "missing or wrong CSRF token")
 				http.Error(w, "the form is stale: reload the page and try again", http.StatusForbidden)
@@ -165,9 +181,8 @@ func (c *console) page(fn pageFunc) http.Handler {
 			}
 			if !p.isAdmin() {
 				c.h.auditDenied(r, p.actor, http.StatusForbidden, "viewer tokens are read-only")
-				w.WriteHeader(http.StatusForbidden)
 				v.Title, v.Error = "Forbidden", "Viewer tokens are read-only."
-				c.render(w, "error", v)
+				c.renderStatus(w, "error", v, http.StatusForbidden)
 				return
 			}
 		}
@@ -177,22 +192,23 @@ func (c *console) page(fn pageFunc) http.Handler {
 			if ae.Status >= 500 {
 				c.h.log.Error("admin: console", "err", err)
 			}
-			w.WriteHeader(ae.Status)
 			v.Title, v.Error = http.StatusText(ae.Status), ae.Message
-			c.render(w, "error", v)
+			c.renderStatus(w, "error", v, ae.Status)
 			return
 		}
 		if name == "" { // fn redirected
 			return
 		}
-		if status != http.StatusOK {
-			w.WriteHeader(status)
-		}
-		c.render(w, name, v)
+		c.renderStatus(w, name, v, status)
 	})
 }
 
 func (c *console) render(w http.ResponseWriter, name string, v *view) {
+	c.renderStatus(w, name, v, http.StatusOK)
+}
+
+// renderStatus renders page name with status, its headers set first.
+func (c *console) renderStatus(w http.ResponseWriter, name string, v *view, status int) {
 	t, ok := c.pages[name]
 	if !ok {
 		http.Error(w, "no page "+name, http.StatusInternalServerError)
@@ -201,16 +217,36 @@ func (c *console) render(w http.ResponseWriter, name string, v *view) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
 	w.Header().Set("X-Frame-Options", "DENY")
+	w.WriteHeader(status)
 	if err := t.ExecuteTemplate(w, "layout.html", v); err != nil {
 		c.h.log.Error("admin: console render", "page", name, "err", err)
 	}
 }
 
+// crossOrigin refuses unsafe requests a browser marks as sent by another
+// site.
+var crossOrigin = http.NewCrossOriginProtection()
+
 func (c *console) loginPage(w http.ResponseWriter, r *http.Request) {
-	c.render(w, "login", &view{Title: "Sign in"})
+	c.renderLogin(w, r, http.StatusOK, "")
+}
+
+// renderLogin shows the sign-in form with a fresh CSRF token, in a cookie
+// and in the form.
+func (c *console) renderLogin(w http.ResponseWriter, r *http.Request, status int, message string) {
+	csrf := randomHex(16)
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: csrf, Path: "/ui/login", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(time.Hour / time.Second)})
+	c.renderStatus(w, "login", &view{Title: "Sign in", Error: message, CSRF: csrf}, status)
 }
 
 func (c *console) login(w http.ResponseWriter, r *http.Request) {
+	ck, err := r.Cookie(loginCookie)
+	if err != nil || ck.Value == "" || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(ck.Value)) != 1 {
+		c.h.auditDenied(r, "anonymous", http.StatusForbidden, "console sign-in without the form's CSRF token")
+		c.renderLogin(w, r, http.StatusForbidden, "Sign-in refused: the form has expired or did not come from this console; try again.")
+		return
+	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	if _, err := c.h.authenticate(r.Context(), token); err != nil {
 		var ae *authError
@@ -218,8 +254,7 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 			c.h.writeError(w, err)
 			return
 		}
-		w.WriteHeader(http.StatusUnauthorized)
-		c.render(w, "login", &view{Title: "Sign in", Error: "Sign-in refused: " + ae.reason + "."})
+		c.renderLogin(w, r, http.StatusUnauthorized, "Sign-in refused: "+ae.reason+".")
 		return
 	}
 	sid, csrf := randomHex(32), randomHex(16)
@@ -230,8 +265,18 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 			delete(c.sessions, id)
 		}
 	}
+	for len(c.sessions) >= maxSessions {
+		oldest := ""
+		for id, s := range c.sessions {
+			if oldest == "" || s.expires.Before(c.sessions[oldest].expires) {
+				oldest = id
+			}
+		}
+		delete(c.sessions, oldest)
+	}
 	c.sessions[sid] = &session{token: token, csrf: csrf, expires: now.Add(sessionTTL)}
 	c.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/ui/login", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: sid, Path: "/ui/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
 	http.Redirect(w, r, "/ui/", http.StatusSeeOther)

@@ -48,6 +48,14 @@ func (b *browser) post(path string, form url.Values) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// login signs in through the form: its page, then the post with the
+// form's CSRF token.
+func (b *browser) login(token string) (int, string) {
+	b.t.Helper()
+	_, page := b.get("/ui/login")
+	return b.post("/ui/login", url.Values{"token": {token}, "csrf": {csrfOf(b.t, page)}})
+}
+
 var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 
 func csrfOf(t *testing.T, page string) string {
@@ -71,11 +79,18 @@ func TestConsole_LoginCookieAndPages(t *testing.T) {
 	if status, body := b.get("/ui/"); status != http.StatusOK || !strings.Contains(body, `name="token"`) {
 		t.Fatalf("unauthenticated /ui/ = %d, want the login page", status)
 	}
-	if status, body := b.post("/ui/login", url.Values{"token": {"wrong"}}); status != http.StatusUnauthorized || !strings.Contains(body, "invalid admin token") {
+	if status, body := b.login("wrong"); status != http.StatusUnauthorized || !strings.Contains(body, "invalid admin token") {
 		t.Fatalf("bad login = %d %s", status, body)
 	}
-	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noFollow.PostForm(e.srv.URL+"/ui/login", url.Values{"token": {rootToken}})
+	jar, _ := cookiejar.New(nil)
+	noFollow := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	loginPage, err := noFollow.Get(e.srv.URL + "/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pageBody, _ := io.ReadAll(loginPage.Body)
+	loginPage.Body.Close()
+	resp, err := noFollow.PostForm(e.srv.URL+"/ui/login", url.Values{"token": {rootToken}, "csrf": {csrfOf(t, string(pageBody))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +105,7 @@ func TestConsole_LoginCookieAndPages(t *testing.T) {
 		t.Fatalf("session cookie = %+v", ck)
 	}
 
-	b.post("/ui/login", url.Values{"token": {rootToken}})
+	b.login(rootToken)
 	for path, want := range map[string]string{
 		"/ui/":                "1,500",
 		"/ui/workspaces/acme": `<svg id="chart"`,
@@ -135,7 +150,7 @@ func TestConsole_LoginCookieAndPages(t *testing.T) {
 	e.createKey("globex", "gus")
 	viewer := e.token("viewer", "acme")
 	v := e.browser()
-	v.post("/ui/login", url.Values{"token": {viewer}})
+	v.login(viewer)
 	_, page = v.get("/ui/workspaces/acme")
 	if strings.Contains(page, `id="override-form"`) || !strings.Contains(page, `id="readonly"`) {
 		t.Fatalf("viewer's workspace page has a form:\n%s", page)
@@ -191,7 +206,7 @@ func TestConsole_Sessions(t *testing.T) {
 		ids = append(ids, s.ID)
 	}
 	b := e.browser()
-	b.post("/ui/login", url.Values{"token": {rootToken}})
+	b.login(rootToken)
 	status, page := b.get("/ui/sessions")
 	if status != http.StatusOK || !strings.Contains(page, ids[0]) || !strings.Contains(page, ids[1]) || !strings.Contains(page, "0 / 20") {
 		t.Fatalf("admin's sessions page = %d:\n%s", status, page)
@@ -206,7 +221,7 @@ func TestConsole_Sessions(t *testing.T) {
 
 	viewer := e.token("viewer", "globex")
 	v := e.browser()
-	v.post("/ui/login", url.Values{"token": {viewer}})
+	v.login(viewer)
 	status, page = v.get("/ui/sessions")
 	if status != http.StatusOK || !strings.Contains(page, ids[1]) || strings.Contains(page, "end-session") {
 		t.Fatalf("viewer's sessions page = %d:\n%s", status, page)
@@ -214,5 +229,40 @@ func TestConsole_Sessions(t *testing.T) {
 	csrf := csrfOf(t, page)
 	if status, _ := v.post("/ui/sessions/"+ids[1]+"/end", url.Values{"csrf": {csrf}}); status != http.StatusForbidden {
 		t.Fatalf("viewer ending a session = %d", status)
+	}
+}
+
+// Signing in needs the form's own CSRF token, and a browser's cross-origin
+// post is refused; the console keeps a bounded number of logins.
+func TestConsole_LoginNeedsTheFormAndTheOrigin(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	if status, _ := b.post("/ui/login", url.Values{"token": {rootToken}}); status != http.StatusForbidden {
+		t.Fatalf("sign-in without the form's token = %d, want 403", status)
+	}
+	_, page := b.get("/ui/login")
+	form := url.Values{"token": {rootToken}, "csrf": {csrfOf(t, page)}}
+	req, _ := http.NewRequest("POST", e.srv.URL+"/ui/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-site sign-in = %d, want 403", resp.StatusCode)
+	}
+	if status, body := b.post("/ui/login", form); status != http.StatusOK || !strings.Contains(body, "Workspaces") {
+		t.Fatalf("sign-in with the form = %d", status)
+	}
+	for range maxSessions + 5 {
+		e.browser().login(rootToken)
+	}
+	e.handler.console.mu.Lock()
+	n := len(e.handler.console.sessions)
+	e.handler.console.mu.Unlock()
+	if n > maxSessions {
+		t.Fatalf("%d console sessions kept, want at most %d", n, maxSessions)
 	}
 }
