@@ -40,6 +40,16 @@ type Config struct {
 	Database string `yaml:"database,omitempty"`
 	// MaxBodyBytes caps a request body (8 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxConnections caps the client connections held at once; one more is
+	// answered 503 and closed. 0 means the process's descriptor limit less
+	// 256 (kept for the stores, the catalog and the providers).
+	MaxConnections int `yaml:"max_connections,omitempty"`
+	// MaxConnectionsPerIP caps them per client address; 0 (the default)
+	// sets no cap, as many clients may share a proxy's or a NAT's address.
+	MaxConnectionsPerIP int `yaml:"max_connections_per_ip,omitempty"`
+	// HeaderTimeout is how long a client connection may take to send a
+	// request's headers (10s): one that never sends any is closed then.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
 	// RequestTimeout is the model deadline of a call (10m), written as a Go
 	// duration ("90s", "10m").
 	RequestTimeout time.Duration `yaml:"request_timeout"`

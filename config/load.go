@@ -20,6 +20,7 @@ const (
 	DefaultAdminListen      = "127.0.0.1:8081"
 	DefaultDataDir          = "./.sluice"
 	DefaultMaxBodyBytes     = 8 << 20
+	DefaultHeaderTimeout    = 10 * time.Second
 	DefaultRequestTimeout   = 10 * time.Minute
 	DefaultExpirySlack      = 30 * time.Second
 	DefaultUpstreamRetries  = 2
@@ -230,6 +231,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.HeaderTimeout == 0 {
+		c.HeaderTimeout = DefaultHeaderTimeout
 	}
 	if c.ExpirySlack == 0 {
 		c.ExpirySlack = DefaultExpirySlack

@@ -153,6 +153,15 @@ func (v *checker) server() {
 	if r := c.UpstreamRetries; r != nil && (*r < 0 || *r > 10) {
 		v.add("upstream_retries", "must be between 0 and 10, got %d", *r)
 	}
+	if c.MaxConnections < 0 {
+		v.add("max_connections", "must not be negative (0 means the descriptor limit less 256), got %d", c.MaxConnections)
+	}
+	if c.MaxConnectionsPerIP < 0 {
+		v.add("max_connections_per_ip", "must not be negative (0 sets no cap), got %d", c.MaxConnectionsPerIP)
+	}
+	if c.HeaderTimeout < 0 || c.HeaderTimeout > 10*time.Minute {
+		v.add("header_timeout", "must be between 1ms and 10m, got %v", c.HeaderTimeout)
+	}
 	if c.PreAuthPerMinute < 0 {
 		v.add("pre_auth_per_minute", "must not be negative (0 turns it off), got %d", c.PreAuthPerMinute)
 	}

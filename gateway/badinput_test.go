@@ -372,3 +372,39 @@ func TestGateway_LengthAndChunkedRefused(t *testing.T) {
 		t.Fatalf("the provider was called %d times", n)
 	}
 }
+
+// Server caps the connections of one client address: past MaxConnsPerIP a
+// new connection is refused at once, and served again once one closes.
+func TestGateway_ConnectionsPerAddressCapped(t *testing.T) {
+	h := newHarness(t, nil, func(o *gateway.Options) { o.MaxConnsPerIP = 2 })
+	addr := strings.TrimPrefix(h.url, "http://")
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	time.Sleep(100 * time.Millisecond) // both accepted
+	call := func() int {
+		resp, err := http.Post(h.url+"/healthz", "text/plain", nil)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := call(); got == 200 {
+		t.Fatal("a third connection from the address was served")
+	}
+	held[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for call() != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("not served again after a connection closed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	held[1].Close()
+}

@@ -158,6 +158,15 @@ type Options struct {
 	TenantModels []TenantModel
 	// MaxBodyBytes caps a request body (8 MiB).
 	MaxBodyBytes int
+	// MaxConns caps the client connections Server holds at once; one
+	// more is answered 503 and closed (0: fasthttp's 262,144).
+	// MaxConnsPerIP caps them per client address (0: no cap).
+	MaxConns, MaxConnsPerIP int
+	// HeaderTimeout is how long a connection may take to send a request's
+	// headers, the first or the next on a kept-alive connection (10 s):
+	// a connection that never sends one holds a descriptor that long, not
+	// the minute a body may take.
+	HeaderTimeout time.Duration
 	// RequestTimeout bounds a call upstream; leases and reservations
 	// expire after it (10 minutes).
 	RequestTimeout time.Duration
@@ -261,6 +270,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 8 << 20
+	}
+	if opts.HeaderTimeout <= 0 {
+		opts.HeaderTimeout = 10 * time.Second
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Minute

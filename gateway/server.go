@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -22,13 +25,55 @@ func (g *Gateway) Server() *fasthttp.Server {
 		MaxRequestBodySize: g.opts.MaxBodyBytes,
 		// Room for the headers of a request whose JWT bearer token is as
 		// large as MaxTokenBytes allows (fasthttp's default is 4 KiB).
-		ReadBufferSize:        16 << 10,
-		ReadTimeout:           time.Minute,
-		IdleTimeout:           2 * time.Minute,
+		ReadBufferSize: 16 << 10,
+		Concurrency:    g.opts.MaxConns,
+		MaxConnsPerIP:  g.opts.MaxConnsPerIP,
+		// The headers must come within HeaderTimeout; then the body has a
+		// minute.
+		ReadTimeout:    g.opts.HeaderTimeout,
+		IdleTimeout:    g.opts.HeaderTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig { return fasthttp.RequestConfig{ReadTimeout: time.Minute} },
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
 		Logger:                serverLog{g.log},
 		ConnState:             g.after.connState,
+	}
+}
+
+// PatientListener returns ln with an Accept that outlasts running out of
+// file descriptors: on EMFILE or ENFILE it waits (5 ms, doubling to 1 s)
+// and accepts again, logging once per second at most, where fasthttp would
+// stop serving. The connections already open are served meanwhile; the
+// next accepted once one closes.
+func PatientListener(ln net.Listener, log *slog.Logger) net.Listener {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &patientListener{Listener: ln, log: log}
+}
+
+type patientListener struct {
+	net.Listener
+	log    *slog.Logger
+	mu     sync.Mutex
+	logged time.Time
+}
+
+func (l *patientListener) Accept() (net.Conn, error) {
+	delay := 5 * time.Millisecond
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil || !(errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
+			return c, err
+		}
+		l.mu.Lock()
+		if now := time.Now(); now.Sub(l.logged) >= time.Second {
+			l.logged = now
+			l.log.Warn("client listener: out of file descriptors; accepting again when a connection closes", "err", err)
+		}
+		l.mu.Unlock()
+		time.Sleep(delay)
+		delay = min(2*delay, time.Second)
 	}
 }
 
@@ -46,6 +91,13 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 	rt := routeForShape(string(ctx.Path()))
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		writeError(ctx, rt, errBodyTooLarge(g.opts.MaxBodyBytes))
+		ctx.SetConnectionClose()
+		return
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		writeError(ctx, rt, &apiError{status: 408, typ: "invalid_request_error", anthType: "invalid_request_error",
+			code: "request_timeout", message: "The request was not sent in time: its headers must arrive within the header timeout, its body within a minute."})
 		ctx.SetConnectionClose()
 		return
 	}

@@ -97,6 +97,9 @@ func serve(args []string) error {
 		TenantModels:     tenantModelsOf(cfg),
 		Providers:        providers,
 		MaxBodyBytes:     int(cfg.MaxBodyBytes),
+		MaxConns:         maxConnections(cfg.MaxConnections),
+		MaxConnsPerIP:    cfg.MaxConnectionsPerIP,
+		HeaderTimeout:    cfg.HeaderTimeout,
 		RequestTimeout:   cfg.RequestTimeout,
 		UpstreamRetries:  *cfg.UpstreamRetries,
 		TrustedProxies:   cfg.TrustedPrefixes(),
@@ -114,7 +117,7 @@ func serve(args []string) error {
 	}
 	srv := g.Server()
 	go func() {
-		if err := srv.Serve(ln); err != nil {
+		if err := srv.Serve(gateway.PatientListener(ln, log)); err != nil {
 			log.Error("client listener", "err", err)
 			stop()
 		}
