@@ -30,9 +30,11 @@ func (g *Gateway) Server() *fasthttp.Server {
 		MaxConnsPerIP:  g.opts.MaxConnsPerIP,
 		// The headers must come within HeaderTimeout; then the body has a
 		// minute.
-		ReadTimeout:    g.opts.HeaderTimeout,
-		IdleTimeout:    g.opts.HeaderTimeout,
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig { return fasthttp.RequestConfig{ReadTimeout: time.Minute} },
+		ReadTimeout: g.opts.HeaderTimeout,
+		IdleTimeout: g.opts.HeaderTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: time.Minute}
+		},
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
 		Logger:                serverLog{g.log},
