@@ -130,7 +130,13 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	c.event.Outcome = "admitted"
 	if c.bound.Stream && c.rt.stream != nil && isEventStream(&resp.Header) {
 		streaming = true
-		c.stream(cand, res, resp, injected, uc, watch)
+		if err := c.stream(cand, res, resp, injected, uc, watch); err != nil {
+			// The provider may have done the work: the reservation is
+			// charged, and no fallback is tried.
+			c.cut = true
+			c.event.Outcome = "upstream_error"
+			return false, errUpstream(502, fmt.Errorf("provider stream failed before its first event: %w", err))
+		}
 		return true, nil
 	}
 	out := resp.Body()

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"encoding/json"
+
 	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/anthropic"
 	"github.com/sluicehq/sluice/llm/openai"
@@ -49,4 +51,18 @@ var routes = map[string]*route{
 		parse: anthropic.ParseMessages, setCap: anthropic.SetMaxTokens, usage: anthropic.MessageUsage,
 		stream: func(bool) streamReader { return &anthropic.MessagesStream{} },
 	},
+}
+
+// streamError is the event that ends a stream the gateway cannot go on
+// with, in the route's own shape: Anthropic's error event, the Responses
+// API's, or a chat completion chunk's error followed by [DONE].
+func (rt *route) streamError(message string) []byte {
+	msg, _ := json.Marshal(message)
+	switch {
+	case rt.anthropic:
+		return []byte(`event: error` + "\n" + `data: {"type":"error","error":{"type":"api_error","message":` + string(msg) + `}}` + "\n\n")
+	case rt.name == "responses":
+		return []byte(`event: error` + "\n" + `data: {"type":"error","code":"upstream_event_too_large","message":` + string(msg) + `}` + "\n\n")
+	}
+	return []byte(`data: {"error":{"message":` + string(msg) + `,"type":"server_error","code":"upstream_event_too_large"}}` + "\n\n" + "data: [DONE]\n\n")
 }

@@ -21,11 +21,12 @@ import (
 // gone), with the input estimate and the output counted in the stream.
 //
 // The stream owns uc, the upstream connection, and watch, the watch on the
-// client's, from here on: both are given back when the body closes.
-func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Response, injected bool, uc *upstreamConn, watch *clientWatch) {
-	c.ctx.SetStatusCode(200)
-	c.ctx.Response.Header.Set("Cache-Control", "no-cache")
-	c.g.inFlight.add() // until the stream is settled; done by finish
+// client's, from here on: both are given back when the body closes, or
+// before stream returns an error. The first event is read before the
+// answer starts: a stream that fails there (an event over the size cap, a
+// cut) is returned as the error, for the client to be told in the API's
+// error shape rather than given a 200 with nothing in it.
+func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Response, injected bool, uc *upstreamConn, watch *clientWatch) error {
 	upstream := resp.BodyStream()
 	br, _ := upstreamReaders.Get().(*bufio.Reader)
 	if br == nil {
@@ -36,7 +37,25 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 	s := &streamBody{c: c, cand: cand, res: res, resp: resp, upstream: upstream, reader: c.rt.stream(injected),
 		br: br, events: llm.NewEventReader(br), uc: uc, watch: watch}
 	s.deadline = time.AfterFunc(time.Until(c.deadline), func() { s.closeUpstream(errors.New("request deadline")) })
+	for len(s.pending) == 0 && !s.ended {
+		s.next()
+	}
+	if s.upstreamErr != nil && !s.endCleanly {
+		err := s.upstreamErr
+		s.deadline.Stop()
+		s.watch.stop()
+		closeStream(s.upstream, err)
+		fasthttp.ReleaseResponse(s.resp)
+		s.cand.provider.conns.put(s.uc, false)
+		s.br.Reset(nil)
+		upstreamReaders.Put(s.br)
+		return err
+	}
+	c.ctx.SetStatusCode(200)
+	c.ctx.Response.Header.Set("Cache-Control", "no-cache")
+	c.g.inFlight.add() // until the stream is settled; done by finish
 	c.ctx.SetBodyStream(s, -1)
+	return nil
 }
 
 // upstreamReaders are the 4 KiB buffers streams read the provider through.
@@ -66,9 +85,13 @@ type streamBody struct {
 	// the current event (Read may take it in parts).
 	out, pending []byte
 	// ended is set once the provider's stream has ended, cleanly or with
-	// upstreamErr.
+	// upstreamErr. forwarded counts the events read; endCleanly is set
+	// when an event over the size cap came after some: the stream then
+	// ends with the API's error event, cleanly, rather than cut.
 	ended       bool
 	upstreamErr error
+	forwarded   int
+	endCleanly  bool
 
 	mu       sync.Mutex
 	released bool // resp is released: the upstream stream is gone
@@ -85,6 +108,9 @@ func (s *streamBody) WriteTo(w io.Writer) (int64, error) {
 	for {
 		if len(s.pending) == 0 {
 			if s.ended {
+				if s.endCleanly {
+					return n, nil
+				}
 				return n, s.upstreamErr
 			}
 			s.next()
@@ -104,7 +130,7 @@ func (s *streamBody) WriteTo(w io.Writer) (int64, error) {
 func (s *streamBody) Read(p []byte) (int, error) {
 	for len(s.pending) == 0 {
 		if s.ended {
-			if s.upstreamErr != nil {
+			if s.upstreamErr != nil && !s.endCleanly {
 				return 0, s.upstreamErr
 			}
 			return 0, io.EOF
@@ -129,8 +155,15 @@ func (s *streamBody) next() {
 		if err != io.EOF {
 			s.upstreamErr = err
 		}
+		if errors.Is(err, llm.ErrEventTooLarge) && s.forwarded > 0 {
+			// Events were forwarded: end the stream as the API ends
+			// one that failed, with an error event.
+			s.endCleanly = true
+			s.pending = s.c.rt.streamError("The provider sent an event larger than the gateway accepts; the answer ends here.")
+		}
 		return
 	}
+	s.forwarded++
 	if err != nil {
 		s.ended = true
 	}
