@@ -44,6 +44,13 @@ func errKeyStore(err error) error {
 		message: "The key store is unavailable; retry shortly.", retryHint: time.Second}
 }
 
+// errDeadlinePassed is the answer to a call whose deadline passed before
+// it could be sent to the provider: released, not charged.
+func errDeadlinePassed() error {
+	return &apiError{status: 503, typ: "server_error", anthType: "api_error", code: "deadline_passed",
+		message: "The request's deadline passed before it could be sent to the provider (the gateway waited for a store); nothing was charged; retry.", retryHint: time.Second}
+}
+
 // errClientGone is the answer to a client that closed its connection
 // before its answer: nobody reads it (499, as nginx logs it).
 func errClientGone() error {

@@ -56,6 +56,13 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 			err = errClientGone()
 			break
 		}
+		if attempt == 1 && !time.Now().Before(deadline) {
+			// The call waited (for the key store, the limit store, a
+			// queue) past its deadline: sent now it could only time out,
+			// charged. It is released instead.
+			err = errDeadlinePassed()
+			break
+		}
 		if pc != nil {
 			if err = c.pace(pc, cand, capPer); err != nil {
 				break
@@ -92,7 +99,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		}
 		var ae *apiError
 		if errors.As(err, &ae) {
-			return false, err // paced: refused before the provider was called
+			return false, err // paced, or past its deadline: refused before the provider was called
 		}
 		if errors.Is(err, fasthttp.ErrTimeout) {
 			c.cut = true

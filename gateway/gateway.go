@@ -167,6 +167,10 @@ type Options struct {
 	// a connection that never sends one holds a descriptor that long, not
 	// the minute a body may take.
 	HeaderTimeout time.Duration
+	// KeyTimeout bounds the lookup of a request's key (or JWT issuer keys)
+	// in the key store (250 ms); past it the request is answered 503
+	// key_store_unavailable rather than left waiting on a stalled database.
+	KeyTimeout time.Duration
 	// RequestTimeout bounds a call upstream; leases and reservations
 	// expire after it (10 minutes).
 	RequestTimeout time.Duration
@@ -273,6 +277,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.HeaderTimeout <= 0 {
 		opts.HeaderTimeout = 10 * time.Second
+	}
+	if opts.KeyTimeout <= 0 {
+		opts.KeyTimeout = 250 * time.Millisecond
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Minute

@@ -212,7 +212,9 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 	if secret == "" {
 		return Principal{}, 0, errBadKey()
 	}
-	who, err := g.opts.Keys.Authenticate(context.Background(), secret)
+	kctx, cancel := context.WithTimeout(context.Background(), g.opts.KeyTimeout)
+	who, err := g.opts.Keys.Authenticate(kctx, secret)
+	cancel()
 	if err != nil {
 		var te *tokenError
 		if errors.As(err, &te) {
