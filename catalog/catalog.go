@@ -242,6 +242,15 @@ func openContext(ctx context.Context, db *sql.DB, d *dialect, opts Options) (*Ca
 	return c, nil
 }
 
+// Ping reports whether the catalog's database answers: for a readiness
+// check.
+func (c *Catalog) Ping(ctx context.Context) error {
+	if err := c.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("catalog: ping: %w", err)
+	}
+	return nil
+}
+
 // Close stops the background flusher, writes the ledger's last sums and
 // closes the database. Calling it again returns the first result.
 func (c *Catalog) Close() error {

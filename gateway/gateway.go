@@ -167,6 +167,8 @@ type Options struct {
 	// a connection that never sends one holds a descriptor that long, not
 	// the minute a body may take.
 	HeaderTimeout time.Duration
+	// Dependencies are checked by CheckDependencies for /readyz.
+	Dependencies []Dependency
 	// KeyTimeout bounds the lookup of a request's key (or JWT issuer keys)
 	// in the key store (250 ms); past it the request is answered 503
 	// key_store_unavailable rather than left waiting on a stalled database.
@@ -244,6 +246,7 @@ type Gateway struct {
 	log       *slog.Logger
 	inFlight  inFlight
 	draining  atomic.Bool
+	ready     readiness
 	// preAuth counts requests per client address before authentication;
 	// nil when Options.PreAuthPerMinute is 0.
 	preAuth *sluice.Limiter
@@ -433,6 +436,11 @@ func (g *Gateway) health(ctx *fasthttp.RequestCtx, ready bool) {
 	if ready && g.draining.Load() {
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.SetBodyString(`{"status":"draining"}`)
+		return
+	}
+	if down := g.ready.down(); ready && len(down) > 0 {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBodyString(unreadyBody(down))
 		return
 	}
 	ctx.SetBodyString(`{"status":"ok"}`)

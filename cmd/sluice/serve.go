@@ -107,10 +107,12 @@ func serve(args []string) error {
 		Logger:           log,
 		Observer:         obs.Observe,
 		Sessions:         sessionsOf(cat, keys.config),
+		Dependencies:     dependenciesOf(store, cat),
 	})
 	if err != nil {
 		return err
 	}
+	go g.CheckDependencies(ctx, 2*time.Second, time.Second)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
@@ -264,6 +266,17 @@ func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Prin
 	}
 	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
 		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces}, nil
+}
+
+// dependenciesOf is what /readyz checks: the counter store when it can be
+// pinged (Redis, PostgreSQL; the embedded stores live in the process), and
+// the catalog.
+func dependenciesOf(store sluice.Store, cat *catalog.Catalog) []gateway.Dependency {
+	deps := []gateway.Dependency{{Name: "catalog", Check: cat.Ping}}
+	if p, ok := store.(interface{ Ping(context.Context) error }); ok {
+		deps = append(deps, gateway.Dependency{Name: "store", Check: p.Ping})
+	}
+	return deps
 }
 
 // ledger adapts the catalog to the gateway's UsageRecorder.

@@ -223,6 +223,17 @@ func (s *Store) prepare(ctx context.Context, opts Options) error {
 	return nil
 }
 
+// Ping reports whether the database answers, within the store's timeout:
+// for a readiness check.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.call(ctx, func(ctx context.Context) error {
+		if err := s.pool.Ping(ctx); err != nil {
+			return fmt.Errorf("pgstore: ping: %w", err)
+		}
+		return nil
+	})
+}
+
 // Close closes the pool; calls in flight finish first.
 func (s *Store) Close() error {
 	s.pool.Close()

@@ -288,6 +288,19 @@ func (s *Store) checkServer(ctx context.Context, wantCluster bool) error {
 	return nil
 }
 
+// Ping reports whether Redis answers (every node of a Cluster), within
+// the store's timeout: for a readiness check.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	for addr, node := range s.client.Nodes() {
+		if err := node.Do(ctx, node.B().Ping().Build()).Error(); err != nil {
+			return fmt.Errorf("redisstore: ping %s: %w", addr, err)
+		}
+	}
+	return nil
+}
+
 // Close closes the connection to Redis, unless it came from Options.Client.
 func (s *Store) Close() error {
 	if s.ownClient {
