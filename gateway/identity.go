@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/valyala/fasthttp"
 )
 
@@ -17,9 +18,9 @@ import (
 // Principal.Assert). Each replaces that attribute of the key's record for
 // the one request; the org is always the key's own.
 const (
-	HeaderWorkspace = "X-Sluice-Workspace"
-	HeaderUser      = "X-Sluice-User"
-	HeaderTeam      = "X-Sluice-Team"
+	HeaderWorkspace = event.HeaderWorkspace
+	HeaderUser      = event.HeaderUser
+	HeaderTeam      = event.HeaderTeam
 )
 
 // The attributes a service key may assert, as Principal.Assert names
