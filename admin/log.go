@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/event"
 )
 
 // NewLogger returns the server's logger: JSON when production, text
@@ -60,7 +60,7 @@ func Redact(_ []string, a slog.Attr) slog.Attr {
 // LogRequest writes one line for a finished client request: route, model,
 // outcome, class, status, upstream attempts, decision time and usage. An
 // Event carries no identity and no secret.
-func LogRequest(log *slog.Logger, e gateway.Event) {
+func LogRequest(log *slog.Logger, e event.Event) {
 	level := slog.LevelInfo
 	if e.Outcome == "store_error" || e.Outcome == "upstream_error" {
 		level = slog.LevelWarn

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/event"
 )
 
 // MetricsOptions configures Metrics.
@@ -31,7 +31,7 @@ var (
 		"upstream_error", "bad_request", "unauthorized", "client_gone", "session_ceiling", "too_many_sessions"}
 	knownClasses  = []string{"throttled", "terminal", "transient"}
 	knownCeilings = []string{"wall_clock", "turns", "tokens", "cost", "context"}
-	knownIdentity = []string{gateway.HeaderWorkspace, gateway.HeaderUser, gateway.HeaderTeam}
+	knownIdentity = []string{event.HeaderWorkspace, event.HeaderUser, event.HeaderTeam}
 )
 
 // Metrics holds Sluice's Prometheus series, named sluice_*. Labels are
@@ -228,7 +228,7 @@ func (m *Metrics) series(k seriesKey) *requestSeries {
 
 // Observe counts one finished client request; pass it (or a function
 // calling it) as gateway.Options.Observer.
-func (m *Metrics) Observe(e gateway.Event) {
+func (m *Metrics) Observe(e event.Event) {
 	s := m.series(seriesKey{bounded(e.Route, knownRoutes), m.model(e.Model), bounded(e.Outcome, knownOutcomes), boundedClass(e.Class)})
 	s.requests.Inc()
 	switch e.Session {

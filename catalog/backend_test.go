@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // backend is one database a test runs the catalog on: a fresh SQLite file,
@@ -29,8 +31,7 @@ type backend struct {
 }
 
 // eachBackend runs fn as a subtest on SQLite and on PostgreSQL. The
-// PostgreSQL variant is skipped when SLUICE_TEST_POSTGRES_URL is unset,
-// unless CI=true, where that fails the test.
+// PostgreSQL variant is gated by testenv.PostgresURL.
 func eachBackend(t *testing.T, fn func(t *testing.T, be *backend)) {
 	t.Helper()
 	t.Run("sqlite", func(t *testing.T) {
@@ -41,27 +42,12 @@ func eachBackend(t *testing.T, fn func(t *testing.T, be *backend)) {
 	})
 }
 
-// postgresURL returns SLUICE_TEST_POSTGRES_URL. Unset, the test is skipped,
-// unless CI=true, where a missing server is a failure (the gate of
-// store/pgstore's tests too).
-func postgresURL(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv("SLUICE_TEST_POSTGRES_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal("SLUICE_TEST_POSTGRES_URL is not set and CI=true: the PostgreSQL tests must run in CI")
-		}
-		tb.Skip("SLUICE_TEST_POSTGRES_URL is not set")
-	}
-	return u
-}
-
 // testSchemaURL creates a fresh schema t_<random> for one test, drops it
 // with everything in it at cleanup, and returns the test database's URL
 // with search_path set to it.
 func testSchemaURL(tb testing.TB) string {
 	tb.Helper()
-	base := postgresURL(tb)
+	base := testenv.PostgresURL(tb)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema := "t_" + hex.EncodeToString(b[:])

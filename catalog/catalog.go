@@ -202,7 +202,7 @@ func open(db *sql.DB, d *dialect, opts Options) (*Catalog, error) {
 
 // openContext is open with ctx bounding the migrations.
 func openContext(ctx context.Context, db *sql.DB, d *dialect, opts Options) (*Catalog, error) {
-	if err := migrate(ctx, db, d); err != nil {
+	if err := migrateSchema(ctx, db, d); err != nil {
 		return nil, err
 	}
 	now := opts.Now

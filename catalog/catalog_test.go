@@ -138,8 +138,8 @@ func TestMigrations_WellFormed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, m := range ms {
-		if m.version != i+1 {
-			t.Errorf("migration %s has version %d, want %d (no gaps)", m.name, m.version, i+1)
+		if m.Version != i+1 {
+			t.Errorf("migration %s has version %d, want %d (no gaps)", m.Name, m.Version, i+1)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package catalog
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -262,42 +261,44 @@ func TestCatalog_ListAndEndSessions(t *testing.T) {
 // BenchmarkSessionCall measures what a call in a session adds on the
 // catalog (the model check, the charge, the settlement: three statements),
 // against the peer measured beside it, one plain single-row UPDATE on the
-// same database: the cheapest write a call could make. PostgreSQL runs
-// when SLUICE_TEST_POSTGRES_URL is set.
+// same database: the cheapest write a call could make. PostgreSQL is gated
+// by testenv.PostgresURL.
 func BenchmarkSessionCall(b *testing.B) {
-	backends := []*backend{{name: "sqlite", d: sqliteDialect, path: filepath.Join(b.TempDir(), "catalog.db")}}
-	if os.Getenv("SLUICE_TEST_POSTGRES_URL") != "" {
-		backends = append(backends, &backend{name: "postgres", d: postgresDialect, url: testSchemaURL(b)})
-	}
-	for _, be := range backends {
-		c, clock := be.openTest(b)
-		ctx := context.Background()
-		s := testSession(clock)
-		s.MaxTurns, s.MaxTokens, s.MaxCost = 0, 0, 0
-		s, _, err := c.OpenSession(ctx, s, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Run(be.name+"/session", func(b *testing.B) {
-			for b.Loop() {
-				if _, err := c.GetSession(ctx, s.ID, "k1"); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := c.ChargeSession(ctx, s.ID, "k1", 300, 20, 100); err != nil {
-					b.Fatal(err)
-				}
-				if err := c.SettleSession(ctx, s.ID, 0, -50, -3); err != nil {
-					b.Fatal(err)
-				}
+	for _, name := range []string{"sqlite", "postgres"} {
+		b.Run(name, func(b *testing.B) {
+			be := &backend{name: "sqlite", d: sqliteDialect, path: filepath.Join(b.TempDir(), "catalog.db")}
+			if name == "postgres" {
+				be = &backend{name: "postgres", d: postgresDialect, url: testSchemaURL(b)}
 			}
-		})
-		b.Run(be.name+"/plain-update", func(b *testing.B) {
-			q := c.d.q(`UPDATE sessions SET turns = turns + 1 WHERE id = ?`)
-			for b.Loop() {
-				if _, err := c.db.ExecContext(ctx, q, s.ID); err != nil {
-					b.Fatal(err)
-				}
+			c, clock := be.openTest(b)
+			ctx := context.Background()
+			s := testSession(clock)
+			s.MaxTurns, s.MaxTokens, s.MaxCost = 0, 0, 0
+			s, _, err := c.OpenSession(ctx, s, 0)
+			if err != nil {
+				b.Fatal(err)
 			}
+			b.Run("session", func(b *testing.B) {
+				for b.Loop() {
+					if _, err := c.GetSession(ctx, s.ID, "k1"); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := c.ChargeSession(ctx, s.ID, "k1", 300, 20, 100); err != nil {
+						b.Fatal(err)
+					}
+					if err := c.SettleSession(ctx, s.ID, 0, -50, -3); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("plain-update", func(b *testing.B) {
+				q := c.d.q(`UPDATE sessions SET turns = turns + 1 WHERE id = ?`)
+				for b.Loop() {
+					if _, err := c.db.ExecContext(ctx, q, s.ID); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		})
 	}
 }

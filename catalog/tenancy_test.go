@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sluicehq/sluice/internal/migrate"
 )
 
 // rawDB opens the backend's database without migrating it.
@@ -43,13 +45,8 @@ func TestCatalog_MigratesThePreviousVersionsTenancy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := createMigrationsTable(ctx, db, be.d); err != nil {
+		if err := migrate.Run(ctx, db, ms[:3], be.d.migrateOptions()); err != nil {
 			t.Fatal(err)
-		}
-		for _, m := range ms[:3] {
-			if err := applyMigration(ctx, db, be.d, m, 3); err != nil {
-				t.Fatal(err)
-			}
 		}
 		for _, q := range []string{
 			`INSERT INTO rules (name, org, definition, enabled, created_at, updated_at)

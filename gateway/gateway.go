@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/valyala/fasthttp"
 )
@@ -206,35 +207,10 @@ type Options struct {
 }
 
 // Event describes one finished client request, for metrics and logs.
-type Event struct {
-	Route    string
-	Model    string
-	Outcome  string // admitted, rate_limited, busy, budget_exceeded, too_large, store_error, upstream_error, bad_request, unauthorized
-	Class    string // throttled, terminal, transient, or empty
-	Status   int
-	Attempts int
-	Usage    sluice.Usage
-	Decision time.Duration
-	// Session is set for the events of a session: "opened" and "closed"
-	// (route sessions), and "ceiling" on the call that is the session's
-	// first refusal by a ceiling, which Ceiling names (wall_clock, turns,
-	// tokens, cost).
-	Session string
-	Ceiling string
-	// SessionUsed is what a session closed by its client used.
-	SessionUsed SessionUsage
-	// Paced is how long the call was held for its provider's rate limit.
-	Paced time.Duration
-	// IgnoredIdentity names the identity headers (HeaderWorkspace,
-	// HeaderUser, HeaderTeam) the request sent and its key may not assert:
-	// they were ignored.
-	IgnoredIdentity []string
-}
+type Event = event.Event
 
 // SessionUsage is what a session used.
-type SessionUsage struct {
-	Turns, Tokens, Cost int64
-}
+type SessionUsage = event.SessionUsage
 
 // Gateway serves the client API. It is safe for concurrent use.
 type Gateway struct {

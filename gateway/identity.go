@@ -9,7 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/valyala/fasthttp"
 )
 
@@ -17,9 +17,9 @@ import (
 // Principal.Assert). Each replaces that attribute of the key's record for
 // the one request; the org is always the key's own.
 const (
-	HeaderWorkspace = "X-Sluice-Workspace"
-	HeaderUser      = "X-Sluice-User"
-	HeaderTeam      = "X-Sluice-Team"
+	HeaderWorkspace = event.HeaderWorkspace
+	HeaderUser      = event.HeaderUser
+	HeaderTeam      = event.HeaderTeam
 )
 
 // The attributes a service key may assert, as Principal.Assert names
@@ -31,8 +31,9 @@ const (
 )
 
 // MaxAssertedValue bounds an asserted workspace, user or team, in bytes:
-// the bound of the same values on a key.
-const MaxAssertedValue = catalog.MaxValueBytes
+// the bound of the same values on a key (catalog.MaxValueBytes, checked by
+// internal/catalogsessions' tests).
+const MaxAssertedValue = 256
 
 // assertedHeaders pairs each assertable attribute with its header, in the
 // order they are checked.

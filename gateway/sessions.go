@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/catalog"
 	"github.com/valyala/fasthttp"
 )
 
@@ -20,16 +19,6 @@ const HeaderSession = "X-Sluice-Session"
 // maxSessionID bounds a session ID read from a client: longer is no
 // session's, and is not looked up.
 const maxSessionID = 64
-
-// SessionStore keeps sessions; catalog.Catalog is one, shared by the
-// replicas that share its database.
-type SessionStore interface {
-	OpenSession(ctx context.Context, s catalog.Session, maxOpen int) (catalog.Session, bool, error)
-	GetSession(ctx context.Context, id, keyID string) (catalog.Session, error)
-	ChargeSession(ctx context.Context, id, keyID string, tokens, cost, input int64) (catalog.Session, error)
-	SettleSession(ctx context.Context, id string, turns, tokens, cost int64) error
-	CloseSession(ctx context.Context, id, keyID string) (s catalog.Session, closed bool, err error)
-}
 
 // Sessions configures POST /v1/sessions (see Options.Sessions).
 type Sessions struct {
@@ -82,7 +71,7 @@ type sessionJSON struct {
 
 // lowered names the budgets that lowered the ceilings of a session just
 // minted.
-func writeSession(ctx *fasthttp.RequestCtx, status int, s catalog.Session, lowered []string) {
+func writeSession(ctx *fasthttp.RequestCtx, status int, s Session, lowered []string) {
 	var j sessionJSON
 	j.ID, j.Object, j.Model = s.ID, "session", s.Model
 	j.CreatedAt, j.ExpiresAt = s.CreatedAt.Unix(), s.ExpiresAt.Unix()
@@ -164,9 +153,9 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		}
 		g.observe(ctx, ev)
 	case id != "" && len(id) > maxSessionID:
-		writeError(ctx, rt, sessionError(catalog.ErrUnknownSession))
+		writeError(ctx, rt, sessionError(ErrUnknownSession))
 	case id != "" && !strings.Contains(id, "/") && (method == fasthttp.MethodGet || method == fasthttp.MethodDelete):
-		var s catalog.Session
+		var s Session
 		var closed bool
 		if method == fasthttp.MethodGet {
 			s, err = st.GetSession(bg, id, who.KeyID)
@@ -195,12 +184,12 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 // mintSession is POST /v1/sessions: the gate of long interactive work. It
 // refuses when a budget that applies to the key is already spent, picks
 // the model for the key's tier, and opens the session with its ceilings.
-func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (s catalog.Session, created bool, lowered []string, err error) {
+func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (s Session, created bool, lowered []string, err error) {
 	so := g.opts.Sessions
 	terms := so.Terms(who)
 	if _, ok := g.models[terms.Model]; !ok || terms.MaxDuration <= 0 {
 		g.log.Error("session terms name no model this gateway serves, or no duration", "model", terms.Model, "max_duration", terms.MaxDuration)
-		return catalog.Session{}, false, nil, &apiError{status: 500, typ: "server_error", anthType: "api_error", code: "session_terms",
+		return Session{}, false, nil, &apiError{status: 500, typ: "server_error", anthType: "api_error", code: "session_terms",
 			message: "Sessions are misconfigured on this gateway."}
 	}
 	var req sessionRequest
@@ -208,38 +197,38 @@ func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (s catalo
 		dec := json.NewDecoder(strings.NewReader(string(body)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return catalog.Session{}, false, nil, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+			return Session{}, false, nil, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
 				code: "invalid_json", message: "The session request is not valid JSON: " + err.Error()}
 		}
 	}
 	secs, err := lower("max_duration_seconds", int64(terms.MaxDuration/time.Second), req.MaxDurationSeconds)
 	if err != nil {
-		return catalog.Session{}, false, nil, err
+		return Session{}, false, nil, err
 	}
-	s = catalog.Session{KeyID: who.KeyID, Org: who.Org, Workspace: who.Workspace, User: who.User, Model: terms.Model,
+	s = Session{KeyID: who.KeyID, Org: who.Org, Workspace: who.Workspace, User: who.User, Model: terms.Model,
 		IdempotencyKey: string(ctx.Request.Header.Peek("Idempotency-Key")), ExpiresAt: time.Now().Add(time.Duration(secs) * time.Second)}
 	if s.MaxTurns, err = lower("max_turns", terms.MaxTurns, req.MaxTurns); err != nil {
-		return catalog.Session{}, false, nil, err
+		return Session{}, false, nil, err
 	}
 	if s.MaxTokens, err = lower("max_tokens", terms.MaxTokens, req.MaxTokens); err != nil {
-		return catalog.Session{}, false, nil, err
+		return Session{}, false, nil, err
 	}
 	if s.MaxCost, err = lower("max_cost_micros", terms.MaxCost, req.MaxCostMicros); err != nil {
-		return catalog.Session{}, false, nil, err
+		return Session{}, false, nil, err
 	}
 	if s.MaxContext, err = lower("max_context_tokens", terms.MaxContext, req.MaxContextTokens); err != nil {
-		return catalog.Session{}, false, nil, err
+		return Session{}, false, nil, err
 	}
 	if !mayCall(&who, g.models[terms.Model]) {
-		return catalog.Session{}, false, nil, errModelNotAllowed(terms.Model)
+		return Session{}, false, nil, errModelNotAllowed(terms.Model)
 	}
 	if len(s.IdempotencyKey) > 255 {
-		return catalog.Session{}, false, nil, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+		return Session{}, false, nil, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
 			code: "invalid_value", param: "Idempotency-Key", message: "Idempotency-Key is longer than 255 bytes."}
 	}
 	left, err := g.budgetsLeft(who, terms.Model)
 	if err != nil {
-		return catalog.Session{}, false, nil, err
+		return Session{}, false, nil, err
 	}
 	// Shorten rather than refuse: a session the budgets cannot fund in
 	// full gets the ceilings they can, and the client is told so up front.
@@ -253,7 +242,7 @@ func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (s catalo
 	}
 	s, created, err = so.Store.OpenSession(context.Background(), s, so.MaxOpenPerUser)
 	if err != nil {
-		return catalog.Session{}, false, nil, sessionError(err)
+		return Session{}, false, nil, sessionError(err)
 	}
 	if !created {
 		lowered = nil // the session minted earlier, as it was then
@@ -306,23 +295,23 @@ func (g *Gateway) budgetsLeft(who Principal, model string) (fundable, error) {
 
 // sessionError turns a session store error into the client's answer.
 func sessionError(err error) error {
-	var ce *catalog.CeilingError
+	var ce *SessionCeilingError
 	switch {
 	case errors.As(err, &ce):
 		return &apiError{status: 429, typ: "insufficient_quota", anthType: "rate_limit_error", code: "session_ceiling_reached", terminal: true,
 			message: fmt.Sprintf("Session %s reached its %s ceiling (%d of %d used); open a new session.", ce.Session.ID, ceilingWords(ce.Ceiling), ce.Used, ce.Limit),
 			limit: &sluice.RefusalLimit{Rule: "session_" + ce.Ceiling, Subject: "session", Metric: ceilingMetric(ce.Ceiling),
 				Limit: ce.Limit, Used: ce.Used, Remaining: max(0, ce.Limit-ce.Used)}}
-	case errors.Is(err, catalog.ErrUnknownSession):
+	case errors.Is(err, ErrUnknownSession):
 		return &apiError{status: 404, typ: "invalid_request_error", anthType: "not_found_error", code: "session_not_found",
 			message: "No such session for this key."}
-	case errors.Is(err, catalog.ErrSessionClosed):
+	case errors.Is(err, ErrSessionClosed):
 		return &apiError{status: 409, typ: "invalid_request_error", anthType: "invalid_request_error", code: "session_closed", terminal: true,
 			message: "The session is closed; open a new session."}
-	case errors.Is(err, catalog.ErrTooManySessions):
+	case errors.Is(err, ErrTooManySessions):
 		return &apiError{status: 429, typ: "insufficient_quota", anthType: "rate_limit_error", code: "too_many_sessions", terminal: true,
 			message: "This user already has the most open sessions allowed; close one (DELETE /v1/sessions/{id}) or let one expire."}
-	case errors.Is(err, catalog.ErrInvalid):
+	case errors.Is(err, ErrInvalidSession):
 		return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "invalid_value", message: err.Error()}
 	}
 	return &apiError{status: 503, typ: "server_error", anthType: "api_error", code: "session_store_unavailable",
@@ -354,7 +343,7 @@ func (c *call) chargeSession(req sluice.Request) error {
 	sc := &c.session
 	sc.tokens, sc.cost = req.Max.InputTokens+req.Max.OutputTokens, req.Max.Cost
 	if _, err := c.g.opts.Sessions.Store.ChargeSession(context.Background(), sc.id, c.who.KeyID, sc.tokens, sc.cost, req.Max.InputTokens); err != nil {
-		var ce *catalog.CeilingError
+		var ce *SessionCeilingError
 		if errors.As(err, &ce) && ce.First {
 			c.event.Session, c.event.Ceiling = "ceiling", ce.Ceiling
 		}
@@ -389,7 +378,7 @@ func (c *call) joinSession(id string, m *model) error {
 			message: "This gateway has no sessions; remove the " + HeaderSession + " header."}
 	}
 	if len(id) > maxSessionID {
-		return sessionError(catalog.ErrUnknownSession)
+		return sessionError(ErrUnknownSession)
 	}
 	s, err := c.g.opts.Sessions.Store.GetSession(context.Background(), id, c.who.KeyID)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/catalogsessions"
 )
 
 // sessionReply is a session as the client API shows it.
@@ -52,7 +53,7 @@ func sessionHarness(t *testing.T, rules []sluice.Rule, tweak ...func(*gateway.Op
 	}
 	t.Cleanup(func() { cat.Close() })
 	return startHarness(t, setup{rules: rules, tweak: append([]func(*gateway.Options){func(o *gateway.Options) {
-		o.Sessions = &gateway.Sessions{Store: cat, MaxOpenPerUser: 2, Terms: func(p gateway.Principal) gateway.SessionTerms {
+		o.Sessions = &gateway.Sessions{Store: catalogsessions.Store{Catalog: cat}, MaxOpenPerUser: 2, Terms: func(p gateway.Principal) gateway.SessionTerms {
 			terms := gateway.SessionTerms{Model: "mock-small", MaxDuration: time.Hour, MaxTurns: 3, MaxTokens: 10_000}
 			if p.Tier == "pro" {
 				terms.Model = "mock-large"
@@ -328,8 +329,8 @@ func TestGateway_SessionWallClockEndsTheCall(t *testing.T) {
 // that went away would.
 type failingSessions struct{ gateway.SessionStore }
 
-func (failingSessions) ChargeSession(context.Context, string, string, int64, int64, int64) (catalog.Session, error) {
-	return catalog.Session{}, errors.New("connection refused")
+func (failingSessions) ChargeSession(context.Context, string, string, int64, int64, int64) (gateway.Session, error) {
+	return gateway.Session{}, errors.New("connection refused")
 }
 
 // TestGateway_SessionStoreDown: a call in a session whose store does not
@@ -342,7 +343,7 @@ func TestGateway_SessionStoreDown(t *testing.T) {
 	}
 	t.Cleanup(func() { cat.Close() })
 	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, tweak: []func(*gateway.Options){func(o *gateway.Options) {
-		o.Sessions = &gateway.Sessions{Store: failingSessions{cat}, Terms: func(gateway.Principal) gateway.SessionTerms {
+		o.Sessions = &gateway.Sessions{Store: failingSessions{catalogsessions.Store{Catalog: cat}}, Terms: func(gateway.Principal) gateway.SessionTerms {
 			return gateway.SessionTerms{Model: "mock-small", MaxDuration: time.Hour}
 		}}
 	}}})

@@ -18,7 +18,14 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
+
+// TestMain ends the package's output with the PostgreSQL tests it skipped.
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Run(m))
+}
 
 // buildSluice builds the command once per test binary.
 func buildSluice(t *testing.T) string {
@@ -191,13 +198,7 @@ func TestServe_FirstCallOnAFreshDataDirectory(t *testing.T) {
 }
 
 func TestMigrate_PostgresStoreAndSQLiteCatalog(t *testing.T) {
-	url := os.Getenv("SLUICE_TEST_POSTGRES_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("SLUICE_TEST_POSTGRES_URL is not set (CI=true)")
-		}
-		t.Skip("SLUICE_TEST_POSTGRES_URL is not set")
-	}
+	url := testenv.PostgresURL(t)
 	bin := buildSluice(t)
 	data := t.TempDir()
 	cmd := exec.Command(bin, "migrate", "--store", url)

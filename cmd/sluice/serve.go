@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/catalogsessions"
 	"github.com/sluicehq/sluice/internal/mockprovider"
 )
 
@@ -227,7 +228,7 @@ func tenantModelsOf(cfg *config.Config) []gateway.TenantModel {
 // configuration in force (it follows reloads; the cap of open sessions is
 // the one serve started with).
 func sessionsOf(cat *catalog.Catalog, live func() *config.Config) *gateway.Sessions {
-	return &gateway.Sessions{Store: cat, MaxOpenPerUser: live().Sessions.MaxOpenPerUser, Terms: func(p gateway.Principal) gateway.SessionTerms {
+	return &gateway.Sessions{Store: catalogsessions.Store{Catalog: cat}, MaxOpenPerUser: live().Sessions.MaxOpenPerUser, Terms: func(p gateway.Principal) gateway.SessionTerms {
 		t := live().SessionTerms(p.Tier)
 		return gateway.SessionTerms{Model: t.Model, MaxDuration: t.MaxDuration, MaxTurns: t.MaxTurns, MaxTokens: t.MaxTokens,
 			MaxCost: t.MaxCost, MaxContext: t.MaxContext}

@@ -4,29 +4,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/pgstore"
 )
 
-// postgresURL returns SLUICE_TEST_POSTGRES_URL. Unset, the test is skipped,
-// unless CI=true, where a missing server is a failure: the one gate of every
-// test of this package that needs PostgreSQL.
+// postgresURL is the one gate of every test of this package that needs
+// PostgreSQL: testenv.PostgresURL.
 func postgresURL(tb testing.TB) string {
 	tb.Helper()
-	url := os.Getenv("SLUICE_TEST_POSTGRES_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal("SLUICE_TEST_POSTGRES_URL is not set and CI=true: the PostgreSQL tests must run in CI")
-		}
-		tb.Skip("SLUICE_TEST_POSTGRES_URL is not set")
-	}
-	return url
+	return testenv.PostgresURL(tb)
 }
 
 // adminPool returns a small pool on the test database's default schema,

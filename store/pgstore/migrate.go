@@ -5,13 +5,13 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sluicehq/sluice/internal/migrate"
 )
 
 //go:embed migrations/*.sql
@@ -34,107 +34,63 @@ var ErrSchemaTooNew = errors.New("database schema is newer than this code")
 // database that needs migrating.
 var ErrSchemaTooOld = errors.New("database schema is older than this code; run sluice migrate")
 
-type migration struct {
-	version int
-	name    string
-	sql     string
+// migrations returns the embedded migrations in version order.
+func migrations() ([]migrate.Migration, error) {
+	return migrate.Load(migrationFiles, "migrations")
 }
 
-// migrations returns the embedded migrations in version order.
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		digits, _, _ := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(digits)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must start with a positive version number", e.Name())
-		}
-		body, err := fs.ReadFile(migrationFiles, "migrations/"+e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(body)})
-	}
-	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("migrations %s and %s share version %d", ms[i-1].name, ms[i].name, ms[i].version)
-		}
-	}
-	return ms, nil
+// migrateOptions is how the store records its versions: in migrationsTable,
+// each migration under the advisory lock, with the connections' short
+// statement_timeout lifted so that waiting for another replica's migration
+// does not trip it.
+var migrateOptions = migrate.Options{
+	Table: migrationsTable,
+	CreateTable: `CREATE TABLE IF NOT EXISTS ` + migrationsTable + ` (
+	version    integer     PRIMARY KEY,
+	name       text        NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`,
+	Begin: []string{
+		"SET LOCAL statement_timeout = 0",
+		"SELECT pg_advisory_xact_lock(" + strconv.FormatInt(migrateLock, 10) + ")",
+	},
+	DollarPlaceholders: true,
 }
 
 // LatestVersion is the schema version this code migrates to.
 func LatestVersion() int {
 	ms, err := migrations()
-	if err != nil || len(ms) == 0 {
+	if err != nil {
 		return 0
 	}
-	return ms[len(ms)-1].version
+	return migrate.Latest(ms)
 }
 
 // Migrate brings the store's schema in pool's database (the first schema of
-// its search_path) to LatestVersion, in one transaction under an advisory
-// lock, so that replicas starting together migrate once and the others wait
-// and find nothing to do. A schema newer than this code is refused with
-// ErrSchemaTooNew and left untouched.
+// its search_path) to LatestVersion, each migration in its own transaction
+// under an advisory lock, so that replicas starting together apply each
+// migration once and the others wait and find nothing to do. A schema newer
+// than this code is refused with ErrSchemaTooNew and left untouched.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	if err := migrate(ctx, pool); err != nil {
+	if err := migrateSchema(ctx, pool); err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	return nil
 }
 
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	ms, err := migrations()
 	if err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// The store's connections carry a short statement_timeout; waiting
-		// for another replica's migration must not trip it.
-		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLock); err != nil {
-			return fmt.Errorf("take the migration lock: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+migrationsTable+` (
-	version    integer     PRIMARY KEY,
-	name       text        NOT NULL,
-	applied_at timestamptz NOT NULL DEFAULT now()
-)`); err != nil {
-			return fmt.Errorf("create %s: %w", migrationsTable, err)
-		}
-		applied, err := appliedVersion(ctx, tx)
-		if err != nil {
-			return err
-		}
-		latest := 0
-		if len(ms) > 0 {
-			latest = ms[len(ms)-1].version
-		}
-		if applied > latest {
-			return fmt.Errorf("%w: the database is at version %d, this code knows up to %d; upgrade sluice or use another database",
-				ErrSchemaTooNew, applied, latest)
-		}
-		for _, m := range ms {
-			if m.version <= applied {
-				continue
-			}
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("%s: %w", m.name, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO `+migrationsTable+` (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
-				return fmt.Errorf("%s: record version: %w", m.name, err)
-			}
-		}
-		return nil
-	})
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	err = migrate.Run(ctx, db, ms, migrateOptions)
+	if tooNew, ok := errors.AsType[*migrate.TooNewError](err); ok {
+		return fmt.Errorf("%w: the database is at version %d, this code knows up to %d; upgrade sluice or use another database",
+			ErrSchemaTooNew, tooNew.Applied, tooNew.Latest)
+	}
+	return err
 }
 
 // CheckSchema reports whether pool's database holds exactly the schema

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync"
@@ -148,7 +149,7 @@ func TestOpen_BadURLs(t *testing.T) {
 		// Nothing listens on port 1: the error comes at once, not after
 		// the timeout.
 		"unreachable": {pgstore.Options{URL: "postgres://postgres@127.0.0.1:1/test?sslmode=disable", Timeout: 500 * time.Millisecond}, "pgstore"},
-		"no database": {pgstore.Options{URL: strings.Replace(url, "/test", "/no_such_database_x", 1)}, "pgstore"},
+		"no database": {pgstore.Options{URL: otherDatabase(t, url, "no_such_database_x")}, "pgstore"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
@@ -169,6 +170,18 @@ func TestOpen_BadURLs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// otherDatabase returns url with its database replaced by name, whatever
+// the test database is called.
+func otherDatabase(t *testing.T, url, name string) string {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
 }
 
 // TestMigrate_Version1IsRefusedThenUpgradedWithItsCounters builds a schema

@@ -217,7 +217,7 @@ func (s *Store) prepare(ctx context.Context, opts Options) error {
 		}
 		return nil
 	}
-	if err := migrate(ctx, s.pool); err != nil {
+	if err := migrateSchema(ctx, s.pool); err != nil {
 		return fmt.Errorf("pgstore: open: migrate: %w", err)
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/pgstore"
 )
 
@@ -25,12 +26,13 @@ import (
 // binary is a replica driven through its stdin (see replica).
 const childEnv = "SLUICE_PGSTORE_REPLICA"
 
-// TestMain lets the replica tests re-run this binary as separate processes.
+// TestMain lets the replica tests re-run this binary as separate processes,
+// and ends the package's output with the tests testenv skipped.
 func TestMain(m *testing.M) {
 	if schema := os.Getenv(childEnv); schema != "" {
 		os.Exit(replica(schema))
 	}
-	os.Exit(m.Run())
+	os.Exit(testenv.Run(m))
 }
 
 // The scenarios the replicas run, each on its own subject and rule.
@@ -71,7 +73,7 @@ func replica(schema string) int {
 		fmt.Fprintln(os.Stderr, "replica:", err)
 		return 3
 	}
-	s, err := pgstore.Open(context.Background(), pgstore.Options{URL: os.Getenv("SLUICE_TEST_POSTGRES_URL"), Schema: schema, MaxConns: 4})
+	s, err := pgstore.Open(context.Background(), pgstore.Options{URL: os.Getenv(testenv.PostgresVar), Schema: schema, MaxConns: 4})
 	if err != nil {
 		return fail(err)
 	}

@@ -10,34 +10,27 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/redisstore"
 	"github.com/sluicehq/sluice/store/storetest"
 )
 
 // TestMain lets the replica tests re-run this binary as the processes they
-// start.
+// start, and ends the package's output with the tests testenv skipped.
 func TestMain(m *testing.M) {
 	if role := os.Getenv(childEnv); role != "" {
 		os.Exit(runChild(role))
 	}
-	code := m.Run()
+	code := testenv.Run(m)
 	stopCluster()
 	os.Exit(code)
 }
 
-// redisURL returns SLUICE_TEST_REDIS_URL. Unset, the test is skipped, except
-// under CI=true, where a missing server is a failure. This is the package's
-// one gate for tests that need Redis.
+// redisURL is the package's one gate for tests that need Redis:
+// testenv.RedisURL.
 func redisURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("SLUICE_TEST_REDIS_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("SLUICE_TEST_REDIS_URL is not set, and CI=true requires the Redis tests to run")
-		}
-		t.Skip("SLUICE_TEST_REDIS_URL is not set")
-	}
-	return u
+	return testenv.RedisURL(t)
 }
 
 var prefixes atomic.Int64

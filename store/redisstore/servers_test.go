@@ -1,9 +1,11 @@
 package redisstore_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +26,8 @@ type redisServer struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
+	// exited is closed when cmd has exited and been waited for.
+	exited chan struct{}
 }
 
 // needBinaries fails the test when redis-server or redis-cli is missing:
@@ -69,7 +73,9 @@ func newRedisServer(port int, dir string, extra ...string) *redisServer {
 	return s
 }
 
-// start runs the server and waits until it accepts connections.
+// start runs the server and waits until it accepts connections. It fails
+// when the server exits first (its port taken, say) or when another process
+// answers on the port.
 func (s *redisServer) start() error {
 	s.cmd = exec.Command("redis-server", s.args...)
 	// The server dies with the test binary, whatever happens to it.
@@ -77,20 +83,69 @@ func (s *redisServer) start() error {
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
+	cmd, exited := s.cmd, make(chan struct{})
+	s.exited = exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	fail := func(why string) error {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		s.kill()
+		return fmt.Errorf("redis-server on %d did not start: %s\n%s", s.port, why, log)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		select {
+		case <-exited:
+			return fail("it exited")
+		default:
+		}
 		c, err := net.DialTimeout("tcp", s.addr(), 100*time.Millisecond)
 		if err == nil {
 			c.Close()
+			if pid, err := s.pid(); err != nil || pid != s.cmd.Process.Pid {
+				return fail(fmt.Sprintf("another process answers on its port (pid %d, %v)", pid, err))
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			s.kill()
-			return fmt.Errorf("redis-server on %d did not start: %v\n%s", s.port, err, log)
+			return fail(err.Error())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// pid asks the server answering on s's port for its process id.
+func (s *redisServer) pid() (int, error) {
+	c, err := net.DialTimeout("tcp", s.addr(), time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, "INFO server\r\n"); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(c)
+	header, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(header, "$")))
+	if err != nil {
+		return 0, fmt.Errorf("INFO answered %q", header)
+	}
+	info := make([]byte, n)
+	if _, err := io.ReadFull(r, info); err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(info)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO names no process_id")
 }
 
 // kill stops the server with SIGKILL and waits for it.
@@ -99,14 +154,15 @@ func (s *redisServer) kill() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
 func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
-// The package's Redis Cluster: three masters on ports 7101 to 7103, started
-// by the first test that needs it and stopped by TestMain.
+// The package's Redis Cluster: three masters on free loopback ports chosen
+// when it starts, started by the first test that needs it and stopped by
+// TestMain.
 var cluster struct {
 	once    sync.Once
 	url     string
@@ -135,14 +191,9 @@ func startCluster() (string, error) {
 	}
 	cluster.dir = dir
 	var addrs []string
-	for _, port := range []int{7101, 7102, 7103} {
-		nodeDir := filepath.Join(dir, strconv.Itoa(port))
-		if err := os.Mkdir(nodeDir, 0o755); err != nil {
-			return "", err
-		}
-		s := newRedisServer(port, nodeDir, "--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"), "--cluster-node-timeout", "5000")
-		if err := s.start(); err != nil {
+	for node := range 3 {
+		s, err := startClusterNode(filepath.Join(dir, strconv.Itoa(node)))
+		if err != nil {
 			return "", err
 		}
 		cluster.servers = append(cluster.servers, s)
@@ -155,6 +206,58 @@ func startCluster() (string, error) {
 	}
 	url := "redis-cluster://" + strings.Join(addrs, ",")
 	return url, waitClusterReady(addrs)
+}
+
+// clusterBusOffset is how far above its client port a cluster node listens
+// for the other nodes.
+const clusterBusOffset = 10000
+
+// startClusterNode starts a cluster-enabled redis-server in dir on a free
+// port whose bus port is free too. Another process may take either port
+// between the check and the server's bind, so a node that fails to start is
+// retried on other ports.
+func startClusterNode(dir string) (*redisServer, error) {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var err error
+	for range 5 {
+		var port int
+		if port, err = clusterPort(); err != nil {
+			continue
+		}
+		s := newRedisServer(port, dir, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000")
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+		os.Remove(filepath.Join(dir, "nodes.conf"))
+	}
+	return nil, fmt.Errorf("start a cluster node: %w", err)
+}
+
+// clusterPort returns a loopback port that is free, as is the port
+// clusterBusOffset above it.
+func clusterPort() (int, error) {
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if port+clusterBusOffset > 65535 {
+			l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+clusterBusOffset))
+		l.Close()
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free port with a free cluster bus port")
 }
 
 // stopCluster stops the package's cluster, if it was started.

@@ -1,0 +1,49 @@
+// Package event is what the gateway tells its observer about each finished
+// client request. It is apart from package gateway so that what observes
+// requests (admin's metrics and request log) need not link the gateway.
+package event
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The identity headers a service key may assert, as Event.IgnoredIdentity
+// names them (gateway.HeaderWorkspace and the others are these).
+const (
+	HeaderWorkspace = "X-Sluice-Workspace"
+	HeaderUser      = "X-Sluice-User"
+	HeaderTeam      = "X-Sluice-Team"
+)
+
+// Event describes one finished client request, for metrics and logs.
+type Event struct {
+	Route    string
+	Model    string
+	Outcome  string // admitted, rate_limited, busy, budget_exceeded, too_large, store_error, upstream_error, bad_request, unauthorized
+	Class    string // throttled, terminal, transient, or empty
+	Status   int
+	Attempts int
+	Usage    sluice.Usage
+	Decision time.Duration
+	// Session is set for the events of a session: "opened" and "closed"
+	// (route sessions), and "ceiling" on the call that is the session's
+	// first refusal by a ceiling, which Ceiling names (wall_clock, turns,
+	// tokens, cost).
+	Session string
+	Ceiling string
+	// SessionUsed is what a session closed by its client used.
+	SessionUsed SessionUsage
+	// Paced is how long the call was held for its provider's rate limit.
+	Paced time.Duration
+	// IgnoredIdentity names the identity headers (HeaderWorkspace,
+	// HeaderUser, HeaderTeam) the request sent and its key may not assert:
+	// they were ignored.
+	IgnoredIdentity []string
+}
+
+// SessionUsage is what a session used.
+type SessionUsage struct {
+	Turns, Tokens, Cost int64
+}

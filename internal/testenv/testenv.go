@@ -1,0 +1,199 @@
+// Package testenv is the one gate of the tests that need Redis or
+// PostgreSQL.
+//
+// Such a test calls RedisURL or PostgresURL first. The service's URL comes
+// from SLUICE_TEST_REDIS_URL or SLUICE_TEST_POSTGRES_URL; unset, the test is
+// skipped, unless CI=true, where a missing service is a failure. Each
+// package using the gate runs its tests through Run in its TestMain, which
+// ends the package's output with the integration tests it skipped and the
+// variables that run them.
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The variables that name the services, and the URL each takes on a
+// developer's machine (the one .ci/run sets).
+const (
+	RedisVar        = "SLUICE_TEST_REDIS_URL"
+	RedisExample    = "redis://127.0.0.1:6379/0"
+	PostgresVar     = "SLUICE_TEST_POSTGRES_URL"
+	PostgresExample = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+)
+
+// RedisURL returns SLUICE_TEST_REDIS_URL. Unset, tb is skipped, unless
+// CI=true, where it fails.
+func RedisURL(tb testing.TB) string {
+	tb.Helper()
+	return lookup(tb, RedisVar)
+}
+
+// PostgresURL returns SLUICE_TEST_POSTGRES_URL, after creating the database
+// it names when that does not exist yet, so that no test depends on the
+// database's name. Unset, tb is skipped, unless CI=true, where it fails.
+func PostgresURL(tb testing.TB) string {
+	tb.Helper()
+	url := lookup(tb, PostgresVar)
+	if err := ensureDatabase(url); err != nil {
+		tb.Fatalf("testenv: %s: %v", PostgresVar, err)
+	}
+	return url
+}
+
+func lookup(tb testing.TB, name string) string {
+	tb.Helper()
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("%s is not set and CI=true: the integration tests must run in CI", name)
+	}
+	skips.add(name, tb.Name())
+	tb.Skipf("%s is not set (e.g. %s=%s)", name, name, example(name))
+	return ""
+}
+
+func example(name string) string {
+	if name == RedisVar {
+		return RedisExample
+	}
+	return PostgresExample
+}
+
+// Run runs the package's tests, then prints which of them the gate skipped
+// and how to run them; it returns m.Run's exit code. A package's TestMain
+// calls os.Exit(testenv.Run(m)).
+func Run(m *testing.M) int {
+	code := m.Run()
+	skips.report(os.Stdout)
+	return code
+}
+
+// skips records the tests the gate skipped, by the variable that was
+// missing. Tests run in parallel, so it is locked.
+var skips skipLog
+
+type skipLog struct {
+	mu    sync.Mutex
+	tests map[string][]string
+}
+
+func (l *skipLog) add(name, test string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tests == nil {
+		l.tests = map[string][]string{}
+	}
+	if !slices.Contains(l.tests[name], test) {
+		l.tests[name] = append(l.tests[name], test)
+	}
+}
+
+// maxNames bounds the test names the summary lists.
+const maxNames = 8
+
+// report writes, when any test was skipped, a summary such as
+//
+//	testenv: 3 integration tests skipped (TestA, TestB, TestC)
+//	testenv: set SLUICE_TEST_POSTGRES_URL=postgres://... to run them (.ci/run starts the services and sets them)
+func (l *skipLog) report(w io.Writer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var names, vars []string
+	for _, name := range []string{RedisVar, PostgresVar} {
+		if len(l.tests[name]) == 0 {
+			continue
+		}
+		names = append(names, l.tests[name]...)
+		vars = append(vars, name+"="+example(name))
+	}
+	if len(names) == 0 {
+		return
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	listed := strings.Join(names[:min(len(names), maxNames)], ", ")
+	if len(names) > maxNames {
+		listed += fmt.Sprintf(" and %d more", len(names)-maxNames)
+	}
+	noun := "tests"
+	if len(names) == 1 {
+		noun = "test"
+	}
+	fmt.Fprintf(w, "testenv: %d integration %s skipped (%s)\n", len(names), noun, listed)
+	fmt.Fprintf(w, "testenv: set %s to run them (.ci/run starts the services and sets them)\n", strings.Join(vars, " "))
+}
+
+// created remembers the databases this process has made sure of.
+var created struct {
+	mu   sync.Mutex
+	urls map[string]bool
+}
+
+// ensureDatabase creates the database url names unless it exists, from the
+// server's maintenance database "postgres". Test binaries of several
+// packages may race to create it: the loser finds it made.
+func ensureDatabase(url string) error {
+	created.mu.Lock()
+	defer created.mu.Unlock()
+	if created.urls[url] {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("parse: %w", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		conn.Close(ctx)
+	} else {
+		if !isCode(err, "3D000") { // invalid_catalog_name: no such database
+			return fmt.Errorf("connect: %w", err)
+		}
+		if err := createDatabase(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if created.urls == nil {
+		created.urls = map[string]bool{}
+	}
+	created.urls[url] = true
+	return nil
+}
+
+func createDatabase(ctx context.Context, cfg *pgx.ConnConfig) error {
+	maintenance := cfg.Copy()
+	maintenance.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, maintenance)
+	if err != nil {
+		return fmt.Errorf("connect to the maintenance database to create %q: %w", cfg.Database, err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{cfg.Database}.Sanitize())
+	// 42P04 duplicate_database, or 23505 when two creators race on the
+	// catalog's unique index: another test binary made it first.
+	if err != nil && !isCode(err, "42P04") && !isCode(err, "23505") {
+		return fmt.Errorf("create database %q: %w", cfg.Database, err)
+	}
+	return nil
+}
+
+func isCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}

@@ -1,0 +1,98 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func TestSkipLog_ReportNamesTheTestsAndTheVariables(t *testing.T) {
+	for name, tc := range map[string]struct {
+		skipped map[string][]string
+		want    string
+	}{
+		"none": {nil, ""},
+		"one": {map[string][]string{PostgresVar: {"TestA/postgres"}},
+			"testenv: 1 integration test skipped (TestA/postgres)\n" +
+				"testenv: set " + PostgresVar + "=" + PostgresExample + " to run them (.ci/run starts the services and sets them)\n"},
+		"both, many": {map[string][]string{
+			PostgresVar: {"T1", "T2", "T3", "T4", "T5"},
+			RedisVar:    {"T6", "T7", "T8", "T9", "T0"},
+		}, "testenv: 10 integration tests skipped (T0, T1, T2, T3, T4, T5, T6, T7 and 2 more)\n" +
+			"testenv: set " + RedisVar + "=" + RedisExample + " " + PostgresVar + "=" + PostgresExample +
+			" to run them (.ci/run starts the services and sets them)\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var l skipLog
+			for v, tests := range tc.skipped {
+				for _, test := range tests {
+					l.add(v, test)
+					l.add(v, test) // a test skipped twice is listed once
+				}
+			}
+			var out bytes.Buffer
+			l.report(&out)
+			if out.String() != tc.want {
+				t.Fatalf("report:\n%s\nwant:\n%s", out.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestPostgresURL_CreatesTheDatabase points the gate at a database that
+// does not exist and checks that it is there afterwards.
+func TestPostgresURL_CreatesTheDatabase(t *testing.T) {
+	base := PostgresURL(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "testenv_" + hex.EncodeToString(b[:])
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	// Twice: the second finds it made.
+	for i := range 2 {
+		t.Setenv(PostgresVar, u.String())
+		created.mu.Lock()
+		delete(created.urls, u.String())
+		created.mu.Unlock()
+		got := PostgresURL(t)
+		conn, err := pgx.Connect(ctx, got)
+		if err != nil {
+			t.Fatalf("connect after the gate, run %d: %v", i, err)
+		}
+		var db string
+		err = conn.QueryRow(ctx, "SELECT current_database()").Scan(&db)
+		conn.Close(ctx)
+		if err != nil || db != name {
+			t.Fatalf("current_database() = %q, %v; want %q", db, err, name)
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(Run(m))
+}
