@@ -170,6 +170,10 @@ type Options struct {
 	HeaderTimeout time.Duration
 	// Dependencies are checked by CheckDependencies for /readyz.
 	Dependencies []Dependency
+	// SettleRetryBase is the first wait before a failed settlement is
+	// tried again (100 ms; doubling to 5 s, until the reservation's
+	// deadline).
+	SettleRetryBase time.Duration
 	// KeyTimeout bounds the lookup of a request's key (or JWT issuer keys)
 	// in the key store (250 ms); past it the request is answered 503
 	// key_store_unavailable rather than left waiting on a stalled database.
@@ -259,6 +263,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.KeyTimeout <= 0 {
 		opts.KeyTimeout = 250 * time.Millisecond
+	}
+	if opts.SettleRetryBase <= 0 {
+		opts.SettleRetryBase = 100 * time.Millisecond
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Minute

@@ -461,7 +461,8 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 	c.settleSession(charged, false)
 	res.SettleAsync(context.Background(), su, func(err error) {
 		if err != nil {
-			c.g.log.Error("settle failed", "route", c.rt.name, "model", cand.Name, "err", err)
+			c.g.log.Error("settle failed; retrying until the reservation's deadline", "route", c.rt.name, "model", cand.Name, "err", err)
+			go c.g.retrySettle(res, su, cand.Name)
 		}
 		c.event.Usage = charged
 		if c.g.opts.Usage != nil {
@@ -498,5 +499,29 @@ func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sl
 			v += "; threshold=" + strconv.FormatFloat(w.Threshold, 'g', -1, 64)
 		}
 		h.Add("X-Sluice-Budget-Warning", v)
+	}
+}
+
+// retrySettle settles res with u again, backing off (100 ms, doubling to
+// 5 s), until the store answers or the reservation's deadline passes
+// (then the sweep charges it). Settling is idempotent: a settlement the
+// store applied before failing to answer, or one the sweep made, is not
+// applied twice. Leases are freed as soon as the store is back.
+func (g *Gateway) retrySettle(res *sluice.Reservation, u sluice.Usage, model string) {
+	delay := g.opts.SettleRetryBase
+	for attempt := 1; ; attempt++ {
+		if time.Now().Add(delay).After(res.Deadline()) {
+			g.log.Error("settle abandoned at the reservation's deadline; the sweep charges it", "model", model, "attempts", attempt)
+			return
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := res.Settle(ctx, u)
+		cancel()
+		if err == nil {
+			g.log.Info("settled after retrying", "model", model, "attempts", attempt+1)
+			return
+		}
 	}
 }
