@@ -65,6 +65,9 @@ func sqlitePath(url, def string) string {
 	return p
 }
 
+// pgStoreTimeout bounds each call of the gateway to a PostgreSQL store.
+const pgStoreTimeout = 400 * time.Millisecond
+
 // openStore opens the counters' store named by cfg.
 func openStore(cfg *config.Config) (sluice.Store, error) {
 	url := cfg.StoreURL()
@@ -87,7 +90,13 @@ func openStore(cfg *config.Config) (sluice.Store, error) {
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		return pgstore.Open(ctx, pgstore.Options{URL: url})
+		// An admission answers 503 within half a second of a stall, as
+		// Redis's 250 ms does. The server's statement_timeout is the
+		// same bound: a statement stalled at the server (a lock, a paused
+		// process) is cancelled rather than committed after the caller
+		// gave up. One held up in the network on its way there can still
+		// run late; the sweep ends what it holds.
+		return pgstore.Open(ctx, pgstore.Options{URL: url, Timeout: pgStoreTimeout})
 	}
 	return nil, fmt.Errorf("store %s: want sqlite://, memory://, redis://, redis-cluster:// or postgres://", redact(url))
 }
