@@ -58,6 +58,7 @@ type Metrics struct {
 	sessionCost prometheus.Histogram
 	sessionTurn prometheus.Histogram
 	ignoredID   *prometheus.CounterVec
+	impossible  prometheus.Counter
 
 	seriesCache sync.Map // seriesKey -> *requestSeries
 
@@ -141,6 +142,10 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		Name: "sluice_identity_headers_ignored_total",
 		Help: "Identity headers (X-Sluice-Workspace, X-Sluice-User, X-Sluice-Team) ignored because the request's key may not assert them, by header.",
 	}, []string{"header"})
+	m.impossible = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_impossible_usage_total",
+		Help: "Calls whose provider reported more usage than they could produce (over the model's context window plus the output cap): not believed, charged their reservation.",
+	})
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_in_flight",
 		Help: "Calls admitted and not yet settled in this process.",
@@ -155,7 +160,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		m.storeTimeOf[op] = m.storeTime.WithLabelValues(name)
 	}
 	reg.MustRegister(m.requests, m.tokens, m.cost, m.decision, m.attempts, m.attemptsSum, m.storeTime,
-		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sessions, m.sessionCost, m.sessionTurn, m.ignoredID, inFlight)
+		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sessions, m.sessionCost, m.sessionTurn, m.ignoredID, m.impossible, inFlight)
 	return m
 }
 
@@ -240,6 +245,9 @@ func (m *Metrics) Observe(e event.Event) {
 		m.sessionTurn.Observe(float64(e.SessionUsed.Turns))
 	case "ceiling":
 		m.sessions.WithLabelValues("ceiling_reached", bounded(e.Ceiling, knownCeilings)).Inc()
+	}
+	if e.ImpossibleUsage {
+		m.impossible.Inc()
 	}
 	for _, h := range e.IgnoredIdentity {
 		m.ignoredID.WithLabelValues(bounded(h, knownIdentity)).Inc()

@@ -431,6 +431,32 @@ func (c *call) upstreamBody(cand *model, capPer int64, clamped bool) (body []byt
 }
 
 // settleUsage turns reported usage into what the limiter charges.
+// maxUsage is the most tokens any call is believed to produce, whatever its
+// model: 2^40, a trillion.
+const maxUsage = 1 << 40
+
+// usageBound is the most tokens the call could produce: the model's context
+// window (or, unknown, maxUsage) plus the output cap sent times n.
+func (c *call) usageBound(cand *model) int64 {
+	window := cand.ContextWindow
+	if window <= 0 {
+		window = maxUsage
+	}
+	n := max(c.bound.N, 1)
+	return min(window+c.capPer*n, maxUsage)
+}
+
+// impossible reports usage the call could not have produced: a negative
+// count, parts larger than the whole, or more tokens than its bound.
+func (c *call) impossible(cand *model, u llm.Usage) bool {
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 ||
+		u.CachedInputTokens > u.InputTokens-u.CacheWriteTokens {
+		return true
+	}
+	bound := c.usageBound(cand)
+	return u.InputTokens > bound || u.OutputTokens > bound || u.InputTokens+u.OutputTokens > bound
+}
+
 func (c *call) settleUsage(cand *model, u llm.Usage) sluice.Usage {
 	su := sluice.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CachedInputTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteTokens}
@@ -448,6 +474,16 @@ func (c *call) settleUsage(cand *model, u llm.Usage) sluice.Usage {
 // serves the connection's next request by then.
 func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reported bool) {
 	var su sluice.Usage // zero: nothing reported, the reservation is charged
+	if reported && c.impossible(cand, u) {
+		// A provider that reports more than the call could produce is
+		// misbehaving (or hostile): the value is never stored, and the
+		// reservation is charged as for a call that reported nothing.
+		c.g.log.Error("provider reported impossible usage; the reservation is charged instead", "route", c.rt.name, "model", cand.Name,
+			"input_tokens", u.InputTokens, "output_tokens", u.OutputTokens, "cached_input_tokens", u.CachedInputTokens,
+			"cache_write_tokens", u.CacheWriteTokens, "bound", c.usageBound(cand))
+		c.event.ImpossibleUsage = true
+		reported = false
+	}
 	if reported {
 		su = c.settleUsage(cand, u)
 	}

@@ -41,6 +41,10 @@ type Event struct {
 	// HeaderUser, HeaderTeam) the request sent and its key may not assert:
 	// they were ignored.
 	IgnoredIdentity []string
+	// ImpossibleUsage is set when the provider reported more usage than
+	// the call could produce: it was not believed, and the reservation was
+	// charged instead.
+	ImpossibleUsage bool
 }
 
 // SessionUsage is what a session used.

@@ -148,14 +148,18 @@ func Lookup(b []byte, i int, key string) int {
 	return found
 }
 
-// Count reads the non-negative integer value at b[v]; anything else reads as 0.
+// Count reads the non-negative integer value at b[v]: 0 when there is no
+// value (v out of range), -1 when the value is anything but a non-negative
+// integer (a negative, a fraction, a string): a count no honest peer sends,
+// for the caller to refuse rather than read as nothing. An integer past
+// int64 saturates at its largest value.
 func Count(b []byte, v int) int64 {
 	if v < 0 || v >= len(b) {
 		return 0
 	}
 	n, _, isInt, err := Int(b, v)
 	if err != nil || !isInt || n < 0 {
-		return 0
+		return -1
 	}
 	return n
 }

@@ -223,6 +223,11 @@ func (c *call) release() {
 // finish settles with the usage reported, or the reservation as it stands when none was.
 func (c *call) finish(u llm.Usage, reported bool) {
 	var su sluice.Usage
+	if min(u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheWriteTokens) < 0 {
+		// A count the provider sent that no honest one would: charge
+		// the reservation, as for a call that reported nothing.
+		reported = false
+	}
 	if reported {
 		su = sluice.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 			CachedInputTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteTokens}
