@@ -27,11 +27,11 @@ func (k slowKeys) Authenticate(ctx context.Context, secret string) (gateway.Prin
 }
 
 // A stalled key store is answered 503 key_store_unavailable after
-// KeyTimeout, not after the stall.
+// CatalogTimeout, not after the stall.
 func TestGateway_KeyLookupIsBounded(t *testing.T) {
 	h := newHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
 		o.Keys = slowKeys{fakeKeys: o.Keys.(fakeKeys), delay: time.Minute}
-		o.KeyTimeout = 100 * time.Millisecond
+		o.CatalogTimeout = 100 * time.Millisecond
 	})
 	start := time.Now()
 	r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, nil)
@@ -48,7 +48,7 @@ func TestGateway_KeyLookupIsBounded(t *testing.T) {
 func TestGateway_CallPastItsDeadlineIsReleased(t *testing.T) {
 	h := newHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
 		o.Keys = slowKeys{fakeKeys: o.Keys.(fakeKeys), delay: 300 * time.Millisecond}
-		o.KeyTimeout = 5 * time.Second
+		o.CatalogTimeout = 5 * time.Second
 		o.RequestTimeout = 200 * time.Millisecond
 	})
 	r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, nil)

@@ -174,10 +174,12 @@ type Options struct {
 	// tried again (100 ms; doubling to 5 s, until the reservation's
 	// deadline).
 	SettleRetryBase time.Duration
-	// KeyTimeout bounds the lookup of a request's key (or JWT issuer keys)
-	// in the key store (250 ms); past it the request is answered 503
-	// key_store_unavailable rather than left waiting on a stalled database.
-	KeyTimeout time.Duration
+	// CatalogTimeout bounds every call to the key store (a request's key,
+	// or a JWT issuer's keys) and the session store (250 ms); past it the
+	// request is answered 503 key_store_unavailable or
+	// session_store_unavailable rather than left waiting on a stalled
+	// database.
+	CatalogTimeout time.Duration
 	// RequestTimeout bounds a call upstream; leases and reservations
 	// expire after it (10 minutes).
 	RequestTimeout time.Duration
@@ -261,8 +263,8 @@ func New(opts Options) (*Gateway, error) {
 	if opts.HeaderTimeout <= 0 {
 		opts.HeaderTimeout = 10 * time.Second
 	}
-	if opts.KeyTimeout <= 0 {
-		opts.KeyTimeout = 250 * time.Millisecond
+	if opts.CatalogTimeout <= 0 {
+		opts.CatalogTimeout = 250 * time.Millisecond
 	}
 	if opts.SettleRetryBase <= 0 {
 		opts.SettleRetryBase = 100 * time.Millisecond

@@ -212,7 +212,7 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 	if secret == "" {
 		return Principal{}, 0, errBadKey()
 	}
-	kctx, cancel := context.WithTimeout(context.Background(), g.opts.KeyTimeout)
+	kctx, cancel := context.WithTimeout(context.Background(), g.opts.CatalogTimeout)
 	who, err := g.opts.Keys.Authenticate(kctx, secret)
 	cancel()
 	if err != nil {

@@ -134,7 +134,8 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		return
 	}
 	st := g.opts.Sessions.Store
-	bg := context.Background()
+	bg, cancel := g.catalogContext()
+	defer cancel()
 	id := strings.TrimPrefix(strings.TrimPrefix(path, "/v1/sessions"), "/")
 	switch {
 	case id == "" && method == fasthttp.MethodPost:
@@ -240,7 +241,9 @@ func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (s Sessio
 		s.MaxCost = left.cost
 		lowered = append(lowered, left.costRule)
 	}
-	s, created, err = so.Store.OpenSession(context.Background(), s, so.MaxOpenPerUser)
+	cctx, cancel := g.catalogContext()
+	defer cancel()
+	s, created, err = so.Store.OpenSession(cctx, s, so.MaxOpenPerUser)
 	if err != nil {
 		return Session{}, false, nil, sessionError(err)
 	}
@@ -342,7 +345,9 @@ type sessionCharge struct {
 func (c *call) chargeSession(req sluice.Request) error {
 	sc := &c.session
 	sc.tokens, sc.cost = req.Max.InputTokens+req.Max.OutputTokens, req.Max.Cost
-	if _, err := c.g.opts.Sessions.Store.ChargeSession(context.Background(), sc.id, c.who.KeyID, sc.tokens, sc.cost, req.Max.InputTokens); err != nil {
+	cctx, cancel := c.g.catalogContext()
+	defer cancel()
+	if _, err := c.g.opts.Sessions.Store.ChargeSession(cctx, sc.id, c.who.KeyID, sc.tokens, sc.cost, req.Max.InputTokens); err != nil {
 		var ce *SessionCeilingError
 		if errors.As(err, &ce) && ce.First {
 			c.event.Session, c.event.Ceiling = "ceiling", ce.Ceiling
@@ -365,7 +370,9 @@ func (c *call) settleSession(u sluice.Usage, refund bool) {
 	if refund {
 		turns, tokens, cost = -1, -sc.tokens, -sc.cost
 	}
-	if err := c.g.opts.Sessions.Store.SettleSession(context.Background(), sc.id, turns, tokens, cost); err != nil {
+	cctx, cancel := c.g.catalogContext()
+	defer cancel()
+	if err := c.g.opts.Sessions.Store.SettleSession(cctx, sc.id, turns, tokens, cost); err != nil {
 		c.g.log.Error("session settle failed", "session", sc.id, "err", err)
 	}
 }
@@ -380,7 +387,9 @@ func (c *call) joinSession(id string, m *model) error {
 	if len(id) > maxSessionID {
 		return sessionError(ErrUnknownSession)
 	}
-	s, err := c.g.opts.Sessions.Store.GetSession(context.Background(), id, c.who.KeyID)
+	cctx, cancel := c.g.catalogContext()
+	defer cancel()
+	s, err := c.g.opts.Sessions.Store.GetSession(cctx, id, c.who.KeyID)
 	if err != nil {
 		return sessionError(err)
 	}
@@ -433,4 +442,9 @@ func ceilingMetric(c string) string {
 		return "input_tokens"
 	}
 	return "tokens"
+}
+
+// catalogContext bounds one call to the key or session store.
+func (g *Gateway) catalogContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), g.opts.CatalogTimeout)
 }
