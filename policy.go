@@ -8,10 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unsafe"
-
-	"github.com/sluicehq/sluice/internal/cacheline"
-	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // Override changes one rule's limit for one subject: every request whose
@@ -83,7 +79,6 @@ func Resolve(layers ...Layer) []Rule {
 type compiledRule struct {
 	Rule
 	id     uint64
-	kind   inproc.Kind
 	attrs  []attribute
 	hasTag bool
 	// hasSession: the rule counts per session, and applies only to calls
@@ -101,9 +96,9 @@ type compiledRule struct {
 	hasMatch bool
 	group    int
 	// charge is the rule's charge as an admission starts it: the fields
-	// that are the same for every admission (its index in the policy's
-	// rules included) filled in, the limits the rule's own.
-	charge inproc.Charge
+	// that are the same for every admission filled in, the limits the
+	// rule's own.
+	charge Charge
 	// amountOfRequest is set when the amount reserved depends on the
 	// request (the bound, or with ReserveEstimate the expected usage when
 	// given); otherwise charge.Amount is it: 1 for a rule counting
@@ -150,12 +145,7 @@ func compileRule(r Rule) (*compiledRule, error) {
 	}
 	c := &compiledRule{Rule: r, metric: r.metric(), location: time.UTC}
 	switch r.Kind {
-	case KindRate:
-		c.kind = inproc.Rate
-	case KindConcurrency:
-		c.kind = inproc.Concurrency
-	case KindBudget:
-		c.kind = inproc.Budget
+	case KindRate, KindConcurrency, KindBudget:
 	default:
 		return nil, bad("kind", "must be rate, concurrency or budget, not %q", r.Kind)
 	}
@@ -163,7 +153,7 @@ func compileRule(r Rule) (*compiledRule, error) {
 	if err != nil {
 		return nil, bad("subject", "%v", err)
 	}
-	c.attrs = cacheline.Clone(attrs)
+	c.attrs = attrs
 	c.hasTag = slices.Contains(attrs, attrTag)
 	c.hasSession = slices.Contains(attrs, attrSession)
 	if r.Kind == KindConcurrency {
@@ -250,8 +240,8 @@ func compileRule(r Rule) (*compiledRule, error) {
 	c.measure = measureOf(c.metric)
 	c.hasMatch = len(r.Match.Models) > 0 || len(r.Match.Tiers) > 0 || len(r.Match.Routes) > 0
 	c.group = -1
-	c.charge = inproc.Charge{Rule: c.id, Window: int64(r.Window), Limit: r.Limit, Burst: r.Burst,
-		Kind: c.kind, Shadow: r.Mode == ModeShadow, Release: r.OnExpiry == ExpiryRelease, Source: uint8(fromRule)}
+	c.charge = Charge{Key: CounterKey{Rule: c.id}, Kind: r.Kind, Limit: r.Limit, Burst: r.Burst, Window: r.Window,
+		OnExpiry: r.OnExpiry, Shadow: r.Mode == ModeShadow, rule: c}
 	switch {
 	case c.measure == measureOne:
 		c.charge.Amount = 1
@@ -315,32 +305,19 @@ type compiledPolicy struct {
 	plain bool
 }
 
-// policyLines holds a compiledPolicy in cache lines of its own, as the
-// arrays of it that admissions read (rules, candidates, overrideAttrs and
-// each rule's attrs) are: an admission reads them all, and a neighbour
-// written by another core would make each read a transfer from that
-// core's cache (see internal/cacheline).
-type policyLines struct {
-	compiledPolicy
-	// At least one byte: a zero-size last field would be padded itself.
-	_ [cacheline.Size - unsafe.Sizeof(compiledPolicy{})%cacheline.Size]byte
-}
-
 // overrideOrder ranks attributes from the most specific.
 var overrideOrder = []attribute{attrKey, attrSession, attrUser, attrTeam, attrWorkspace, attrOrg, attrIP}
 
-// maxRules is the most rules a policy holds: a charge names its rule by a
-// 32-bit index (a deployment of many orgs, each with up to 200 rules,
-// holds more than 65,536).
+// maxRules is the most rules a policy holds: the candidates of an
+// admission name their rules by a 32-bit index.
 const maxRules = 1<<32 - 1
 
 func compilePolicy(p Policy) (*compiledPolicy, error) {
 	if int64(len(p.Rules)) > maxRules {
 		return nil, fmt.Errorf("sluice: policy: %d rules, at most %d", len(p.Rules), maxRules)
 	}
-	cp := &new(policyLines).compiledPolicy
-	*cp = compiledPolicy{source: p, byName: map[ruleName]*compiledRule{}, names: map[string]bool{},
-		rules: cacheline.Slice[*compiledRule](0, len(p.Rules)), candidates: cacheline.Slice[uint32](0, len(p.Rules))}
+	cp := &compiledPolicy{source: p, byName: map[ruleName]*compiledRule{}, names: map[string]bool{},
+		rules: make([]*compiledRule, 0, len(p.Rules)), candidates: make([]uint32, 0, len(p.Rules))}
 	groups := map[string]int{}
 	for _, r := range p.Rules {
 		c, err := compileRule(r)
@@ -363,7 +340,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 			}
 			c.group = g
 		}
-		c.charge.RuleIndex = uint32(len(cp.rules))
 		cp.byName[ruleName{r.Org, r.Name}] = c
 		cp.names[r.Name] = true
 		cp.rules = append(cp.rules, c)
@@ -437,9 +413,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 			}
 		}
 		cp.orgCandidates[org] = append(merged, list...)
-	}
-	if len(cp.overrideAttrs) > 0 {
-		cp.overrideAttrs = cacheline.Clone(cp.overrideAttrs)
 	}
 	cp.plain = len(cp.tiers) == 0 && len(cp.overrides) == 0
 	return cp, nil
