@@ -256,7 +256,8 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
 			continue
 		}
-		c := rule.charge
+		charges = append(charges, rule.charge)
+		c := &charges[len(charges)-1]
 		c.Limit, c.Burst, c.source = limit, burst, source
 		if rule.amountOfRequest {
 			// What the rule reserves: the bound, or the expected usage
@@ -280,16 +281,19 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 			c.Key.Period, c.PeriodEnd = start.Unix(), end
 		}
 		if !rule.hasTag {
-			c.Key.Subject = l.subjectOf(rule, id, charges)
-			charges = append(charges, c)
+			c.Key.Subject = l.subjectOf(rule, id, charges[:len(charges)-1])
 			continue
 		}
 		// One charge per distinct tag.
+		first := len(charges) - 1
 		for i, tag := range id.Tags {
-			if !slices.Contains(id.Tags[:i], tag) {
-				c.Key.Subject = subjectValue(rule, id, tag, l.serverID)
-				charges = append(charges, c)
+			if slices.Contains(id.Tags[:i], tag) {
+				continue
 			}
+			if i > 0 {
+				charges = append(charges, charges[first])
+			}
+			charges[len(charges)-1].Key.Subject = subjectValue(rule, id, tag, l.serverID)
 		}
 	}
 	r.batch.Charges = charges

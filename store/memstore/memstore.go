@@ -101,54 +101,73 @@ func New(opts Options) *Store {
 	return s
 }
 
-// shardOf returns the shard of a subject: all of a subject's counters are
-// in one shard, so an admission on one subject takes one lock.
-func (s *Store) shardOf(subject string) *shard {
-	return &s.shards[maphash.String(s.seed, subject)%uint64(len(s.shards))]
+// shardOf returns the index of a subject's shard: all of a subject's
+// counters are in one shard, so an admission on one subject takes one lock.
+func (s *Store) shardOf(subject string) int {
+	return int(maphash.String(s.seed, subject) % uint64(len(s.shards)))
 }
 
-// lockSet is the shards one call locks, in ascending order so that two
-// calls never wait for each other in a cycle.
-type lockSet struct {
-	idx [8]int
-	n   int
-	// all is set when a call spans more shards than idx holds: it locks
+// call is one call's shards: each charge's, and those to lock, in
+// ascending order so that two calls never wait for each other in a cycle.
+type call struct {
+	of   [8]int // the shard of each of the first charges
+	more []int  // of the charges past those
+	lock [8]int
+	n    int
+	// all is set when a call spans more shards than lock holds: it locks
 	// every shard.
 	all bool
 }
 
-func (s *Store) lock(ls *lockSet, b *sluice.Batch) {
-	for i := range b.Charges {
-		j := int(maphash.String(s.seed, b.Charges[i].Key.Subject) % uint64(len(s.shards)))
-		k, found := slices.BinarySearch(ls.idx[:ls.n], j)
-		if found {
-			continue
-		}
-		if ls.n == len(ls.idx) {
-			ls.all = true
-			break
-		}
-		copy(ls.idx[k+1:ls.n+1], ls.idx[k:ls.n])
-		ls.idx[k] = j
-		ls.n++
+// shard returns the shard of charge i.
+func (c *call) shard(i int) int {
+	if i < len(c.of) {
+		return c.of[i]
 	}
-	for _, j := range s.locked(ls) {
+	return c.more[i-len(c.of)]
+}
+
+// lock locks the shards of b's charges.
+func (s *Store) lock(c *call, b *sluice.Batch) {
+	j := -1
+	for i := range b.Charges {
+		// Most often a charge has the subject of the one before.
+		if subject := b.Charges[i].Key.Subject; j < 0 || subject != b.Charges[i-1].Key.Subject {
+			j = s.shardOf(subject)
+		}
+		if i < len(c.of) {
+			c.of[i] = j
+		} else {
+			c.more = append(c.more, j)
+		}
+		k, found := slices.BinarySearch(c.lock[:c.n], j)
+		switch {
+		case found || c.all:
+		case c.n == len(c.lock):
+			c.all = true
+		default:
+			copy(c.lock[k+1:c.n+1], c.lock[k:c.n])
+			c.lock[k] = j
+			c.n++
+		}
+	}
+	for _, j := range s.locked(c) {
 		s.shards[j].mu.Lock()
 	}
 }
 
-func (s *Store) unlock(ls *lockSet) {
-	for _, j := range s.locked(ls) {
+func (s *Store) unlock(c *call) {
+	for _, j := range s.locked(c) {
 		s.shards[j].mu.Unlock()
 	}
 }
 
-// locked returns the indexes of the shards of ls, in locking order.
-func (s *Store) locked(ls *lockSet) []int {
-	if ls.all {
+// locked returns the indexes of the shards c locks, in locking order.
+func (s *Store) locked(c *call) []int {
+	if c.all {
 		return s.every
 	}
-	return ls.idx[:ls.n]
+	return c.lock[:c.n]
 }
 
 // get returns the counter of key, made if missing, in a locked shard.
@@ -184,13 +203,13 @@ func fill(c *sluice.Charge, res counter.Result) {
 // Admit checks every charge of b and applies all of them or none.
 func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
 	at := now.UnixNano()
-	var ls lockSet
-	s.lock(&ls, b)
-	ok := s.admit(at, b)
-	for _, j := range s.locked(&ls) {
+	var p call
+	s.lock(&p, b)
+	ok := s.admit(at, b, &p)
+	for _, j := range s.locked(&p) {
 		s.maybeEvict(&s.shards[j], at)
 	}
-	s.unlock(&ls)
+	s.unlock(&p)
 	if ok && hasBudget(b) {
 		s.openMu.Lock()
 		s.open[b.ID] = b
@@ -209,13 +228,13 @@ type checked struct {
 // admit checks and applies b on locked shards: first every charge is
 // checked, then, when every charge that is not Shadow fits, all are
 // applied.
-func (s *Store) admit(now int64, b *sluice.Batch) bool {
+func (s *Store) admit(now int64, b *sluice.Batch, p *call) bool {
 	var buf [8]checked
 	found := buf[:0]
 	admit := true
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		st := s.shardOf(c.Key.Subject).get(c.Key, c.Kind)
+		st := s.shards[p.shard(i)].get(c.Key, c.Kind)
 		var next counter.Rate
 		var res counter.Result
 		switch c.Kind {
@@ -292,9 +311,9 @@ func (s *Store) takeOpen(id uint64) bool {
 // apply settles b at its Actual amounts, or at actual when it is not nil
 // (the sweep's decision).
 func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
-	var ls lockSet
-	s.lock(&ls, b)
-	defer s.unlock(&ls)
+	var p call
+	s.lock(&p, b)
+	defer s.unlock(&p)
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		// The sweep's decision does not read Actual: the engine may be
@@ -305,12 +324,15 @@ func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 		} else {
 			amount = c.Actual
 		}
-		st := s.shardOf(c.Key.Subject).get(c.Key, c.Kind)
+		if c.Kind == sluice.KindRate && amount == c.Amount {
+			// A charge settled at its reservation leaves its bucket as
+			// it is.
+			continue
+		}
+		st := s.shards[p.shard(i)].get(c.Key, c.Kind)
 		st.touched = max(st.touched, now)
 		switch c.Kind {
 		case sluice.KindRate:
-			// A charge settled at its reservation leaves its bucket as
-			// it is.
 			st.rate = bucketOf(c).Adjust(st.rate, amount-c.Amount, now)
 		case sluice.KindBudget:
 			st.budget = st.budget.Settle(c.Amount, amount, c.PeriodEnd.UnixNano())
@@ -323,12 +345,12 @@ func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 // Peek fills the result fields of b's charges without charging.
 func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	at := now.UnixNano()
-	var ls lockSet
-	s.lock(&ls, b)
-	defer s.unlock(&ls)
+	var p call
+	s.lock(&p, b)
+	defer s.unlock(&p)
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		st := s.shardOf(c.Key.Subject).counters[c.Key]
+		st := s.shards[p.shard(i)].counters[c.Key]
 		if st == nil || st.kind != c.Kind {
 			// No counter yet, or one an admission would start afresh.
 			st = &state{}
@@ -368,7 +390,7 @@ func (s *Store) Len() int {
 // RestoreBudget sets a budget counter's settled usage, for a durable store
 // reloading its journal.
 func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used int64) {
-	sh := s.shardOf(key.Subject)
+	sh := &s.shards[s.shardOf(key.Subject)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	made := sh.made
