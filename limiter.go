@@ -246,13 +246,10 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 	id := &req.Identity
 	for _, i := range p.candidatesFor(id.Org) {
 		rule := p.rules[i]
-		if rule.hasMatch && !rule.matches(id) {
+		if !rule.matches(id) {
 			continue
 		}
-		limit, burst, source := rule.Limit, rule.Burst, fromRule
-		if !p.plain {
-			limit, burst, source = p.effective(rule, id, now)
-		}
+		limit, burst, source := p.effective(rule, id, now)
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
 			continue
 		}
@@ -263,10 +260,10 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 			// What the rule reserves: the bound, or the expected usage
 			// with ReserveEstimate when the request gives one.
 			u := &req.Max
-			if rule.estimate && !req.Expected.IsZero() {
+			if rule.Reserve == ReserveEstimate && !req.Expected.IsZero() {
 				u = &req.Expected
 			}
-			c.Amount = u.amountOf(rule.measure, rule.metric)
+			c.Amount = u.amountOf(rule.metric)
 		}
 		switch rule.Kind {
 		case KindRate:

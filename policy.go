@@ -87,52 +87,16 @@ type compiledRule struct {
 	metric     Metric
 	location   *time.Location
 
-	// What admissions would otherwise work out on every call:
-	// measure is metric as a switch value; hasMatch says Match is not
-	// empty; group is the same for rules whose subjects are built from the
-	// same attributes (-1 with a tag), so that an admission builds each
-	// subject once.
-	measure  measure
-	hasMatch bool
-	group    int
-	// charge is the rule's charge as an admission starts it: the fields
-	// that are the same for every admission filled in, the limits the
-	// rule's own.
-	charge Charge
-	// amountOfRequest is set when the amount reserved depends on the
-	// request (the bound, or with ReserveEstimate the expected usage when
-	// given); otherwise charge.Amount is it: 1 for a rule counting
-	// requests or concurrency, ReserveAmount with ReserveFixed.
-	// estimate is Reserve == ReserveEstimate.
-	amountOfRequest, estimate bool
-}
-
-// measure is a Metric as a small integer, for the admission path.
-type measure uint8
-
-const (
-	measureCustom measure = iota
-	measureOne
-	measureInput
-	measureOutput
-	measureTokens
-	measureCost
-)
-
-func measureOf(m Metric) measure {
-	switch m {
-	case MetricRequests, MetricConcurrency:
-		return measureOne
-	case MetricInputTokens:
-		return measureInput
-	case MetricOutputTokens:
-		return measureOutput
-	case MetricTokens:
-		return measureTokens
-	case MetricCost:
-		return measureCost
-	}
-	return measureCustom
+	// group is the same for rules whose subjects are built from the same
+	// attributes (-1 with a tag), so that an admission builds each subject
+	// once.
+	group int
+	// charge is the rule's charge as an admission starts it: the limits
+	// the rule's own, and the amount when it does not depend on the
+	// request (1 for requests and concurrency, ReserveAmount with
+	// ReserveFixed; amountOfRequest is set otherwise).
+	charge          Charge
+	amountOfRequest bool
 }
 
 // compileRule validates r and prepares it for admissions.
@@ -237,19 +201,16 @@ func compileRule(r Rule) (*compiledRule, error) {
 		return nil, bad("fit", "must be clamp or empty, not %q", r.Fit)
 	}
 	c.id = fingerprint(&r, c.metric)
-	c.measure = measureOf(c.metric)
-	c.hasMatch = len(r.Match.Models) > 0 || len(r.Match.Tiers) > 0 || len(r.Match.Routes) > 0
 	c.group = -1
 	c.charge = Charge{Key: CounterKey{Rule: c.id}, Kind: r.Kind, Limit: r.Limit, Burst: r.Burst, Window: r.Window,
 		OnExpiry: r.OnExpiry, Shadow: r.Mode == ModeShadow, rule: c}
 	switch {
-	case c.measure == measureOne:
+	case c.metric == MetricRequests || c.metric == MetricConcurrency:
 		c.charge.Amount = 1
 	case r.Reserve == ReserveFixed:
 		c.charge.Amount = r.ReserveAmount
 	default:
 		c.amountOfRequest = true
-		c.estimate = r.Reserve == ReserveEstimate
 	}
 	return c, nil
 }
@@ -301,8 +262,6 @@ type compiledPolicy struct {
 	// at its own org's rules only, however many orgs have rules.
 	candidates    []uint32
 	orgCandidates map[string][]uint32
-	// plain is set when no tier or override can change a rule's limit.
-	plain bool
 }
 
 // overrideOrder ranks attributes from the most specific.
@@ -414,7 +373,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		}
 		cp.orgCandidates[org] = append(merged, list...)
 	}
-	cp.plain = len(cp.tiers) == 0 && len(cp.overrides) == 0
 	return cp, nil
 }
 

@@ -222,7 +222,7 @@ func (r *Reservation) begin(u *Usage, release bool) (time.Time, bool) {
 		case !reported || c.Kind == KindConcurrency:
 			c.Actual = c.Amount
 		default:
-			c.Actual = u.amountOf(c.rule.measure, c.rule.metric)
+			c.Actual = u.amountOf(c.rule.metric)
 		}
 		if r.uncertain && c.Kind == KindRate {
 			// A failed settlement may have moved the bucket already, and
