@@ -1,5 +1,6 @@
-// Package memstore is the in-process sluice.Store: counters in sharded maps
-// keyed by their sluice.CounterKey, one lock per shard. Unrelated subjects
+// Package memstore is the in-process sluice.Store: counters in sharded maps,
+// found by their whole sluice.CounterKey (a subject's counters, one per
+// rule and period, listed under the subject), one lock per shard. Unrelated subjects
 // rarely contend, and idle counters are evicted so memory stays bounded
 // with millions of subjects. Nothing survives the process.
 package memstore
@@ -61,16 +62,19 @@ type Store struct {
 // shard holds the counters of the subjects that hash to it.
 type shard struct {
 	mu       sync.Mutex
-	counters map[sluice.CounterKey]*state
+	subjects map[string][]*state
 	// made counts the counters made since the last eviction scan, ops the
 	// admissions (counted only with Options.EvictEvery).
 	made, ops int
 }
 
-// state is one counter. A key belongs to one rule, so to one kind; a key
-// charged under another kind than before (which no Limiter does: a rule's
-// fingerprint covers its kind) starts afresh.
+// state is one counter of a subject: the rest of its key, and its state. A
+// key belongs to one rule, so to one kind; a key charged under another kind
+// than before (which no Limiter does: a rule's fingerprint covers its kind)
+// starts afresh.
 type state struct {
+	rule   uint64
+	period int64
 	kind   sluice.Kind
 	rate   counter.Rate
 	budget counter.Budget
@@ -95,7 +99,7 @@ func New(opts Options) *Store {
 		s.evictIdle = int64(10 * time.Second)
 	}
 	for i := range s.shards {
-		s.shards[i].counters = map[sluice.CounterKey]*state{}
+		s.shards[i].subjects = map[string][]*state{}
 		s.every = append(s.every, i)
 	}
 	return s
@@ -172,15 +176,25 @@ func (s *Store) locked(c *call) []int {
 
 // get returns the counter of key, made if missing, in a locked shard.
 func (sh *shard) get(key sluice.CounterKey, kind sluice.Kind) *state {
-	st := sh.counters[key]
+	st := sh.find(key)
 	if st == nil {
-		st = &state{kind: kind}
-		sh.counters[key] = st
+		st = &state{rule: key.Rule, period: key.Period, kind: kind}
+		sh.subjects[key.Subject] = append(sh.subjects[key.Subject], st)
 		sh.made++
 	} else if st.kind != kind {
-		*st = state{kind: kind}
+		*st = state{rule: key.Rule, period: key.Period, kind: kind}
 	}
 	return st
+}
+
+// find returns the counter of key in a locked shard, nil if it has none.
+func (sh *shard) find(key sluice.CounterKey) *state {
+	for _, st := range sh.subjects[key.Subject] {
+		if st.rule == key.Rule && st.period == key.Period {
+			return st
+		}
+	}
+	return nil
 }
 
 func bucketOf(c *sluice.Charge) counter.Bucket {
@@ -350,7 +364,7 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	defer s.unlock(&p)
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		st := s.shards[p.shard(i)].counters[c.Key]
+		st := s.shards[p.shard(i)].find(c.Key)
 		if st == nil || st.kind != c.Kind {
 			// No counter yet, or one an admission would start afresh.
 			st = &state{}
@@ -381,7 +395,9 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.counters)
+		for _, list := range sh.subjects {
+			n += len(list)
+		}
 		sh.mu.Unlock()
 	}
 	return n

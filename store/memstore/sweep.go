@@ -2,6 +2,8 @@ package memstore
 
 import (
 	"context"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -23,7 +25,7 @@ func (s *Store) Sweep(_ context.Context, now time.Time) (sluice.SweepResult, err
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.evict(len(sh.counters), at, s.evictIdle)
+		sh.evict(math.MaxInt, at, s.evictIdle)
 		sh.mu.Unlock()
 	}
 	return res, nil
@@ -86,15 +88,21 @@ func (s *Store) maybeEvict(sh *shard, now int64) {
 	}
 }
 
-// evict looks at up to n counters of a locked shard, from a place the map
-// picks at random, and drops those idle for grace ns.
+// evict looks at the counters of a locked shard's subjects, from a place
+// the map picks at random, until it has looked at n, and drops those idle
+// for grace ns, and the subjects left with none.
 func (sh *shard) evict(n int, now, grace int64) {
-	for key, st := range sh.counters {
-		if n--; n < 0 {
+	for subject, list := range sh.subjects {
+		if n <= 0 {
 			break
 		}
-		if st.idle(now, grace) {
-			delete(sh.counters, key)
+		n -= len(list)
+		kept := slices.DeleteFunc(list, func(st *state) bool { return st.idle(now, grace) })
+		switch {
+		case len(kept) == 0:
+			delete(sh.subjects, subject)
+		case len(kept) < len(list):
+			sh.subjects[subject] = kept
 		}
 	}
 }
