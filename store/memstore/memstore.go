@@ -201,8 +201,19 @@ func bucketOf(c *sluice.Charge) counter.Bucket {
 	return counter.Bucket{Limit: c.Limit, Burst: c.BurstOrLimit(), Window: int64(c.Window)}
 }
 
-// fill copies a counter's result to a charge.
-func fill(c *sluice.Charge, res counter.Result) {
+// check evaluates amount of charge c on its counter st at now, fills c's
+// results, and returns the bucket as a rate charge would leave it.
+func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, allowed bool) {
+	var res counter.Result
+	switch c.Kind {
+	case sluice.KindRate:
+		next, res = bucketOf(c).Check(st.rate, amount, now)
+	case sluice.KindBudget:
+		res = st.budget.Check(c.Limit, amount, c.PeriodEnd.UnixNano())
+	case sluice.KindConcurrency:
+		st.leases = counter.Live(st.leases, now)
+		res = counter.CheckLeases(st.leases, c.Limit, now)
+	}
 	c.Allowed, c.Remaining, c.Used, c.RetryAfter = res.Allowed, res.Remaining, res.Used, time.Duration(res.RetryAfter)
 	switch {
 	case c.Kind == sluice.KindBudget:
@@ -212,6 +223,7 @@ func fill(c *sluice.Charge, res counter.Result) {
 	default:
 		c.ResetAt = time.Time{}
 	}
+	return next, res.Allowed
 }
 
 // Admit checks every charge of b and applies all of them or none.
@@ -249,19 +261,8 @@ func (s *Store) admit(now int64, b *sluice.Batch, p *call) bool {
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		st := s.shards[p.shard(i)].get(c.Key, c.Kind)
-		var next counter.Rate
-		var res counter.Result
-		switch c.Kind {
-		case sluice.KindRate:
-			next, res = bucketOf(c).Check(st.rate, c.Amount, now)
-		case sluice.KindBudget:
-			res = st.budget.Check(c.Limit, c.Amount, c.PeriodEnd.UnixNano())
-		case sluice.KindConcurrency:
-			st.leases = counter.Live(st.leases, now)
-			res = counter.CheckLeases(st.leases, c.Limit, now)
-		}
-		fill(c, res)
-		admit = admit && (res.Allowed || c.Shadow)
+		next, allowed := check(c, st, c.Amount, now)
+		admit = admit && (allowed || c.Shadow)
 		found = append(found, checked{st: st, next: next})
 	}
 	if !admit {
@@ -369,19 +370,12 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 			// No counter yet, or one an admission would start afresh.
 			st = &state{}
 		}
-		var res counter.Result
-		switch c.Kind {
-		case sluice.KindRate:
-			_, res = bucketOf(c).Check(st.rate, 0, at)
-		case sluice.KindBudget:
-			res = st.budget.Check(c.Limit, 0, c.PeriodEnd.UnixNano())
-		case sluice.KindConcurrency:
-			st.leases = counter.Live(st.leases, at)
-			res = counter.CheckLeases(st.leases, c.Limit, at)
-			held := int64(len(st.leases))
-			res.Used, res.Remaining = held, max(0, c.Limit-held)
+		check(c, st, 0, at)
+		if c.Kind == sluice.KindConcurrency {
+			// The leases held, not counting the one an admission would
+			// add.
+			c.Used, c.Remaining = int64(len(st.leases)), max(0, c.Limit-int64(len(st.leases)))
 		}
-		fill(c, res)
 	}
 	return nil
 }
