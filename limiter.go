@@ -179,7 +179,11 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 
 // try runs one admission attempt at now.
 func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now time.Time) error {
-	expiry := l.timeout(req) + l.expirySlack
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = l.defaultTimeout
+	}
+	expiry := timeout + l.expirySlack
 	if expiry < 0 {
 		expiry = math.MaxInt64
 	}
@@ -229,13 +233,6 @@ func failOpen(charges []Charge) bool {
 		}
 	}
 	return true
-}
-
-func (l *Limiter) timeout(req *Request) time.Duration {
-	if req.Timeout > 0 {
-		return req.Timeout
-	}
-	return l.defaultTimeout
 }
 
 // build sets r's charges: one per applicable rule and subject. Without

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -180,25 +181,16 @@ func compileRule(r Rule) (*compiledRule, error) {
 	default:
 		return nil, bad("reserve", "must be worst_case, estimate or fixed, not %q", r.Reserve)
 	}
-	switch r.OnExpiry {
-	case "", ExpiryCharge, ExpiryRelease:
-	default:
-		return nil, bad("on_expiry", "must be charge or release, not %q", r.OnExpiry)
-	}
-	switch r.OnStoreError {
-	case "", StoreErrorClosed, StoreErrorOpen:
-	default:
-		return nil, bad("on_store_error", "must be closed or open, not %q", r.OnStoreError)
-	}
-	switch r.Mode {
-	case "", ModeEnforce, ModeShadow:
-	default:
-		return nil, bad("mode", "must be enforce or shadow, not %q", r.Mode)
-	}
-	switch r.Fit {
-	case "", "clamp":
-	default:
-		return nil, bad("fit", "must be clamp or empty, not %q", r.Fit)
+	// The choices whose empty value is their default.
+	for _, f := range []struct{ field, value, choice, say string }{
+		{"on_expiry", string(r.OnExpiry), "charge release", "charge or release"},
+		{"on_store_error", string(r.OnStoreError), "closed open", "closed or open"},
+		{"mode", string(r.Mode), "enforce shadow", "enforce or shadow"},
+		{"fit", r.Fit, "clamp", "clamp or empty"},
+	} {
+		if f.value != "" && !slices.Contains(strings.Fields(f.choice), f.value) {
+			return nil, bad(f.field, "must be %s, not %q", f.say, f.value)
+		}
 	}
 	c.id = fingerprint(&r, c.metric)
 	c.group = -1

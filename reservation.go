@@ -54,22 +54,15 @@ type Reservation struct {
 	// inline holds the charges of most admissions.
 	inline [3]Charge
 
-	mu    sync.Mutex
-	state settleState
+	mu sync.Mutex
+	// settling is set while a settlement is with the store, settled once
+	// it is done.
+	settling, settled bool
 	// uncertain is set when the store failed a settlement: it may have
 	// applied it before failing (a reply lost on the way back).
 	uncertain bool
 	overrun   bool
 }
-
-// settleState is where a Reservation is in its settlement.
-type settleState uint8
-
-const (
-	open settleState = iota
-	settling
-	settled
-)
 
 // ID returns the reservation's identifier, unique per Limiter.
 func (r *Reservation) ID() uint64 { return r.batch.ID }
@@ -204,14 +197,14 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool, done f
 func (r *Reservation) begin(u *Usage, release bool) (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.l == nil || r.state != open {
+	if r.l == nil || r.settling || r.settled {
 		return time.Time{}, false
 	}
 	if len(r.batch.Charges) == 0 {
-		r.state = settled
+		r.settled = true
 		return time.Time{}, false
 	}
-	r.state = settling
+	r.settling = true
 	reported := u != nil && !u.IsZero()
 	r.overrun = false
 	for i := range r.batch.Charges {
@@ -247,11 +240,11 @@ func (r *Reservation) begin(u *Usage, release bool) (time.Time, bool) {
 func (r *Reservation) end(err error) error {
 	r.mu.Lock()
 	if err != nil {
-		r.uncertain, r.state = true, open
+		r.uncertain, r.settling = true, false
 		r.mu.Unlock()
 		return &StoreError{Op: "settle", Err: err}
 	}
-	r.state = settled
+	r.settling, r.settled = false, true
 	overrun := r.overrun
 	r.mu.Unlock()
 	l := r.l

@@ -10,18 +10,14 @@ import (
 
 // waitQueues keeps the admissions waiting for a rate or concurrency rule,
 // one first-in first-out queue per counter, so that waiters on one subject
-// are served in arrival order.
+// are served in arrival order. A waiter is a channel closed when it
+// reaches the front of its queue.
 type waitQueues struct {
 	count  atomic.Int64
 	mu     sync.Mutex
-	queues map[CounterKey][]*waiter
+	queues map[CounterKey][]chan struct{}
 	// wake is closed (and replaced) when a settlement may have freed room.
 	wake chan struct{}
-}
-
-type waiter struct {
-	// head is closed when the waiter reaches the front of its queue.
-	head chan struct{}
 }
 
 func (w *waitQueues) active() bool { return w.count.Load() > 0 }
@@ -38,23 +34,23 @@ func (w *waitQueues) existing(charges []Charge) (CounterKey, bool) {
 	return CounterKey{}, false
 }
 
-func (w *waitQueues) join(key CounterKey) *waiter {
-	me := &waiter{head: make(chan struct{})}
+func (w *waitQueues) join(key CounterKey) chan struct{} {
+	me := make(chan struct{})
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.queues == nil {
-		w.queues = map[CounterKey][]*waiter{}
+		w.queues = map[CounterKey][]chan struct{}{}
 	}
 	q := append(w.queues[key], me)
 	w.queues[key] = q
 	if len(q) == 1 {
-		close(me.head)
+		close(me)
 	}
 	w.count.Add(1)
 	return me
 }
 
-func (w *waitQueues) leave(key CounterKey, me *waiter) {
+func (w *waitQueues) leave(key CounterKey, me chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := w.queues[key]
@@ -64,7 +60,7 @@ func (w *waitQueues) leave(key CounterKey, me *waiter) {
 		}
 		q = append(q[:i], q[i+1:]...)
 		if i == 0 && len(q) > 0 {
-			close(q[0].head)
+			close(q[0])
 		}
 		break
 	}
@@ -137,7 +133,7 @@ func (l *Limiter) wait(ctx context.Context, req *Request, r *Reservation, key Co
 		return nil, err
 	}
 	select {
-	case <-me.head:
+	case <-me:
 	case <-ctx.Done():
 		return fail(ctx.Err())
 	case <-l.clock.After(deadline.Sub(start)):
