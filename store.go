@@ -103,7 +103,10 @@ type Charge struct {
 	rule *compiledRule
 }
 
-// Batch is the set of charges of one admission.
+// Batch is the set of charges of one admission. The Limiter keeps an
+// admitted Batch unchanged until it is settled, but for each charge's
+// Actual, which it sets before Settle: a store may keep a pointer to it
+// (for the sweep, or a journal) until then.
 type Batch struct {
 	// ID is unique per Limiter.
 	ID uint64
