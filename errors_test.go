@@ -16,7 +16,9 @@ import (
 // flakyStore is a memstore whose methods can be made to fail, as a store
 // whose server went away would.
 type flakyStore struct {
-	*memstore.Store
+	// Store is a memstore, as a sluice.Store only: its own SettleAsync
+	// would settle past the failures below.
+	sluice.Store
 	mu                           sync.Mutex
 	admitErr, settleErr, peekErr error
 	sweepErr                     error

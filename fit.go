@@ -4,8 +4,6 @@ import (
 	"context"
 	"math/bits"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // Fit returns the largest output cap, at most req.Max.OutputTokens, that
@@ -17,9 +15,9 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 	if err := req.Max.validate(); err != nil {
 		return 0, err
 	}
-	r := &resState{limiter: l}
+	r := &Reservation{l: l}
 	now := l.clock.Now()
-	if err := l.build(l.policy.Load(), &req, now.UnixNano(), r); err != nil {
+	if err := l.build(l.policy.Load(), &req, now, r, true); err != nil {
 		if _, tooLarge := err.(*TooLargeError); !tooLarge {
 			return 0, err
 		}
@@ -28,21 +26,21 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 		smaller := req
 		smaller.Max.OutputTokens = 0
 		smaller.Max.Cost = costWithoutOutput(&req)
-		if err := l.build(l.policy.Load(), &smaller, now.UnixNano(), r); err != nil {
+		if err := l.build(l.policy.Load(), &smaller, now, r, true); err != nil {
 			return 0, nil
 		}
 	}
-	if len(r.adm.Charges) == 0 {
+	if len(r.batch.Charges) == 0 {
 		return req.Max.OutputTokens, nil
 	}
 	if err := l.peek(ctx, now, r); err != nil {
 		return 0, err
 	}
 	best := req.Max.OutputTokens
-	for i := range r.adm.Charges {
-		c := &r.adm.Charges[i]
-		rule := r.rule(c)
-		if c.Shadow || c.Kind == inproc.Concurrency || rule.Reserve != "" && rule.Reserve != ReserveWorstCase {
+	for i := range r.batch.Charges {
+		c := &r.batch.Charges[i]
+		rule := c.rule
+		if c.Shadow || c.Kind == KindConcurrency || rule.Reserve != "" && rule.Reserve != ReserveWorstCase {
 			continue
 		}
 		var room int64
@@ -121,40 +119,39 @@ type Effective struct {
 // Effective lists the limits that apply to id now and their headroom. Rules
 // that match a model or route apply only when id names it.
 func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, error) {
-	r := &resState{limiter: l}
+	r := &Reservation{l: l}
 	now := l.clock.Now()
 	req := Request{Identity: id}
-	if err := l.buildCharges(l.policy.Load(), &req, now.UnixNano(), r, false); err != nil {
+	if err := l.build(l.policy.Load(), &req, now, r, false); err != nil {
 		return nil, err
 	}
-	if len(r.adm.Charges) > 0 {
+	if len(r.batch.Charges) > 0 {
 		if err := l.peek(ctx, now, r); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]Effective, 0, len(r.adm.Charges))
-	for i := range r.adm.Charges {
-		c := &r.adm.Charges[i]
-		rule := r.rule(c)
+	out := make([]Effective, 0, len(r.batch.Charges))
+	for i := range r.batch.Charges {
+		c := &r.batch.Charges[i]
+		rule := c.rule
 		mode := rule.Mode
 		if mode == "" {
 			mode = ModeEnforce
 		}
 		out = append(out, Effective{
 			Rule: rule.Name, Kind: rule.Kind, Subject: rule.Subject, Metric: rule.metric,
-			Limit: c.Limit, Burst: c.Burst, Source: limitSource(c.Source).name(rule), Mode: mode,
-			Used: c.Used, Remaining: c.Remaining, ResetAt: r.resetAt(c),
+			Limit: c.Limit, Burst: c.Burst, Source: c.source.name(rule), Mode: mode,
+			Used: c.Used, Remaining: c.Remaining, ResetAt: c.ResetAt,
 		})
 	}
 	return out, nil
 }
 
 // peek fills the results of r's charges from the store without charging.
-func (l *Limiter) peek(ctx context.Context, now time.Time, r *resState) error {
-	b := r.toBatch()
-	if err := l.store.Peek(ctx, now, b); err != nil {
+func (l *Limiter) peek(ctx context.Context, now time.Time, r *Reservation) error {
+	if err := l.store.Peek(ctx, now, &r.batch); err != nil {
 		return &StoreError{Op: "peek", Err: err}
 	}
-	r.resultsFrom(b)
+	inZones(r.batch.Charges)
 	return nil
 }

@@ -6,14 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
-
-	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // Options configures a Limiter. Store is required; every other zero value is
@@ -66,28 +63,19 @@ type Stats struct {
 // Limiter admits requests against a policy of rules held in a Store. It is
 // safe for concurrent use.
 type Limiter struct {
-	store Store
-	// local is store when it keeps its counters in this process and reads
-	// the engine's charges in place (memstore); nil otherwise.
-	local localStore
-	clock Clock
-	// real is clock when it is real time (Options.Clock nil), read
-	// without an interface call or a time.Time.
-	real           *realClock
+	store          Store
+	clock          Clock
 	serverID       string
 	defaultTimeout time.Duration
 	expirySlack    time.Duration
 	busyRetryAfter time.Duration
 	onOverrun      func(Overrun)
 
-	policy atomic.Pointer[compiledPolicy]
-	ids    idSource
-	// states are admissions' states not in use (see resState).
-	states  sync.Pool
+	policy  atomic.Pointer[compiledPolicy]
+	nextID  atomic.Uint64
 	waiters waitQueues
 
-	admitted                      stripedCounter
-	refused, overruns, failedOpen atomic.Int64
+	admitted, refused, overruns, failedOpen atomic.Int64
 }
 
 // New returns a Limiter over opts.Store with the policy in opts.
@@ -104,12 +92,8 @@ func New(opts Options) (*Limiter, error) {
 		busyRetryAfter: opts.BusyRetryAfter,
 		onOverrun:      opts.OnOverrun,
 	}
-	if ls, ok := opts.Store.(localStore); ok && ls.LocalStore() == opts.Store {
-		l.local = ls
-	}
 	if l.clock == nil {
-		l.real = newRealClock()
-		l.clock = l.real
+		l.clock = realClock{}
 	}
 	if l.serverID == "" {
 		host, _ := os.Hostname()
@@ -124,11 +108,11 @@ func New(opts Options) (*Limiter, error) {
 	if l.busyRetryAfter <= 0 {
 		l.busyRetryAfter = time.Second
 	}
+	// Ids start at random, so that two Limiters over one shared store
+	// (several gateways over Redis) do not hand out the same ones.
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
-	// Blocks of ids start at a multiple of idBlockSize, so that each block
-	// counts its admissions in one stripe of l.admitted.
-	l.ids.next.Store(binary.LittleEndian.Uint64(seed[:]) &^ (1 << 63) &^ (idBlockSize - 1))
+	l.nextID.Store(binary.LittleEndian.Uint64(seed[:]) >> 1)
 	rules := append(opts.Simple.Rules(), opts.Rules...)
 	if err := l.SetPolicy(Policy{Rules: rules, Overrides: opts.Overrides, Tiers: opts.Tiers}); err != nil {
 		return nil, err
@@ -152,7 +136,7 @@ func (l *Limiter) Policy() Policy { return l.policy.Load().source }
 
 // Stats returns the Limiter's counts.
 func (l *Limiter) Stats() Stats {
-	return Stats{Admitted: l.admitted.sum(), Refused: l.refused.Load(), Overruns: l.overruns.Load(), FailedOpen: l.failedOpen.Load()}
+	return Stats{Admitted: l.admitted.Load(), Refused: l.refused.Load(), Overruns: l.overruns.Load(), FailedOpen: l.failedOpen.Load()}
 }
 
 // Admit checks every applicable rule of req and charges all of them in one
@@ -164,205 +148,138 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if !req.Max.plain() || !req.Expected.plain() {
-		if err := req.Max.validate(); err != nil {
-			return nil, err
-		}
-		if err := req.Expected.validate(); err != nil {
-			return nil, err
-		}
+	if err := req.Max.validate(); err != nil {
+		return nil, err
 	}
-	p := l.policy.Load()
-	s := l.getState()
-	s.adm.ID = l.ids.take(&s.ids)
-	at := l.nowNanos()
-	if err := l.build(p, &req, at, s); err != nil {
+	if err := req.Expected.validate(); err != nil {
+		return nil, err
+	}
+	r := &Reservation{l: l}
+	r.batch.ID = l.nextID.Add(1)
+	now := l.clock.Now()
+	if err := l.build(l.policy.Load(), &req, now, r, true); err != nil {
 		l.refused.Add(1)
-		l.putState(s)
 		return nil, err
 	}
 	if req.MaxWait > 0 && l.waiters.active() {
-		if key, ok := l.waiters.existing(&s.adm); ok {
-			return l.wait(ctx, &req, s, key, at)
+		if key, ok := l.waiters.existing(r.batch.Charges); ok {
+			return l.wait(ctx, &req, r, key, now)
 		}
 	}
-	err := l.try(ctx, &req, s, at)
+	err := l.try(ctx, &req, r, now)
 	if err == nil {
-		return s.handle(), nil
+		return r, nil
 	}
 	if req.MaxWait > 0 && waitable(err, req.MaxWait) {
-		return l.wait(ctx, &req, s, decidingKey(s), at)
+		return l.wait(ctx, &req, r, decidingKey(r.batch.Charges), now)
 	}
 	l.refused.Add(1)
-	l.putState(s)
 	return nil, err
 }
 
-// nowNanos reads the clock for a decision, in Unix nanoseconds.
-func (l *Limiter) nowNanos() int64 {
-	if l.real != nil {
-		return l.real.nanos()
+// try runs one admission attempt at now.
+func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now time.Time) error {
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = l.defaultTimeout
 	}
-	return l.clock.Now().UnixNano()
-}
-
-// try runs one admission attempt at at (Unix nanoseconds).
-func (l *Limiter) try(ctx context.Context, req *Request, r *resState, at int64) error {
-	r.adm.Deadline = at + int64(l.timeout(req)+l.expirySlack)
-	if r.adm.Deadline < at {
-		r.adm.Deadline = 1<<63 - 1
+	expiry := timeout + l.expirySlack
+	if expiry < 0 {
+		expiry = math.MaxInt64
 	}
-	if len(r.adm.Charges) == 0 {
-		r.open()
-		l.admitted.add(r.adm.ID)
+	r.batch.Deadline = now.Add(expiry)
+	r.admittedAt = now
+	if len(r.batch.Charges) == 0 {
+		l.admitted.Add(1)
 		return nil
 	}
-	var ok bool
-	var err error
-	var b *Batch
-	if l.local != nil {
-		ok, err = l.local.AdmitLocal(at, &r.adm)
-	} else {
-		b = r.toBatch()
-		b.Deadline = time.Unix(0, r.adm.Deadline)
-		ok, err = l.store.Admit(ctx, time.Unix(0, at), b)
-	}
+	ok, err := l.store.Admit(ctx, now, &r.batch)
 	if err != nil {
-		if !r.failOpen() {
+		if !failOpen(r.batch.Charges) {
 			return &StoreError{Op: "admit", Err: err}
 		}
 		// Every rule in play says on_store_error: open: admit, charge
 		// nothing, and say so.
-		r.adm.Charges = r.adm.Charges[:0]
-		r.batch = nil
+		r.batch.Charges = r.batch.Charges[:0]
 		r.failedOpen = true
-		r.open()
-		l.admitted.add(r.adm.ID)
+		l.admitted.Add(1)
 		l.failedOpen.Add(1)
 		return nil
 	}
-	if b != nil {
-		r.resultsFrom(b)
-	}
+	inZones(r.batch.Charges)
 	if !ok {
-		return l.refusal(r)
+		return l.refusal(r.batch.Charges)
 	}
-	r.admittedAt = at
-	r.open()
-	l.admitted.add(r.adm.ID)
+	l.admitted.Add(1)
 	return nil
+}
+
+// inZones puts each budget's ResetAt in its rule's time zone, as
+// PeriodBounds gives it, whatever the store returned.
+func inZones(charges []Charge) {
+	for i := range charges {
+		if c := &charges[i]; c.Kind == KindBudget && !c.ResetAt.IsZero() {
+			c.ResetAt = c.ResetAt.In(c.rule.location)
+		}
+	}
 }
 
 // failOpen reports whether every enforced charge's rule admits when the
 // store cannot answer.
-func (s *resState) failOpen() bool {
-	for i := range s.adm.Charges {
-		c := &s.adm.Charges[i]
-		if !c.Shadow && s.rule(c).OnStoreError != StoreErrorOpen {
+func failOpen(charges []Charge) bool {
+	for i := range charges {
+		if c := &charges[i]; !c.Shadow && c.rule.OnStoreError != StoreErrorOpen {
 			return false
 		}
 	}
 	return true
 }
 
-func (l *Limiter) timeout(req *Request) time.Duration {
-	if req.Timeout > 0 {
-		return req.Timeout
-	}
-	return l.defaultTimeout
-}
-
-// build appends to r one charge per applicable rule and subject.
-func (l *Limiter) build(p *compiledPolicy, req *Request, at int64, r *resState) error {
-	return l.buildCharges(p, req, at, r, true)
-}
-
-// buildCharges is build; without checkFit, a charge too large for its rule
-// is kept rather than refused (to look at a subject's limits).
-func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *resState, checkFit bool) error {
-	// Pointers are stored only when they change: on the admission path a
-	// store of a pointer into the heap costs a write barrier while the
-	// collector runs.
-	if r.policy != p {
-		r.policy = p
-	}
-	if r.batch != nil {
-		r.batch = nil
-	}
-	charges, subjects := r.inline[:0], r.subject[:0]
-	// groups holds the subject groups of the first charges, read here
-	// rather than through each charge's rule.
-	var groups [len(r.inline)]int
+// build sets r's charges: one per applicable rule and subject. Without
+// checkFit, a charge too large for its rule is kept rather than refused
+// (to look at a subject's limits).
+func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reservation, checkFit bool) error {
+	charges := r.inline[:0]
 	id := &req.Identity
 	for _, i := range p.candidatesFor(id.Org) {
 		rule := p.rules[i]
-		if rule.hasMatch && !rule.matches(id) {
+		if !rule.matches(id) {
 			continue
 		}
-		limit, burst, source := rule.Limit, rule.Burst, fromRule
-		if !p.plain {
-			limit, burst, source = p.effective(rule, id, time.Unix(0, at))
-		}
+		limit, burst, source := p.effective(rule, id, now)
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
 			continue
 		}
-		// The rule's charge, copied whole, then what this admission
-		// changes of it.
-		n := len(charges)
-		if n < cap(charges) {
-			charges = charges[:n+1]
-		} else {
-			charges = append(charges, inproc.Charge{})
-		}
-		c := &charges[n]
-		*c = rule.charge
-		if !p.plain {
-			c.Limit, c.Burst, c.Source = limit, burst, uint8(source)
-		}
+		charges = append(charges, rule.charge)
+		c := &charges[len(charges)-1]
+		c.Limit, c.Burst, c.source = limit, burst, source
 		if rule.amountOfRequest {
 			// What the rule reserves: the bound, or the expected usage
-			// with ReserveEstimate when the request gives one. Written
-			// out, as a call here would have every value the loop
-			// holds in a register saved and loaded again.
+			// with ReserveEstimate when the request gives one.
 			u := &req.Max
-			if rule.estimate && !req.Expected.IsZero() {
+			if rule.Reserve == ReserveEstimate && !req.Expected.IsZero() {
 				u = &req.Expected
 			}
-			c.Amount = u.amountOf(rule.measure, rule.metric)
+			c.Amount = u.amountOf(rule.metric)
 		}
-		switch rule.kind {
-		case inproc.Rate:
-			if checkFit && !c.Shadow && c.Amount > c.Capacity() {
-				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: c.Capacity()}
+		switch rule.Kind {
+		case KindRate:
+			if checkFit && !c.Shadow && c.Amount > c.BurstOrLimit() {
+				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: c.BurstOrLimit()}
 			}
-		case inproc.Budget:
+		case KindBudget:
 			if checkFit && !c.Shadow && c.Amount > limit {
 				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: limit}
 			}
-			start, end := PeriodBounds(rule.Period, time.Unix(0, at), rule.location)
-			c.Period = start.Unix()
-			c.PeriodEnd = end.UnixNano()
+			start, end := PeriodBounds(rule.Period, now, rule.location)
+			c.Key.Period, c.PeriodEnd = start.Unix(), end
 		}
 		if !rule.hasTag {
-			// Most often the subject of a charge before, of a rule on
-			// the same attributes.
-			seen := false
-			for k, g := range groups[:min(n, len(groups))] {
-				if g == rule.group {
-					c.Subject, seen = charges[k].Subject, true
-					break
-				}
-			}
-			if n < len(groups) {
-				groups[n] = rule.group
-			}
-			if !seen {
-				c.Subject, subjects = l.subjectOf(p, rule, id, charges[:n], len(groups), subjects)
-			}
+			c.Key.Subject = l.subjectOf(rule, id, charges[:len(charges)-1])
 			continue
 		}
 		// One charge per distinct tag.
-		first := n
+		first := len(charges) - 1
 		for i, tag := range id.Tags {
 			if slices.Contains(id.Tags[:i], tag) {
 				continue
@@ -370,62 +287,23 @@ func (l *Limiter) buildCharges(p *compiledPolicy, req *Request, at int64, r *res
 			if i > 0 {
 				charges = append(charges, charges[first])
 			}
-			charges[len(charges)-1].Subject, subjects = addSubject(subjects, subjectValue(rule, id, tag, l.serverID))
-		}
-		// A tag's subject is no other rule's.
-		for k := first; k < min(len(charges), len(groups)); k++ {
-			groups[k] = -1
+			charges[len(charges)-1].Key.Subject = subjectValue(rule, id, tag, l.serverID)
 		}
 	}
-	// Most often the slices are still the state's own arrays, as the
-	// admission before left them: only their lengths change, which costs
-	// no write barrier.
-	if unsafe.SliceData(r.adm.Charges) == unsafe.SliceData(charges) {
-		r.adm.Charges = r.adm.Charges[:len(charges)]
-	} else {
-		r.adm.Charges = charges
-	}
-	if unsafe.SliceData(r.adm.Subjects) == unsafe.SliceData(subjects) {
-		r.adm.Subjects = r.adm.Subjects[:len(subjects)]
-	} else {
-		r.adm.Subjects = subjects
-	}
+	r.batch.Charges = charges
 	return nil
 }
 
-// subjectOf returns the index in subjects of rule's subject for id, adding
-// it when it is new. A rule whose subject is built from the same
-// attributes as one of the charges before reuses its subject, so that a
-// composite subject is joined once per admission.
-// The first seen charges before were looked at already.
-func (l *Limiter) subjectOf(p *compiledPolicy, rule *compiledRule, id *Identity, before []inproc.Charge, seen int, subjects []string) (uint32, []string) {
-	for i := seen; i < len(before); i++ {
-		if p.rules[before[i].RuleIndex].group == rule.group {
-			return before[i].Subject, subjects
+// subjectOf returns rule's subject for id. A rule whose subject is built
+// from the same attributes as a charge's before reuses its subject, so that
+// a composite subject is joined once per admission.
+func (l *Limiter) subjectOf(rule *compiledRule, id *Identity, before []Charge) string {
+	for i := range before {
+		if before[i].rule.group == rule.group {
+			return before[i].Key.Subject
 		}
 	}
-	return addSubject(subjects, subjectValue(rule, id, "", l.serverID))
-}
-
-// addSubject returns the index of subject in subjects, appending it when
-// it is not there.
-func addSubject(subjects []string, subject string) (uint32, []string) {
-	for i, s := range subjects {
-		if s == subject {
-			return uint32(i), subjects
-		}
-	}
-	n := len(subjects)
-	if n < cap(subjects) {
-		// The state's array most likely holds this subject already, from
-		// the admission before: writing it again would cost a write
-		// barrier while the collector runs.
-		if subjects = subjects[:n+1]; subjects[n] != subject {
-			subjects[n] = subject
-		}
-		return uint32(n), subjects
-	}
-	return uint32(n), append(subjects, subject)
+	return subjectValue(rule, id, "", l.serverID)
 }
 
 func (r *compiledRule) matches(id *Identity) bool {
@@ -437,20 +315,20 @@ func (r *compiledRule) matches(id *Identity) bool {
 
 // refusal builds the error for a refused admission: a budget wins over a
 // rate; among rates and concurrency, the longest wait.
-func (l *Limiter) refusal(r *resState) error {
-	var budget, wait *inproc.Charge
-	for i := range r.adm.Charges {
-		c := &r.adm.Charges[i]
+func (l *Limiter) refusal(charges []Charge) error {
+	var budget, wait *Charge
+	for i := range charges {
+		c := &charges[i]
 		if c.Allowed || c.Shadow {
 			continue
 		}
-		if c.Kind == inproc.Concurrency && c.RetryAfter > int64(l.busyRetryAfter) {
-			c.RetryAfter = int64(l.busyRetryAfter)
+		if c.Kind == KindConcurrency && c.RetryAfter > l.busyRetryAfter {
+			c.RetryAfter = l.busyRetryAfter
 		}
-		c.RetryAfter = int64(ceilMillisecond(time.Duration(c.RetryAfter)))
+		c.RetryAfter = ceilMillisecond(c.RetryAfter)
 		switch {
-		case c.Kind == inproc.Budget:
-			if budget == nil || c.ResetAt > budget.ResetAt {
+		case c.Kind == KindBudget:
+			if budget == nil || c.ResetAt.After(budget.ResetAt) {
 				budget = c
 			}
 		case wait == nil || c.RetryAfter > wait.RetryAfter:
@@ -458,24 +336,24 @@ func (l *Limiter) refusal(r *resState) error {
 		}
 	}
 	if budget != nil {
-		return &BudgetError{r.refusalOf(budget)}
+		return &BudgetError{refusalOf(budget)}
 	}
 	if wait == nil {
 		return &StoreError{Op: "admit", Err: errors.New("store refused a batch without saying which charge")}
 	}
-	if wait.Kind == inproc.Concurrency {
-		return &BusyError{r.refusalOf(wait)}
+	if wait.Kind == KindConcurrency {
+		return &BusyError{refusalOf(wait)}
 	}
-	return &RateLimitError{r.refusalOf(wait)}
+	return &RateLimitError{refusalOf(wait)}
 }
 
-func (s *resState) refusalOf(c *inproc.Charge) Refusal {
-	rule := s.rule(c)
+func refusalOf(c *Charge) Refusal {
+	rule := c.rule
 	return Refusal{
 		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
 		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining,
 		Window: rule.Window, Period: rule.Period,
-		RetryAfter: time.Duration(c.RetryAfter), ResetAt: s.resetAt(c),
+		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt,
 	}
 }
 

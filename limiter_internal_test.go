@@ -44,21 +44,3 @@ func TestScale(t *testing.T) {
 		}
 	}
 }
-
-// Every block of ids one P takes counts its admissions in a single stripe,
-// so that two Ps admitting at once write different stripes: blocks start
-// at multiples of idBlockSize.
-func TestLimiter_IDBlocksKeepToOneStripe(t *testing.T) {
-	for range 20 {
-		l, err := New(Options{Store: nopStore{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if next := l.ids.next.Load(); next%idBlockSize != 0 {
-			t.Fatalf("ids start at %d, within a block of %d", next, idBlockSize)
-		}
-	}
-}
-
-// nopStore is a Store for tests that never reach it.
-type nopStore struct{ Store }

@@ -7,11 +7,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
-	"unsafe"
-
-	"github.com/sluicehq/sluice/internal/cacheline"
-	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // Override changes one rule's limit for one subject: every request whose
@@ -83,7 +80,6 @@ func Resolve(layers ...Layer) []Rule {
 type compiledRule struct {
 	Rule
 	id     uint64
-	kind   inproc.Kind
 	attrs  []attribute
 	hasTag bool
 	// hasSession: the rule counts per session, and applies only to calls
@@ -92,52 +88,16 @@ type compiledRule struct {
 	metric     Metric
 	location   *time.Location
 
-	// What admissions would otherwise work out on every call:
-	// measure is metric as a switch value; hasMatch says Match is not
-	// empty; group is the same for rules whose subjects are built from the
-	// same attributes (-1 with a tag), so that an admission builds each
-	// subject once.
-	measure  measure
-	hasMatch bool
-	group    int
-	// charge is the rule's charge as an admission starts it: the fields
-	// that are the same for every admission (its index in the policy's
-	// rules included) filled in, the limits the rule's own.
-	charge inproc.Charge
-	// amountOfRequest is set when the amount reserved depends on the
-	// request (the bound, or with ReserveEstimate the expected usage when
-	// given); otherwise charge.Amount is it: 1 for a rule counting
-	// requests or concurrency, ReserveAmount with ReserveFixed.
-	// estimate is Reserve == ReserveEstimate.
-	amountOfRequest, estimate bool
-}
-
-// measure is a Metric as a small integer, for the admission path.
-type measure uint8
-
-const (
-	measureCustom measure = iota
-	measureOne
-	measureInput
-	measureOutput
-	measureTokens
-	measureCost
-)
-
-func measureOf(m Metric) measure {
-	switch m {
-	case MetricRequests, MetricConcurrency:
-		return measureOne
-	case MetricInputTokens:
-		return measureInput
-	case MetricOutputTokens:
-		return measureOutput
-	case MetricTokens:
-		return measureTokens
-	case MetricCost:
-		return measureCost
-	}
-	return measureCustom
+	// group is the same for rules whose subjects are built from the same
+	// attributes (-1 with a tag), so that an admission builds each subject
+	// once.
+	group int
+	// charge is the rule's charge as an admission starts it: the limits
+	// the rule's own, and the amount when it does not depend on the
+	// request (1 for requests and concurrency, ReserveAmount with
+	// ReserveFixed; amountOfRequest is set otherwise).
+	charge          Charge
+	amountOfRequest bool
 }
 
 // compileRule validates r and prepares it for admissions.
@@ -150,12 +110,7 @@ func compileRule(r Rule) (*compiledRule, error) {
 	}
 	c := &compiledRule{Rule: r, metric: r.metric(), location: time.UTC}
 	switch r.Kind {
-	case KindRate:
-		c.kind = inproc.Rate
-	case KindConcurrency:
-		c.kind = inproc.Concurrency
-	case KindBudget:
-		c.kind = inproc.Budget
+	case KindRate, KindConcurrency, KindBudget:
 	default:
 		return nil, bad("kind", "must be rate, concurrency or budget, not %q", r.Kind)
 	}
@@ -163,7 +118,7 @@ func compileRule(r Rule) (*compiledRule, error) {
 	if err != nil {
 		return nil, bad("subject", "%v", err)
 	}
-	c.attrs = cacheline.Clone(attrs)
+	c.attrs = attrs
 	c.hasTag = slices.Contains(attrs, attrTag)
 	c.hasSession = slices.Contains(attrs, attrSession)
 	if r.Kind == KindConcurrency {
@@ -226,40 +181,28 @@ func compileRule(r Rule) (*compiledRule, error) {
 	default:
 		return nil, bad("reserve", "must be worst_case, estimate or fixed, not %q", r.Reserve)
 	}
-	switch r.OnExpiry {
-	case "", ExpiryCharge, ExpiryRelease:
-	default:
-		return nil, bad("on_expiry", "must be charge or release, not %q", r.OnExpiry)
-	}
-	switch r.OnStoreError {
-	case "", StoreErrorClosed, StoreErrorOpen:
-	default:
-		return nil, bad("on_store_error", "must be closed or open, not %q", r.OnStoreError)
-	}
-	switch r.Mode {
-	case "", ModeEnforce, ModeShadow:
-	default:
-		return nil, bad("mode", "must be enforce or shadow, not %q", r.Mode)
-	}
-	switch r.Fit {
-	case "", "clamp":
-	default:
-		return nil, bad("fit", "must be clamp or empty, not %q", r.Fit)
+	// The choices whose empty value is their default.
+	for _, f := range []struct{ field, value, choice, say string }{
+		{"on_expiry", string(r.OnExpiry), "charge release", "charge or release"},
+		{"on_store_error", string(r.OnStoreError), "closed open", "closed or open"},
+		{"mode", string(r.Mode), "enforce shadow", "enforce or shadow"},
+		{"fit", r.Fit, "clamp", "clamp or empty"},
+	} {
+		if f.value != "" && !slices.Contains(strings.Fields(f.choice), f.value) {
+			return nil, bad(f.field, "must be %s, not %q", f.say, f.value)
+		}
 	}
 	c.id = fingerprint(&r, c.metric)
-	c.measure = measureOf(c.metric)
-	c.hasMatch = len(r.Match.Models) > 0 || len(r.Match.Tiers) > 0 || len(r.Match.Routes) > 0
 	c.group = -1
-	c.charge = inproc.Charge{Rule: c.id, Window: int64(r.Window), Limit: r.Limit, Burst: r.Burst,
-		Kind: c.kind, Shadow: r.Mode == ModeShadow, Release: r.OnExpiry == ExpiryRelease, Source: uint8(fromRule)}
+	c.charge = Charge{Key: CounterKey{Rule: c.id}, Kind: r.Kind, Limit: r.Limit, Burst: r.Burst, Window: r.Window,
+		OnExpiry: r.OnExpiry, Shadow: r.Mode == ModeShadow, rule: c}
 	switch {
-	case c.measure == measureOne:
+	case c.metric == MetricRequests || c.metric == MetricConcurrency:
 		c.charge.Amount = 1
 	case r.Reserve == ReserveFixed:
 		c.charge.Amount = r.ReserveAmount
 	default:
 		c.amountOfRequest = true
-		c.estimate = r.Reserve == ReserveEstimate
 	}
 	return c, nil
 }
@@ -311,36 +254,21 @@ type compiledPolicy struct {
 	// at its own org's rules only, however many orgs have rules.
 	candidates    []uint32
 	orgCandidates map[string][]uint32
-	// plain is set when no tier or override can change a rule's limit.
-	plain bool
-}
-
-// policyLines holds a compiledPolicy in cache lines of its own, as the
-// arrays of it that admissions read (rules, candidates, overrideAttrs and
-// each rule's attrs) are: an admission reads them all, and a neighbour
-// written by another core would make each read a transfer from that
-// core's cache (see internal/cacheline).
-type policyLines struct {
-	compiledPolicy
-	// At least one byte: a zero-size last field would be padded itself.
-	_ [cacheline.Size - unsafe.Sizeof(compiledPolicy{})%cacheline.Size]byte
 }
 
 // overrideOrder ranks attributes from the most specific.
 var overrideOrder = []attribute{attrKey, attrSession, attrUser, attrTeam, attrWorkspace, attrOrg, attrIP}
 
-// maxRules is the most rules a policy holds: a charge names its rule by a
-// 32-bit index (a deployment of many orgs, each with up to 200 rules,
-// holds more than 65,536).
+// maxRules is the most rules a policy holds: the candidates of an
+// admission name their rules by a 32-bit index.
 const maxRules = 1<<32 - 1
 
 func compilePolicy(p Policy) (*compiledPolicy, error) {
 	if int64(len(p.Rules)) > maxRules {
 		return nil, fmt.Errorf("sluice: policy: %d rules, at most %d", len(p.Rules), maxRules)
 	}
-	cp := &new(policyLines).compiledPolicy
-	*cp = compiledPolicy{source: p, byName: map[ruleName]*compiledRule{}, names: map[string]bool{},
-		rules: cacheline.Slice[*compiledRule](0, len(p.Rules)), candidates: cacheline.Slice[uint32](0, len(p.Rules))}
+	cp := &compiledPolicy{source: p, byName: map[ruleName]*compiledRule{}, names: map[string]bool{},
+		rules: make([]*compiledRule, 0, len(p.Rules)), candidates: make([]uint32, 0, len(p.Rules))}
 	groups := map[string]int{}
 	for _, r := range p.Rules {
 		c, err := compileRule(r)
@@ -363,7 +291,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 			}
 			c.group = g
 		}
-		c.charge.RuleIndex = uint32(len(cp.rules))
 		cp.byName[ruleName{r.Org, r.Name}] = c
 		cp.names[r.Name] = true
 		cp.rules = append(cp.rules, c)
@@ -438,10 +365,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		}
 		cp.orgCandidates[org] = append(merged, list...)
 	}
-	if len(cp.overrideAttrs) > 0 {
-		cp.overrideAttrs = cacheline.Clone(cp.overrideAttrs)
-	}
-	cp.plain = len(cp.tiers) == 0 && len(cp.overrides) == 0
 	return cp, nil
 }
 

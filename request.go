@@ -144,13 +144,6 @@ func (u *Usage) IsZero() bool {
 		u.CacheWriteTokens == 0 && u.Cost == 0 && len(u.Custom) == 0
 }
 
-// plain reports that u has no negative amount and no custom metric, so
-// that validate has nothing to say: a check small enough to be inlined on
-// the admission and settlement paths.
-func (u *Usage) plain() bool {
-	return min(u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.CacheWriteTokens, u.Cost) >= 0 && u.Custom == nil
-}
-
 func (u *Usage) validate() error {
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.Cost < 0 {
 		return fmt.Errorf("%w: negative amounts %+v", ErrInvalidUsage, *u)
@@ -166,19 +159,18 @@ func (u *Usage) validate() error {
 	return nil
 }
 
-// amountOf returns how much of metric u holds; m is the metric's measure
-// (measureOf), worked out once per rule.
-func (u *Usage) amountOf(m measure, metric Metric) int64 {
-	switch m {
-	case measureOne:
+// amountOf returns how much of metric u holds.
+func (u *Usage) amountOf(metric Metric) int64 {
+	switch metric {
+	case MetricRequests, MetricConcurrency:
 		return 1
-	case measureInput:
+	case MetricInputTokens:
 		return u.InputTokens
-	case measureOutput:
+	case MetricOutputTokens:
 		return u.OutputTokens
-	case measureTokens:
+	case MetricTokens:
 		return saturatingAdd(u.InputTokens, u.OutputTokens)
-	case measureCost:
+	case MetricCost:
 		return u.Cost
 	}
 	return u.Custom[string(metric)]

@@ -3,8 +3,6 @@ package sluice
 import (
 	"context"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // Store holds counters and reservations. Admit checks and charges a Batch
@@ -43,32 +41,6 @@ type AsyncSettler interface {
 	SettleAsync(ctx context.Context, now time.Time, b *Batch, done func(error))
 }
 
-// localStore is a Store that keeps its counters in this process and reads
-// the engine's charges in place (memstore, and sqlitestore, which journals
-// what memstore holds): an admission through it builds no Batch and
-// allocates nothing but its Reservation. Its Admit, Settle and Sweep work
-// on the same counters, with the same semantics, as the Store methods, and
-// fail as they do (sqlitestore's journal failing).
-type localStore interface {
-	// AdmitLocal is Store.Admit at now (Unix ns). A budget admission is
-	// kept by pointer, for the sweep (and a journal), until settled: a
-	// must not change until then, except each charge's Actual.
-	AdmitLocal(now int64, a *inproc.Admission) (bool, error)
-	// SettleLocal is Store.Settle at now, with each charge's Actual.
-	SettleLocal(ctx context.Context, now int64, a *inproc.Admission) error
-	// LocalStore returns the store whose methods these are. A type that
-	// embeds one has them too, but its own Admit and Settle must run: the
-	// engine reads charges in place only when LocalStore is the Store
-	// itself.
-	LocalStore() Store
-}
-
-// localAsyncSettler is a localStore with AsyncSettler's SettleAsync for
-// charges read in place.
-type localAsyncSettler interface {
-	SettleLocalAsync(now int64, a *inproc.Admission, done func(error))
-}
-
 // SweepResult counts what a sweep did.
 type SweepResult struct {
 	// Reservations settled by the sweep.
@@ -101,7 +73,9 @@ type Charge struct {
 	PeriodEnd time.Time
 	// Amount is charged at admission.
 	Amount int64
-	// Actual replaces Amount at settlement. Stores read it only in Settle.
+	// Actual replaces Amount at settlement. Stores read it only in Settle:
+	// the engine writes it, and a store keeps a Batch it admitted unchanged
+	// otherwise until it is settled.
 	Actual   int64
 	OnExpiry ExpiryPolicy
 	// Shadow charges are counted but never refuse.
@@ -129,7 +103,10 @@ type Charge struct {
 	rule *compiledRule
 }
 
-// Batch is the set of charges of one admission.
+// Batch is the set of charges of one admission. The Limiter keeps an
+// admitted Batch unchanged until it is settled, but for each charge's
+// Actual, which it sets before Settle: a store may keep a pointer to it
+// (for the sweep, or a journal) until then.
 type Batch struct {
 	// ID is unique per Limiter.
 	ID uint64

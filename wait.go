@@ -6,60 +6,51 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // waitQueues keeps the admissions waiting for a rate or concurrency rule,
 // one first-in first-out queue per counter, so that waiters on one subject
-// are served in arrival order.
+// are served in arrival order. A waiter is a channel closed when it
+// reaches the front of its queue.
 type waitQueues struct {
 	count  atomic.Int64
 	mu     sync.Mutex
-	queues map[CounterKey][]*waiter
+	queues map[CounterKey][]chan struct{}
 	// wake is closed (and replaced) when a settlement may have freed room.
 	wake chan struct{}
-}
-
-type waiter struct {
-	// head is closed when the waiter reaches the front of its queue.
-	head chan struct{}
 }
 
 func (w *waitQueues) active() bool { return w.count.Load() > 0 }
 
 // existing returns the key of a queue that one of charges would join.
-func (w *waitQueues) existing(a *inproc.Admission) (CounterKey, bool) {
+func (w *waitQueues) existing(charges []Charge) (CounterKey, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for i := range a.Charges {
-		if a.Charges[i].Kind == inproc.Budget {
-			continue
-		}
-		if key := keyOf(a, &a.Charges[i]); len(w.queues[key]) > 0 {
+	for i := range charges {
+		if key := charges[i].Key; charges[i].Kind != KindBudget && len(w.queues[key]) > 0 {
 			return key, true
 		}
 	}
 	return CounterKey{}, false
 }
 
-func (w *waitQueues) join(key CounterKey) *waiter {
-	me := &waiter{head: make(chan struct{})}
+func (w *waitQueues) join(key CounterKey) chan struct{} {
+	me := make(chan struct{})
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.queues == nil {
-		w.queues = map[CounterKey][]*waiter{}
+		w.queues = map[CounterKey][]chan struct{}{}
 	}
 	q := append(w.queues[key], me)
 	w.queues[key] = q
 	if len(q) == 1 {
-		close(me.head)
+		close(me)
 	}
 	w.count.Add(1)
 	return me
 }
 
-func (w *waitQueues) leave(key CounterKey, me *waiter) {
+func (w *waitQueues) leave(key CounterKey, me chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := w.queues[key]
@@ -69,7 +60,7 @@ func (w *waitQueues) leave(key CounterKey, me *waiter) {
 		}
 		q = append(q[:i], q[i+1:]...)
 		if i == 0 && len(q) > 0 {
-			close(q[0].head)
+			close(q[0])
 		}
 		break
 	}
@@ -118,37 +109,31 @@ func waitable(err error, remaining time.Duration) bool {
 
 // decidingKey returns the counter of the rate or concurrency charge that
 // refused with the longest wait.
-func decidingKey(r *resState) CounterKey {
+func decidingKey(charges []Charge) CounterKey {
 	var key CounterKey
-	var longest int64 = -1
-	for i := range r.adm.Charges {
-		c := &r.adm.Charges[i]
-		if !c.Allowed && !c.Shadow && c.Kind != inproc.Budget && c.RetryAfter > longest {
-			key, longest = keyOf(&r.adm, c), c.RetryAfter
+	var longest time.Duration = -1
+	for i := range charges {
+		c := &charges[i]
+		if !c.Allowed && !c.Shadow && c.Kind != KindBudget && c.RetryAfter > longest {
+			key, longest = c.Key, c.RetryAfter
 		}
 	}
 	return key
 }
 
-func keyOf(a *inproc.Admission, c *inproc.Charge) CounterKey {
-	return CounterKey{Rule: c.Rule, Subject: a.SubjectOf(c), Period: c.Period}
-}
-
 // wait queues the admission behind the earlier waiters on key and retries
 // it, as the head of the queue, until it is admitted, refused for good, or
 // out of time.
-func (l *Limiter) wait(ctx context.Context, req *Request, r *resState, key CounterKey, at int64) (*Reservation, error) {
-	start := time.Unix(0, at)
+func (l *Limiter) wait(ctx context.Context, req *Request, r *Reservation, key CounterKey, start time.Time) (*Reservation, error) {
 	deadline := start.Add(req.MaxWait)
 	me := l.waiters.join(key)
 	defer l.waiters.leave(key, me)
 	fail := func(err error) (*Reservation, error) {
 		l.refused.Add(1)
-		l.putState(r)
 		return nil, err
 	}
 	select {
-	case <-me.head:
+	case <-me:
 	case <-ctx.Done():
 		return fail(ctx.Err())
 	case <-l.clock.After(deadline.Sub(start)):
@@ -157,12 +142,12 @@ func (l *Limiter) wait(ctx context.Context, req *Request, r *resState, key Count
 	for {
 		wake := l.waiters.wakeChan()
 		now := l.clock.Now()
-		if err := l.build(l.policy.Load(), req, now.UnixNano(), r); err != nil {
+		if err := l.build(l.policy.Load(), req, now, r, true); err != nil {
 			return fail(err)
 		}
-		err := l.try(ctx, req, r, now.UnixNano())
+		err := l.try(ctx, req, r, now)
 		if err == nil {
-			return r.handle(), nil
+			return r, nil
 		}
 		remaining := deadline.Sub(now)
 		if !waitable(err, remaining) {

@@ -176,9 +176,6 @@ func (m *Metrics) Store(s sluice.Store) sluice.Store {
 	m.mu.Lock()
 	m.stores = append(m.stores, is)
 	m.mu.Unlock()
-	if ls, ok := s.(localStore); ok && ls.LocalStore() == s {
-		return &instrumentedLocal{instrumentedStore: is, local: ls}
-	}
 	return is
 }
 

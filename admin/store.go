@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // instrumentedStore times a Store's operations and remembers the batches it
@@ -25,35 +24,17 @@ var (
 	_ sluice.AsyncSettler = (*instrumentedStore)(nil)
 )
 
-// openBatch is an admitted batch: its charges copied from a Batch, or the
-// engine's own admission, read in place when asked.
+// openBatch is an admitted batch, its charges copied.
 type openBatch struct {
 	admitted time.Time
 	deadline time.Time
 	charges  []openCharge
-	adm      *inproc.Admission
 }
 
 type openCharge struct {
 	key    sluice.CounterKey
 	kind   sluice.Kind
 	amount int64
-}
-
-// eachCharge calls f for each charge of ob.
-func (ob *openBatch) eachCharge(f func(openCharge)) {
-	if a := ob.adm; a != nil {
-		for i := range a.Charges {
-			// Field by field: the engine may be writing Actual.
-			ch := &a.Charges[i]
-			f(openCharge{key: sluice.CounterKey{Rule: ch.Rule, Subject: a.SubjectOf(ch), Period: ch.Period},
-				kind: sluice.Kind(ch.Kind.String()), amount: ch.Amount})
-		}
-		return
-	}
-	for _, c := range ob.charges {
-		f(c)
-	}
 }
 
 func (s *instrumentedStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
@@ -111,71 +92,6 @@ func (s *instrumentedStore) SettleAsync(ctx context.Context, now time.Time, b *s
 	go func() { finish(s.Store.Settle(ctx, now, b)) }()
 }
 
-// localStore is a store the engine reads its charges in place through
-// (memstore, sqlitestore): the methods the Limiter looks for.
-type localStore interface {
-	sluice.Store
-	AdmitLocal(now int64, a *inproc.Admission) (bool, error)
-	SettleLocal(ctx context.Context, now int64, a *inproc.Admission) error
-	LocalStore() sluice.Store
-}
-
-type localAsyncSettler interface {
-	SettleLocalAsync(now int64, a *inproc.Admission, done func(error))
-}
-
-// instrumentedLocal is an instrumentedStore over a localStore that keeps
-// the engine's in-place path: no Batch is built, and an open admission is
-// remembered by pointer, not copied.
-type instrumentedLocal struct {
-	*instrumentedStore
-	local localStore
-}
-
-// AdmitLocal times the inner store's AdmitLocal and remembers the
-// admission while it is open.
-func (s *instrumentedLocal) AdmitLocal(now int64, a *inproc.Admission) (bool, error) {
-	start := time.Now()
-	ok, err := s.local.AdmitLocal(now, a)
-	s.m.observeStore(opAdmit, start, err)
-	if ok && err == nil {
-		s.opened(a.ID, openBatch{admitted: time.Unix(0, now), deadline: time.Unix(0, a.Deadline), adm: a})
-	}
-	return ok, err
-}
-
-// SettleLocal times the inner store's SettleLocal.
-func (s *instrumentedLocal) SettleLocal(ctx context.Context, now int64, a *inproc.Admission) error {
-	start := time.Now()
-	err := s.local.SettleLocal(ctx, now, a)
-	s.m.observeStore(opSettle, start, err)
-	if err == nil {
-		s.closed(a.ID)
-	}
-	return err
-}
-
-// SettleLocalAsync is SettleLocal for a caller that does not wait, timed
-// until done.
-func (s *instrumentedLocal) SettleLocalAsync(now int64, a *inproc.Admission, done func(error)) {
-	as, ok := s.local.(localAsyncSettler)
-	if !ok {
-		done(s.SettleLocal(context.Background(), now, a))
-		return
-	}
-	start := time.Now()
-	as.SettleLocalAsync(now, a, func(err error) {
-		s.m.observeStore(opSettle, start, err)
-		if err == nil {
-			s.closed(a.ID)
-		}
-		done(err)
-	})
-}
-
-// LocalStore returns s: the engine reads charges in place through s.
-func (s *instrumentedLocal) LocalStore() sluice.Store { return s }
-
 func (s *instrumentedStore) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
 	start := time.Now()
 	err := s.Store.Peek(ctx, now, b)
@@ -218,11 +134,11 @@ func (s *instrumentedStore) reserved(key sluice.CounterKey) int64 {
 	defer s.mu.Unlock()
 	var sum int64
 	for _, ob := range s.open {
-		ob.eachCharge(func(c openCharge) {
+		for _, c := range ob.charges {
 			if c.key == key {
 				sum += c.amount
 			}
-		})
+		}
 	}
 	return sum
 }
@@ -264,9 +180,9 @@ func (m *Metrics) OpenReservations(now time.Time) []Reservation {
 		s.mu.Lock()
 		for id, ob := range s.open {
 			r := Reservation{ID: id, Admitted: ob.admitted.UTC(), Deadline: ob.deadline.UTC(), Age: now.Sub(ob.admitted).Seconds()}
-			ob.eachCharge(func(c openCharge) {
+			for _, c := range ob.charges {
 				r.Charges = append(r.Charges, ReservationCharge{Kind: c.kind, Subject: displaySubject(c.key.Subject), Amount: c.amount})
-			})
+			}
 			out = append(out, r)
 		}
 		s.mu.Unlock()

@@ -11,11 +11,11 @@ import (
 	"github.com/sluicehq/sluice/store/sqlitestore"
 )
 
-// TestMetricsStore_KeepsInPlacePath: over memstore and sqlitestore, the
-// store Metrics.Store returns still offers the engine the in-place methods
-// (so no Batch is built per call), and the admissions it lets through are
-// listed as open with their charges until settled.
-func TestMetricsStore_KeepsInPlacePath(t *testing.T) {
+// TestMetricsStore_ListsOpenReservations: over memstore and sqlitestore,
+// the store Metrics.Store returns settles asynchronously as the inner store
+// does, and the admissions it lets through are listed as open with their
+// charges until settled.
+func TestMetricsStore_ListsOpenReservations(t *testing.T) {
 	sq, err := sqlitestore.Open(sqlitestore.Options{Path: filepath.Join(t.TempDir(), "store.db")})
 	if err != nil {
 		t.Fatal(err)
@@ -25,9 +25,8 @@ func TestMetricsStore_KeepsInPlacePath(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := NewMetrics(MetricsOptions{})
 			s := m.Store(inner)
-			ls, ok := s.(localStore)
-			if !ok || ls.LocalStore() != s {
-				t.Fatalf("Metrics.Store(%T) = %T: the engine would go through Batches", inner, s)
+			if _, ok := s.(sluice.AsyncSettler); !ok {
+				t.Fatalf("Metrics.Store(%T) = %T, not an AsyncSettler", inner, s)
 			}
 			l, err := sluice.New(sluice.Options{Store: s, Rules: baseRules[1:2]})
 			if err != nil {

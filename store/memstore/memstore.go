@@ -1,42 +1,38 @@
 // Package memstore is the in-process sluice.Store: counters in sharded maps,
-// one critical section per admission. Unrelated subjects do not contend, and
-// idle counters are evicted so memory stays bounded with millions of
-// subjects. Nothing survives the process.
-//
-// A subject's counters, one per rule, share one map entry, so an admission
-// hashes each subject once whatever the number of rules on it. A Limiter
-// over a Store (not wrapped in another store) admits through AdmitLocal
-// and SettleLocal, which read the engine's charges in place; every other
-// caller goes through sluice.Store, and both reach the same counters.
+// found by their whole sluice.CounterKey (a subject's counters, one per
+// rule and period, listed under the subject), one lock per shard. Unrelated subjects
+// rarely contend, and idle counters are evicted so memory stays bounded
+// with millions of subjects. Nothing survives the process.
 package memstore
 
 import (
 	"context"
-	"math"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/cacheline"
-	"github.com/sluicehq/sluice/internal/inproc"
+	"github.com/sluicehq/sluice/internal/counter"
 )
 
-var _ sluice.Store = (*Store)(nil)
+var (
+	_ sluice.Store        = (*Store)(nil)
+	_ sluice.AsyncSettler = (*Store)(nil)
+)
 
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
 	// Shards is the number of independently locked maps (default 64).
 	Shards int
-	// EvictScan is how many subjects a shard scans for idle counters for
+	// EvictScan is how many counters a shard looks at for idle ones for
 	// each counter it makes (default 2): new counters pay for dropping
 	// idle ones, so that admissions to existing counters scan nothing and
-	// idle counters take at most about as much room again as those in
-	// use, whatever the churn of subjects. Sweep drops every idle
-	// counter besides.
+	// idle counters take about as much room again as those in use at
+	// most, whatever the churn of subjects. Sweep drops every idle counter
+	// besides.
 	EvictScan int
-	// EvictEvery, when set, adds a scan of EvictScan subjects every
+	// EvictEvery, when set, adds a scan of EvictScan counters every
 	// EvictEvery admissions a shard serves (default 0: none).
 	EvictEvery int
 	// EvictIdle is how long a counter must go untouched, once it holds
@@ -50,46 +46,52 @@ type Options struct {
 
 // Store is an in-memory sluice.Store. It is safe for concurrent use.
 type Store struct {
-	hash       hasher
-	shards     []*paddedShard
-	open       []*openShard
-	evictEvery int
+	seed       maphash.Seed
+	shards     []shard
+	every      []int // the index of every shard
 	evictScan  int
+	evictEvery int
 	evictIdle  int64
+
+	// open holds the admitted batches with budget charges, for the sweep
+	// to settle if nobody does.
+	openMu sync.Mutex
+	open   map[uint64]*sluice.Batch
 }
 
-// storeLines holds a Store in cache lines of its own: every admission
-// reads its hash seeds and shards (see internal/cacheline).
-type storeLines struct {
-	Store
-	_ [(cacheline.Size - unsafe.Sizeof(Store{})%cacheline.Size) % cacheline.Size]byte
+// shard holds the counters of the subjects that hash to it.
+type shard struct {
+	mu       sync.Mutex
+	subjects map[string][]*state
+	// made counts the counters made since the last eviction scan, ops the
+	// admissions (counted only with Options.EvictEvery).
+	made, ops int
 }
 
-// openShard tracks admissions with budget charges, for the sweep. Each is
-// allocated alone, in a line of its own, as every budget admission locks
-// one.
-type openShard struct {
-	mu   sync.Mutex
-	open map[uint64]openAdmission
-	_    [cacheline.Size - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof(map[uint64]openAdmission(nil))]byte
-}
-
-// openAdmission is an admission the sweep may have to settle. batch is the
-// sluice.Batch it was admitted as, nil for AdmitLocal.
-type openAdmission struct {
-	adm   *inproc.Admission
-	batch *sluice.Batch
+// state is one counter of a subject: the rest of its key, and its state. A
+// key belongs to one rule, so to one kind; a key charged under another kind
+// than before (which no Limiter does: a rule's fingerprint covers its kind)
+// starts afresh.
+type state struct {
+	rule   uint64
+	period int64
+	kind   sluice.Kind
+	rate   counter.Rate
+	budget counter.Budget
+	leases []counter.Lease
+	// touched is when the counter was last admitted to or settled (Unix
+	// ns): eviction spares it for a grace period after that.
+	touched int64
 }
 
 // New returns an empty Store.
 func New(opts Options) *Store {
-	n := opts.Shards
-	if n <= 0 {
-		n = 64
+	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, max(1, opts.Shards)),
+		evictScan: opts.EvictScan, evictEvery: opts.EvictEvery, evictIdle: int64(opts.EvictIdle),
+		open: map[uint64]*sluice.Batch{}}
+	if opts.Shards <= 0 {
+		s.shards = make([]shard, 64)
 	}
-	s := &new(storeLines).Store
-	*s = Store{hash: newHasher(), shards: cacheline.Slice[*paddedShard](n, n), open: make([]*openShard, n),
-		evictEvery: opts.EvictEvery, evictScan: opts.EvictScan, evictIdle: int64(opts.EvictIdle)}
 	if s.evictScan <= 0 {
 		s.evictScan = 2
 	}
@@ -97,226 +99,194 @@ func New(opts Options) *Store {
 		s.evictIdle = int64(10 * time.Second)
 	}
 	for i := range s.shards {
-		// One allocation per shard, of a size class that is a multiple
-		// of 64 bytes, puts each shard on a cache line of its own: an
-		// array of shards would not be, as the allocator keeps a header
-		// before an object of pointers larger than 512 bytes.
-		s.shards[i] = new(paddedShard)
-		s.shards[i].init()
-		s.open[i] = &openShard{open: map[uint64]openAdmission{}}
+		s.shards[i].subjects = map[string][]*state{}
+		s.every = append(s.every, i)
 	}
 	return s
 }
 
-func (s *Store) shardOf(k subjectKey) int {
-	return int(k.a % uint64(len(s.shards)))
+// shardOf returns the index of a subject's shard: all of a subject's
+// counters are in one shard, so an admission on one subject takes one lock.
+func (s *Store) shardOf(subject string) int {
+	return int(maphash.String(s.seed, subject) % uint64(len(s.shards)))
+}
+
+// call is one call's shards: each charge's, and those to lock, in
+// ascending order so that two calls never wait for each other in a cycle.
+type call struct {
+	of   [8]int // the shard of each of the first charges
+	more []int  // of the charges past those
+	lock [8]int
+	n    int
+	// all is set when a call spans more shards than lock holds: it locks
+	// every shard.
+	all bool
+}
+
+// shard returns the shard of charge i.
+func (c *call) shard(i int) int {
+	if i < len(c.of) {
+		return c.of[i]
+	}
+	return c.more[i-len(c.of)]
+}
+
+// lock locks the shards of b's charges.
+func (s *Store) lock(c *call, b *sluice.Batch) {
+	j := -1
+	for i := range b.Charges {
+		// Most often a charge has the subject of the one before.
+		if subject := b.Charges[i].Key.Subject; j < 0 || subject != b.Charges[i-1].Key.Subject {
+			j = s.shardOf(subject)
+		}
+		if i < len(c.of) {
+			c.of[i] = j
+		} else {
+			c.more = append(c.more, j)
+		}
+		k, found := slices.BinarySearch(c.lock[:c.n], j)
+		switch {
+		case found || c.all:
+		case c.n == len(c.lock):
+			c.all = true
+		default:
+			copy(c.lock[k+1:c.n+1], c.lock[k:c.n])
+			c.lock[k] = j
+			c.n++
+		}
+	}
+	for _, j := range s.locked(c) {
+		s.shards[j].mu.Lock()
+	}
+}
+
+func (s *Store) unlock(c *call) {
+	for _, j := range s.locked(c) {
+		s.shards[j].mu.Unlock()
+	}
+}
+
+// locked returns the indexes of the shards c locks, in locking order.
+func (s *Store) locked(c *call) []int {
+	if c.all {
+		return s.every
+	}
+	return c.lock[:c.n]
+}
+
+// get returns the counter of key, made if missing, in a locked shard.
+func (sh *shard) get(key sluice.CounterKey, kind sluice.Kind) *state {
+	st := sh.find(key)
+	if st == nil {
+		st = &state{rule: key.Rule, period: key.Period, kind: kind}
+		sh.subjects[key.Subject] = append(sh.subjects[key.Subject], st)
+		sh.made++
+	} else if st.kind != kind {
+		*st = state{rule: key.Rule, period: key.Period, kind: kind}
+	}
+	return st
+}
+
+// find returns the counter of key in a locked shard, nil if it has none.
+func (sh *shard) find(key sluice.CounterKey) *state {
+	for _, st := range sh.subjects[key.Subject] {
+		if st.rule == key.Rule && st.period == key.Period {
+			return st
+		}
+	}
+	return nil
+}
+
+func bucketOf(c *sluice.Charge) counter.Bucket {
+	return counter.Bucket{Limit: c.Limit, Burst: c.BurstOrLimit(), Window: int64(c.Window)}
+}
+
+// check evaluates amount of charge c on its counter st at now, fills c's
+// results, and returns the bucket as a rate charge would leave it.
+func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, allowed bool) {
+	var res counter.Result
+	switch c.Kind {
+	case sluice.KindRate:
+		next, res = bucketOf(c).Check(st.rate, amount, now)
+	case sluice.KindBudget:
+		res = st.budget.Check(c.Limit, amount, c.PeriodEnd.UnixNano())
+	case sluice.KindConcurrency:
+		st.leases = counter.Live(st.leases, now)
+		res = counter.CheckLeases(st.leases, c.Limit, now)
+	}
+	c.Allowed, c.Remaining, c.Used, c.RetryAfter = res.Allowed, res.Remaining, res.Used, time.Duration(res.RetryAfter)
+	switch {
+	case c.Kind == sluice.KindBudget:
+		c.ResetAt = c.PeriodEnd
+	case res.ResetAt != 0:
+		c.ResetAt = time.Unix(0, res.ResetAt)
+	default:
+		c.ResetAt = time.Time{}
+	}
+	return next, res.Allowed
 }
 
 // Admit checks every charge of b and applies all of them or none.
 func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
-	var buf batchBuf
-	a := fromBatch(b, &buf)
-	ok := s.admit(now.UnixNano(), &a)
-	toBatch(a.Charges, b)
-	if ok && a.HasBudget() {
-		// The sweep keeps its own copy: a is on the stack.
-		kept := &inproc.Admission{ID: a.ID, Deadline: a.Deadline, Charges: slices.Clone(a.Charges), Subjects: slices.Clone(a.Subjects)}
-		s.addOpen(openAdmission{adm: kept, batch: b})
+	at := now.UnixNano()
+	var p call
+	s.lock(&p, b)
+	ok := s.admit(at, b, &p)
+	for _, j := range s.locked(&p) {
+		s.maybeEvict(&s.shards[j], at)
+	}
+	s.unlock(&p)
+	if ok && hasBudget(b) {
+		s.openMu.Lock()
+		s.open[b.ID] = b
+		s.openMu.Unlock()
 	}
 	return ok, nil
 }
 
-// AdmitLocal is Admit for an admission the engine built in this process:
-// it checks every charge of a and applies all of them or none, filling
-// each charge's results. A budget admission is kept, by pointer, for the
-// sweep, so a must not change until settled (except Actual); the sweep
-// copies it before it lets a concurrent SettleLocal return.
-func (s *Store) AdmitLocal(now int64, a *inproc.Admission) (bool, error) {
-	ok := s.admit(now, a)
-	if ok && a.HasBudget() {
-		s.addOpen(openAdmission{adm: a})
-	}
-	return ok, nil
+// checked is a charge's counter and, for a rate charge, the bucket as the
+// charge would leave it.
+type checked struct {
+	st   *state
+	next counter.Rate
 }
 
-// LocalStore returns s. A Limiter reads its charges in place, through
-// AdmitLocal and SettleLocal, only over the Store itself, not over a type
-// that embeds one and has its own Admit.
-func (s *Store) LocalStore() sluice.Store { return s }
-
-func (s *Store) admit(now int64, a *inproc.Admission) bool {
-	if len(a.Subjects) == 1 && len(a.Charges) <= inlineCharges {
-		return s.admitOne(now, a)
-	}
-	return s.admitPlanned(now, a)
-}
-
-// admitPlanned is admit for any admission.
-func (s *Store) admitPlanned(now int64, a *inproc.Admission) bool {
-	var p plan
-	s.plan(&p, a)
-	s.lock(&p.lockSet)
-	defer s.unlock(&p.lockSet)
-	ok := s.admitLocked(now, a, &p)
-	if !p.all {
-		for _, j := range p.idx[:p.n] {
-			s.maybeEvict(&s.shards[j].shard, now)
-		}
-	}
-	return ok
-}
-
-func (s *Store) admitLocked(now int64, a *inproc.Admission, p *plan) bool {
-	s.resolve(p, a, true)
-	var tats [inlineCharges][2]int64
+// admit checks and applies b on locked shards: first every charge is
+// checked, then, when every charge that is not Shadow fits, all are
+// applied.
+func (s *Store) admit(now int64, b *sluice.Batch, p *call) bool {
+	var buf [8]checked
+	found := buf[:0]
 	admit := true
-	for i := range a.Charges {
-		ch := &a.Charges[i]
-		ch.Allowed, ch.RetryAfter = false, 0
-		c, sh := s.counter(p, a, i)
-		sh.claim(c, ch.Kind)
-		switch ch.Kind {
-		case inproc.Rate:
-			tat, frac := bucketOf(ch).check(c, ch, now)
-			if i < len(tats) {
-				tats[i] = [2]int64{tat, frac}
-			}
-		case inproc.Budget:
-			checkBudget(c, ch)
-		case inproc.Concurrency:
-			sh.checkConcurrency(c, ch, now)
-		}
-		if !ch.Allowed && !ch.Shadow {
-			admit = false
-		}
+	for i := range b.Charges {
+		c := &b.Charges[i]
+		st := s.shards[p.shard(i)].get(c.Key, c.Kind)
+		next, allowed := check(c, st, c.Amount, now)
+		admit = admit && (allowed || c.Shadow)
+		found = append(found, checked{st: st, next: next})
 	}
 	if !admit {
 		return false
 	}
-	for i := range a.Charges {
-		ch := &a.Charges[i]
-		c, sh := s.counter(p, a, i)
-		c.touched = now
-		s.setRef(ch, p.subject(ch.Subject).shard, p.charge(i).slot)
-		switch ch.Kind {
-		case inproc.Rate:
-			if ch.Allowed && i < len(tats) {
-				c.tat, c.frac, c.drawnAt = tats[i][0], tats[i][1], ch.Limit
+	for i := range b.Charges {
+		c, st := &b.Charges[i], found[i].st
+		st.touched = now
+		switch c.Kind {
+		case sluice.KindRate:
+			if c.Allowed {
+				st.rate = found[i].next
 			} else {
-				// A shadow charge over its limit, or one past the
-				// inline array: draw it like an overrun.
-				bucketOf(ch).adjust(c, ch.Amount, now)
+				// A shadow charge over its limit draws the bucket as an
+				// overrun does.
+				st.rate = bucketOf(c).Adjust(st.rate, c.Amount, now)
 			}
-		case inproc.Budget:
-			b := c.budget()
-			b.reserved += ch.Amount
-			b.end = ch.PeriodEnd
-		case inproc.Concurrency:
-			sh.addLease(c, lease{id: a.ID, expiry: a.Deadline})
+		case sluice.KindBudget:
+			st.budget = st.budget.Reserve(c.Amount, c.PeriodEnd.UnixNano())
+		case sluice.KindConcurrency:
+			st.leases = append(st.leases, counter.Lease{ID: b.ID, Expiry: b.Deadline.UnixNano()})
 		}
 	}
 	return true
-}
-
-// admitOne is admit for the charges of one subject, at most
-// inlineCharges of them: one shard, one lock, the subject hashed and
-// looked up once, and no plan. Its check and apply passes repeat
-// admitLocked's, written out on purpose: taking them into shared
-// functions cost 15 ns of the engine's 190 (calls the compiler does not
-// inline). TestStore_AdmitOneAgreesWithAdmitPlanned keeps the two in step.
-func (s *Store) admitOne(now int64, a *inproc.Admission) bool {
-	k := s.hash.key(a.Subjects[0])
-	j := s.shardOf(k)
-	sh := &s.shards[j].shard
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	var slots [inlineCharges]*slot
-	var idx [inlineCharges]uint32
-	head, last := sh.subjects.get(k), noSlot
-	for i := range a.Charges {
-		ch := &a.Charges[i]
-		// As resolve: most likely the slot after the last one found,
-		// and most likely at the next index, as a subject's slots are
-		// made together. That slot's address does not wait for the last
-		// slot's next to be read, so the two cache misses overlap
-		// rather than follow each other.
-		found := noSlot
-		if last != noSlot {
-			prev := slots[i-1]
-			if near := last + 1; near>>chunkBits < uint32(len(sh.chunks)) {
-				if sl := sh.at(near); prev.next == near && sl.rule == ch.Rule && sl.period == ch.Period {
-					found = near
-				}
-			}
-			if found == noSlot {
-				if next := prev.next; next != noSlot {
-					if sl := sh.at(next); sl.rule == ch.Rule && sl.period == ch.Period {
-						found = next
-					}
-				}
-			}
-		}
-		if found == noSlot {
-			var tail uint32
-			found, tail = sh.find(head, ch.Rule, ch.Period)
-			if found == noSlot {
-				found = sh.add(k, tail, ch.Rule, ch.Period)
-				if tail == noSlot {
-					head = found
-				}
-			}
-		}
-		idx[i], slots[i], last = found, sh.at(found), found
-	}
-	var tats [inlineCharges][2]int64
-	admit := true
-	for i := range a.Charges {
-		ch := &a.Charges[i]
-		ch.Allowed, ch.RetryAfter = false, 0
-		c := &slots[i].counter
-		sh.claim(c, ch.Kind)
-		switch ch.Kind {
-		case inproc.Rate:
-			tats[i][0], tats[i][1] = bucketOf(ch).check(c, ch, now)
-		case inproc.Budget:
-			checkBudget(c, ch)
-		case inproc.Concurrency:
-			sh.checkConcurrency(c, ch, now)
-		}
-		if !ch.Allowed && !ch.Shadow {
-			admit = false
-		}
-	}
-	if admit {
-		ref := j <= math.MaxUint16
-		for i := range a.Charges {
-			ch := &a.Charges[i]
-			sl := slots[i]
-			c := &sl.counter
-			c.touched = now
-			if ref {
-				ch.Shard, ch.Ref = uint16(j), uint64(sl.gen)<<32|uint64(idx[i]+1)
-			}
-			switch ch.Kind {
-			case inproc.Rate:
-				if ch.Allowed {
-					c.tat, c.frac, c.drawnAt = tats[i][0], tats[i][1], ch.Limit
-				} else {
-					// A shadow charge over its limit: draw it like
-					// an overrun.
-					bucketOf(ch).adjust(c, ch.Amount, now)
-				}
-			case inproc.Budget:
-				b := c.budget()
-				b.reserved += ch.Amount
-				b.end = ch.PeriodEnd
-			case inproc.Concurrency:
-				sh.addLease(c, lease{id: a.ID, expiry: a.Deadline})
-			}
-		}
-	}
-	s.maybeEvict(sh, now)
-	return admit
 }
 
 // Settle applies each charge's Actual in place of its Amount and frees the
@@ -329,203 +299,84 @@ func (s *Store) Settle(_ context.Context, now time.Time, b *sluice.Batch) error 
 // SettleOpen is Settle, reporting whether the batch was applied (false when
 // the sweep had already settled it), for a durable store built on this one.
 func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
-	var buf batchBuf
-	a := fromBatch(b, &buf)
-	return s.settle(now.UnixNano(), &a), nil
+	if hasBudget(b) && !s.takeOpen(b.ID) {
+		return false, nil
+	}
+	s.apply(now.UnixNano(), b, nil)
+	return true, nil
 }
 
-// SettleLocal is Settle for an admission of AdmitLocal: each charge's
-// Actual replaces its Amount, and the leases are freed. An admission the
-// sweep already settled is left alone.
-func (s *Store) SettleLocal(_ context.Context, now int64, a *inproc.Admission) error {
-	s.settle(now, a)
-	return nil
+// SettleAsync is Settle, telling done before it returns: nothing in
+// memory is waited for.
+func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch, done func(error)) {
+	done(s.Settle(ctx, now, b))
 }
 
-// SettleLocalOpen is SettleLocal, reporting whether the admission was
-// applied (false when the sweep had already settled it), for a durable
-// store built on this one.
-func (s *Store) SettleLocalOpen(now int64, a *inproc.Admission) bool {
-	return s.settle(now, a)
-}
-
-func (s *Store) settle(now int64, a *inproc.Admission) bool {
-	if a.HasBudget() && !s.takeOpen(a.ID) {
-		return false
-	}
-	if s.settleByRef(now, a) {
-		return true
-	}
-	var p plan
-	s.plan(&p, a)
-	s.lock(&p.lockSet)
-	s.applyLocked(now, a, &p, nil)
-	s.unlock(&p.lockSet)
-	return true
-}
-
-// setRef keeps in ch where its counter is, for settleByRef: the slot and
-// its generation, which changes when the slot is given back.
-func (s *Store) setRef(ch *inproc.Charge, shard int, slot uint32) {
-	if shard > math.MaxUint16 {
-		return
-	}
-	ch.Shard = uint16(shard)
-	ch.Ref = uint64(s.shards[shard].at(slot).gen)<<32 | uint64(slot+1)
-}
-
-// settleByRef settles a through the counters its charges found at
-// admission, without hashing or looking up subjects, and reports whether
-// it could: not when a charge has no reference, or when one of the
-// counters was evicted since (its slot's generation moved on), in which
-// case nothing is applied.
-func (s *Store) settleByRef(now int64, a *inproc.Admission) bool {
-	if len(a.Charges) == 0 {
-		return true
-	}
-	first, one := a.Charges[0].Shard, true
-	for i := range a.Charges {
-		ch := &a.Charges[i]
-		if ch.Ref == 0 {
-			return false
-		}
-		one = one && ch.Shard == first
-	}
-	if !one {
-		return s.settleByRefs(now, a)
-	}
-	sh := &s.shards[first].shard
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for i := range a.Charges {
-		ch := &a.Charges[i]
-		if sh.at(uint32(ch.Ref)-1).gen != uint32(ch.Ref>>32) {
-			return false
-		}
-	}
-	for i := range a.Charges {
-		ch := &a.Charges[i]
-		s.applyOne(now, a.ID, ch, &sh.at(uint32(ch.Ref)-1).counter, sh, ch.Actual)
-	}
-	return true
-}
-
-// settleByRefs is settleByRef for charges on several shards, every one
-// with a reference.
-func (s *Store) settleByRefs(now int64, a *inproc.Admission) bool {
-	var ls lockSet
-	for i := range a.Charges {
-		ls.add(int(a.Charges[i].Shard))
-	}
-	s.lock(&ls)
-	defer s.unlock(&ls)
-	for i := range a.Charges {
-		ch := &a.Charges[i]
-		if sl := s.shards[ch.Shard].at(uint32(ch.Ref) - 1); sl.gen != uint32(ch.Ref>>32) {
-			return false
-		}
-	}
-	for i := range a.Charges {
-		ch := &a.Charges[i]
-		sh := &s.shards[ch.Shard].shard
-		s.applyOne(now, a.ID, ch, &sh.at(uint32(ch.Ref)-1).counter, sh, ch.Actual)
-	}
-	return true
-}
-
-func (s *Store) addOpen(o openAdmission) {
-	sh := s.open[o.adm.ID%uint64(len(s.open))]
-	sh.mu.Lock()
-	sh.open[o.adm.ID] = o
-	sh.mu.Unlock()
-}
-
-// takeOpen removes an open admission, reporting whether it was there.
+// takeOpen removes an open batch, reporting whether it was there.
 func (s *Store) takeOpen(id uint64) bool {
-	o := s.open[id%uint64(len(s.open))]
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if _, ok := o.open[id]; !ok {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if _, ok := s.open[id]; !ok {
 		return false
 	}
-	delete(o.open, id)
+	delete(s.open, id)
 	return true
 }
 
-// applyLocked settles a locked admission at the Actual amounts, or at
-// actual when it is not nil.
-func (s *Store) applyLocked(now int64, a *inproc.Admission, p *plan, actual []int64) {
-	s.resolve(p, a, true)
-	for i := range a.Charges {
-		ch := &a.Charges[i]
-		c, sh := s.counter(p, a, i)
-		// Actual only without actual: when the sweep settles, the
-		// engine may be writing it.
+// apply settles b at its Actual amounts, or at actual when it is not nil
+// (the sweep's decision).
+func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
+	var p call
+	s.lock(&p, b)
+	defer s.unlock(&p)
+	for i := range b.Charges {
+		c := &b.Charges[i]
+		// The sweep's decision does not read Actual: the engine may be
+		// writing it.
 		var amount int64
 		if actual != nil {
 			amount = actual[i]
 		} else {
-			amount = ch.Actual
+			amount = c.Actual
 		}
-		s.applyOne(now, a.ID, ch, c, sh, amount)
-	}
-}
-
-// applyOne settles charge ch of admission id at amount on its counter c,
-// in shard sh, locked.
-func (s *Store) applyOne(now int64, id uint64, ch *inproc.Charge, c *counter, sh *shard, amount int64) {
-	c.touched = max(c.touched, now)
-	sh.claim(c, ch.Kind)
-	switch ch.Kind {
-	case inproc.Rate:
-		// A charge settled at its reservation leaves its bucket as it is.
-		if delta := amount - ch.Amount; delta != 0 {
-			bucketOf(ch).adjust(c, delta, now)
+		if c.Kind == sluice.KindRate && amount == c.Amount {
+			// A charge settled at its reservation leaves its bucket as
+			// it is.
+			continue
 		}
-	case inproc.Budget:
-		b := c.budget()
-		b.reserved = max(0, b.reserved-ch.Amount)
-		b.used += amount
-		b.end = ch.PeriodEnd
-	case inproc.Concurrency:
-		sh.dropLease(c, id)
+		st := s.shards[p.shard(i)].get(c.Key, c.Kind)
+		st.touched = max(st.touched, now)
+		switch c.Kind {
+		case sluice.KindRate:
+			st.rate = bucketOf(c).Adjust(st.rate, amount-c.Amount, now)
+		case sluice.KindBudget:
+			st.budget = st.budget.Settle(c.Amount, amount, c.PeriodEnd.UnixNano())
+		case sluice.KindConcurrency:
+			st.leases = counter.Drop(st.leases, b.ID)
+		}
 	}
 }
 
 // Peek fills the result fields of b's charges without charging.
 func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
-	var buf batchBuf
-	a := fromBatch(b, &buf)
-	charges := a.Charges
-	n := now.UnixNano()
-	var p plan
-	s.plan(&p, &a)
-	s.lock(&p.lockSet)
-	s.resolve(&p, &a, false)
-	for i := range charges {
-		ch := &charges[i]
-		c, sh := s.counter(&p, &a, i)
-		if c == nil || c.kind != ch.Kind && c.kind != 0 {
-			// No counter yet, or one of another kind, which an
-			// admission would start afresh.
-			c = &counter{}
+	at := now.UnixNano()
+	var p call
+	s.lock(&p, b)
+	defer s.unlock(&p)
+	for i := range b.Charges {
+		c := &b.Charges[i]
+		st := s.shards[p.shard(i)].find(c.Key)
+		if st == nil || st.kind != c.Kind {
+			// No counter yet, or one an admission would start afresh.
+			st = &state{}
 		}
-		saved := ch.Amount
-		ch.Amount = 0
-		switch ch.Kind {
-		case inproc.Rate:
-			bucketOf(ch).check(c, ch, n)
-		case inproc.Budget:
-			checkBudget(c, ch)
-		case inproc.Concurrency:
-			sh.checkConcurrency(c, ch, n)
-			held, _ := sh.heldLeases(c)
-			ch.Used, ch.Remaining = held, max(0, ch.Limit-held)
+		check(c, st, 0, at)
+		if c.Kind == sluice.KindConcurrency {
+			// The leases held, not counting the one an admission would
+			// add.
+			c.Used, c.Remaining = int64(len(st.leases)), max(0, c.Limit-int64(len(st.leases)))
 		}
-		ch.Amount = saved
 	}
-	s.unlock(&p.lockSet)
-	toBatch(charges, b)
 	return nil
 }
 
@@ -536,9 +387,11 @@ func (s *Store) Close() error { return nil }
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
-		sh := s.shards[i]
+		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.count()
+		for _, list := range sh.subjects {
+			n += len(list)
+		}
 		sh.mu.Unlock()
 	}
 	return n
@@ -547,22 +400,22 @@ func (s *Store) Len() int {
 // RestoreBudget sets a budget counter's settled usage, for a durable store
 // reloading its journal.
 func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used int64) {
-	k := s.hash.key(key.Subject)
-	sh := &s.shards[s.shardOf(k)].shard
+	sh := &s.shards[s.shardOf(key.Subject)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	head := sh.subjects.get(k)
-	i, last := sh.find(head, key.Rule, key.Period)
-	if i == noSlot {
-		i = sh.add(k, last, key.Rule, key.Period)
-		// A counter reloaded from the journal is not a new arrival and
-		// owes no eviction scan: a store reloading a million budgets
-		// would otherwise have its first admissions scan whole shards.
-		sh.made--
+	made := sh.made
+	st := sh.get(key, sluice.KindBudget)
+	// A counter reloaded from the journal is not a new arrival and owes
+	// no eviction scan.
+	sh.made = made
+	st.budget.Used, st.budget.End = used, periodEnd.UnixNano()
+}
+
+func hasBudget(b *sluice.Batch) bool {
+	for i := range b.Charges {
+		if b.Charges[i].Kind == sluice.KindBudget {
+			return true
+		}
 	}
-	sl := sh.at(i)
-	sh.claim(&sl.counter, inproc.Budget)
-	b := sl.budget()
-	b.used = used
-	b.end = periodEnd.UnixNano()
+	return false
 }

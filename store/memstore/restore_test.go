@@ -24,8 +24,8 @@ func TestStore_RestoredBudgetsOweNoScan(t *testing.T) {
 	if n := s.Len(); n != 1000 {
 		t.Fatalf("%d counters restored, want 1000", n)
 	}
-	sh := &s.shards[0].shard
-	sh.add(subjectKey{a: 1, b: 2}, noSlot, 1, 0)
+	sh := &s.shards[0]
+	sh.get(sluice.CounterKey{Rule: 1, Subject: "new"}, sluice.KindRate)
 	if sh.made != 1 {
 		t.Fatalf("a counter made by an admission counts %d toward the scan, want 1", sh.made)
 	}

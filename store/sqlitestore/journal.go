@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/inproc"
 )
 
 // opKind is what a journal entry records.
@@ -16,15 +15,13 @@ const (
 	opSettle                   // a reservation settled, released or swept
 )
 
-// op is one journal entry: a Batch (from Admit, Settle and the sweep) or an
-// admission the engine reads in place (AdmitLocal, SettleLocal). It points
-// at it rather than copying it: the fields it reads (keys, amounts,
-// deadline, and Actual once settled) no longer change after the store call
-// that queued it.
+// op is one journal entry: a Batch from Admit, Settle or the sweep. It
+// points at the Batch rather than copying it: the fields it reads (keys,
+// amounts, deadline, and Actual once settled) no longer change after the
+// store call that queued it.
 type op struct {
 	kind  opKind
 	batch *sluice.Batch
-	adm   *inproc.Admission
 	// actual overrides the batch's Actual amounts (the sweep's decision).
 	actual []int64
 	// done, when set, is told once the op is committed, or the journal
@@ -32,40 +29,15 @@ type op struct {
 	done func(error)
 }
 
-func (o *op) id() uint64 {
-	if o.adm != nil {
-		return o.adm.ID
-	}
-	return o.batch.ID
-}
+func (o *op) id() uint64 { return o.batch.ID }
 
-func (o *op) deadline() int64 {
-	if o.adm != nil {
-		return o.adm.Deadline
-	}
-	return o.batch.Deadline.UnixNano()
-}
+func (o *op) deadline() int64 { return o.batch.Deadline.UnixNano() }
 
 // budgets calls f for each budget charge of o, and, for a settlement, its
 // Actual (the settled amount) as o says. An admission's Actual is not read:
 // the engine may be writing it.
 func (o *op) budgets(f func(c storedCharge, actual int64)) {
 	settled := o.kind == opSettle
-	if a := o.adm; a != nil {
-		for i := range a.Charges {
-			ch := &a.Charges[i]
-			if ch.Kind != inproc.Budget {
-				continue
-			}
-			var actual int64
-			if settled {
-				actual = ch.Actual
-			}
-			f(storedCharge{key: sluice.CounterKey{Rule: ch.Rule, Subject: a.SubjectOf(ch), Period: ch.Period},
-				periodEnd: ch.PeriodEnd, amount: ch.Amount, release: ch.Release}, actual)
-		}
-		return
-	}
 	for i := range o.batch.Charges {
 		c := &o.batch.Charges[i]
 		if c.Kind != sluice.KindBudget {

@@ -32,7 +32,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/inproc"
 	"github.com/sluicehq/sluice/store/memstore"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
@@ -286,68 +285,6 @@ func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch,
 	}
 	s.enqueue(op{kind: opSettle, batch: b, done: done})
 }
-
-// AdmitLocal is Admit for an admission the engine built in this process
-// and reads in place (see memstore's): counters in memory, the
-// reservation queued for the journal.
-func (s *Store) AdmitLocal(now int64, a *inproc.Admission) (bool, error) {
-	if err := s.failed(); err != nil {
-		return false, err
-	}
-	ok, err := s.mem.AdmitLocal(now, a)
-	if ok && err == nil && a.HasBudget() {
-		s.enqueue(op{kind: opAdmit, adm: a})
-	}
-	return ok, err
-}
-
-// SettleLocal is Settle for an admission of AdmitLocal: applied in memory,
-// returning once committed.
-func (s *Store) SettleLocal(ctx context.Context, now int64, a *inproc.Admission) error {
-	if err := s.failed(); err != nil {
-		return err
-	}
-	if !a.HasBudget() {
-		return s.mem.SettleLocal(ctx, now, a)
-	}
-	// The memstore ignores an admission the sweep already took; so must
-	// the journal, or the usage would be written twice.
-	if !s.mem.SettleLocalOpen(now, a) {
-		return s.drained(ctx)
-	}
-	return s.wait(ctx, s.enqueue(op{kind: opSettle, adm: a}))
-}
-
-// drained returns once every op queued so far is committed. A settlement
-// the sweep overtook waits for it before returning: the journal may not
-// have read the admission yet (a writer stalled past the admission's
-// deadline), and the engine reuses an admission's memory once settled.
-func (s *Store) drained(ctx context.Context) error {
-	s.mu.Lock()
-	seq := s.queued
-	s.mu.Unlock()
-	return s.wait(ctx, seq)
-}
-
-// SettleLocalAsync is SettleAsync for an admission of AdmitLocal.
-func (s *Store) SettleLocalAsync(now int64, a *inproc.Admission, done func(error)) {
-	if err := s.failed(); err != nil {
-		done(err)
-		return
-	}
-	if !a.HasBudget() {
-		done(s.mem.SettleLocal(context.Background(), now, a))
-		return
-	}
-	if !s.mem.SettleLocalOpen(now, a) {
-		go func() { done(s.drained(context.Background())) }()
-		return
-	}
-	s.enqueue(op{kind: opSettle, adm: a, done: done})
-}
-
-// LocalStore returns s: the engine reads its charges in place.
-func (s *Store) LocalStore() sluice.Store { return s }
 
 // Peek reads the in-memory counters.
 func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {

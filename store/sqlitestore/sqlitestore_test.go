@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store/sqlitestore"
@@ -18,28 +17,6 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		return s
-	})
-}
-
-// batchOnly hides the store's in-process methods (AdmitLocal, SettleLocal),
-// so that the Limiter goes through sluice.Store and Batches, as over any
-// other store, or a store wrapped in another.
-type batchOnly struct{ sluice.Store }
-
-// SettleAsync keeps the store's asynchronous settlement on the Batch path.
-func (b batchOnly) SettleAsync(ctx context.Context, now time.Time, batch *sluice.Batch, done func(error)) {
-	b.Store.(sluice.AsyncSettler).SettleAsync(ctx, now, batch, done)
-}
-
-// TestConformance_Batches runs the suite through sluice.Store: the same
-// counters and journal, reached from Batches.
-func TestConformance_Batches(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) sluice.Store {
-		s, err := sqlitestore.Open(sqlitestore.Options{Path: filepath.Join(t.TempDir(), "store.db"), HoldSettlements: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return batchOnly{s}
 	})
 }
 
