@@ -52,9 +52,13 @@ type Options struct {
 	// CacheSize bounds the number of cached keys. Zero means
 	// DefaultCacheSize.
 	CacheSize int
-	// FlushInterval is how often the usage ledger's in-memory sums are
-	// written to the database. Zero means DefaultFlushInterval; a negative
-	// value disables the background flusher (only Flush and Close write).
+	// FlushInterval is how long the background flusher waits before it
+	// tries again after a failed write of the usage ledger. Entries are
+	// written as soon as they are recorded, those recorded during one
+	// write in the next (group commit), so that a crash loses only the
+	// entries of the write in progress. Zero means DefaultFlushInterval; a
+	// negative value disables the background flusher (only Flush and
+	// Close write).
 	FlushInterval time.Duration
 	// OnFlushError is told when a background flush fails (the sums are kept
 	// and retried at the next flush). Nil logs with slog.Default.

@@ -79,19 +79,22 @@ type ledger struct {
 
 	mu      sync.Mutex
 	pending map[usageKey]*usageSums
+	// wake tells the flusher that entries are pending.
+	wake chan struct{}
 	// The day string of the last entry, so most entries format no date.
 	lastDay    int64
 	lastDayStr string
 }
 
 func newLedger() *ledger {
-	return &ledger{pending: map[usageKey]*usageSums{}, lastDay: -1 << 62}
+	return &ledger{pending: map[usageKey]*usageSums{}, lastDay: -1 << 62, wake: make(chan struct{}, 1)}
 }
 
 // RecordUsage adds e to the ledger. It never touches the database: entries
 // are summed in memory per (org, workspace, day, route, model) and written by
-// the background flusher, by Flush, or by Close. Entries recorded after
-// Close are lost.
+// the background flusher as soon as it can (the entries recorded while it
+// writes go in its next write), by Flush, or by Close. Entries recorded
+// after Close are lost.
 func (c *Catalog) RecordUsage(e UsageEntry) {
 	at := e.At
 	if at.IsZero() {
@@ -112,11 +115,15 @@ func (c *Catalog) RecordUsage(e UsageEntry) {
 	k := usageKey{org, e.Workspace, l.lastDayStr, e.Route, e.Model}
 	if s := l.pending[k]; s != nil {
 		s.add(sums)
-		return
+	} else {
+		fresh := new(usageSums) // allocated only for a new row, not per entry
+		*fresh = sums
+		l.pending[k] = fresh
 	}
-	fresh := new(usageSums) // allocated only for a new row, not per entry
-	*fresh = sums
-	l.pending[k] = fresh
+	select {
+	case l.wake <- struct{}{}:
+	default: // the flusher is awake already
+	}
 }
 
 func floorDiv(a, b int64) int64 {
@@ -180,21 +187,31 @@ func (c *Catalog) Flush(ctx context.Context) error {
 	return nil
 }
 
-// flushLoop flushes every interval until Close.
+// flushLoop writes the ledger whenever entries are pending, until Close;
+// after a failed write it waits interval before it tries again.
 func (c *Catalog) flushLoop(interval time.Duration) {
 	defer close(c.stopped)
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	for {
 		select {
 		case <-c.stop:
 			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), max(interval, 10*time.Second))
-			if err := c.Flush(ctx); err != nil {
-				c.onFlushError(err)
-			}
-			cancel()
+		case <-c.led.wake:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(interval, 10*time.Second))
+		err := c.Flush(ctx)
+		cancel()
+		if err == nil {
+			continue
+		}
+		c.onFlushError(err)
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(interval):
+		}
+		select {
+		case c.led.wake <- struct{}{}: // the kept sums are pending still
+		default:
 		}
 	}
 }

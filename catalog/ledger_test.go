@@ -263,3 +263,72 @@ func BenchmarkRecordUsage(b *testing.B) {
 		}
 	})
 }
+
+// The background flusher writes an entry as soon as it is recorded, not at
+// the next interval.
+func TestCatalog_LedgerWrittenAtOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, err := be.open(Options{FlushInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		ctx := context.Background()
+		waitFor := func(requests int64) {
+			t.Helper()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got, err := c.Usage(ctx, UsageQuery{Workspace: "w"})
+				if err == nil && len(got) == 1 && got[0].Requests == requests {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("ledger %+v (%v), want %d requests written without a Flush", got, err, requests)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		// FlushInterval is an hour: only the write at once can pass.
+		c.RecordUsage(UsageEntry{Workspace: "w", Model: "m", Requests: 1, InputTokens: 5})
+		waitFor(1)
+		c.RecordUsage(UsageEntry{Workspace: "w", Model: "m", Requests: 1, InputTokens: 5})
+		waitFor(2)
+	})
+}
+
+// After a failed write the flusher tries again by itself, FlushInterval
+// later, with the sums it kept.
+func TestCatalog_LedgerWriteRetried(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		flushErrors := make(chan error, 64)
+		c, err := be.open(Options{FlushInterval: 20 * time.Millisecond, OnFlushError: func(err error) {
+			select {
+			case flushErrors <- err:
+			default:
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		be.refuseInserts(t, c, "usage_ledger")
+		c.RecordUsage(UsageEntry{Workspace: "w", Model: "m", Requests: 1, InputTokens: 5})
+		select {
+		case <-flushErrors:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no failed write reported")
+		}
+		be.allowInserts(t, c, "usage_ledger")
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, err := c.Usage(context.Background(), UsageQuery{Workspace: "w"})
+			if err == nil && len(got) == 1 && got[0].Requests == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("ledger %+v (%v): the kept sums were not written again", got, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+}
