@@ -47,6 +47,10 @@ type Config struct {
 	// MaxConnectionsPerIP caps them per client address; 0 (the default)
 	// sets no cap, as many clients may share a proxy's or a NAT's address.
 	MaxConnectionsPerIP int `yaml:"max_connections_per_ip,omitempty"`
+	// TerminalStatus is the status of budget and session-ceiling refusals:
+	// auto (the default: 429 with x-should-retry: false, or 402 to clients
+	// that retry every 429, the Vercel AI SDK), 429, 402 or 400.
+	TerminalStatus string `yaml:"terminal_status"`
 	// HeaderTimeout is how long a client connection may take to send a
 	// request's headers (10s): one that never sends any is closed then.
 	HeaderTimeout time.Duration `yaml:"header_timeout"`

@@ -226,6 +226,7 @@ func (c *Config) applyDefaults() {
 	setString(&c.AdminListen, DefaultAdminListen)
 	setString(&c.DataDir, DefaultDataDir)
 	setString(&c.Env, EnvDevelopment)
+	setString(&c.TerminalStatus, "auto")
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}

@@ -153,6 +153,11 @@ func (v *checker) server() {
 	if r := c.UpstreamRetries; r != nil && (*r < 0 || *r > 10) {
 		v.add("upstream_retries", "must be between 0 and 10, got %d", *r)
 	}
+	switch c.TerminalStatus {
+	case "auto", "429", "402", "400":
+	default:
+		v.add("terminal_status", "must be auto, 429, 402 or 400, not %q", c.TerminalStatus)
+	}
 	if c.MaxConnections < 0 {
 		v.add("max_connections", "must not be negative (0 means the descriptor limit less 256), got %d", c.MaxConnections)
 	}

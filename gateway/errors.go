@@ -152,6 +152,9 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 	}
 	if terminal {
 		h.Set("x-should-retry", "false")
+		if status == 429 {
+			status = terminalStatus(ctx)
+		}
 	}
 	var limitAny any
 	if limit != nil {

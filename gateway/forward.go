@@ -187,6 +187,9 @@ func (c *call) passOn(resp *fasthttp.Response, terminal bool) {
 	c.ctx.SetBody(body)
 	if terminal {
 		h.Set("x-should-retry", "false")
+		if resp.StatusCode() == 429 {
+			c.ctx.SetStatusCode(terminalStatus(c.ctx))
+		}
 	}
 	_ = resp.CloseBodyStream()
 	c.event.Outcome, c.event.Class = "upstream_error", "transient"

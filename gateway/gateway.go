@@ -170,6 +170,12 @@ type Options struct {
 	HeaderTimeout time.Duration
 	// Dependencies are checked by CheckDependencies for /readyz.
 	Dependencies []Dependency
+	// TerminalStatus is the status of budget and session-ceiling refusals
+	// (and of a provider's quota error passed on): TerminalAuto (the
+	// default: 429, or 402 to clients that retry every 429), Terminal429,
+	// Terminal402 or Terminal400. The body and x-should-retry: false are
+	// the same whatever the status.
+	TerminalStatus string
 	// SettleRetryBase is the first wait before a failed settlement is
 	// tried again (100 ms; doubling to 5 s, until the reservation's
 	// deadline).
@@ -265,6 +271,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.CatalogTimeout <= 0 {
 		opts.CatalogTimeout = 250 * time.Millisecond
+	}
+	if err := checkTerminalStatus(opts.TerminalStatus); err != nil {
+		return nil, err
 	}
 	if opts.SettleRetryBase <= 0 {
 		opts.SettleRetryBase = 100 * time.Millisecond
@@ -372,6 +381,7 @@ func lengthAndChunked(h *fasthttp.RequestHeader) bool {
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 	path := string(ctx.Path())
 	method := string(ctx.Method())
+	g.noteTerminalStatus(ctx)
 	if lengthAndChunked(&ctx.Request.Header) {
 		// Two framings: a proxy in front may read one and Sluice the
 		// other (request smuggling). Refused, and the connection closed.

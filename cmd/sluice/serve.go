@@ -101,6 +101,7 @@ func serve(args []string) error {
 		MaxConns:         maxConnections(cfg.MaxConnections),
 		MaxConnsPerIP:    cfg.MaxConnectionsPerIP,
 		HeaderTimeout:    cfg.HeaderTimeout,
+		TerminalStatus:   cfg.TerminalStatus,
 		RequestTimeout:   cfg.RequestTimeout,
 		UpstreamRetries:  *cfg.UpstreamRetries,
 		TrustedProxies:   cfg.TrustedPrefixes(),

@@ -1,0 +1,40 @@
+package gateway_test
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
+)
+
+// oneCallADay is a budget the harness's workspace spends in one call.
+var oneCallADay = sluice.Rule{Name: "one_a_day", Kind: sluice.KindBudget, Subject: "workspace", Limit: 1, Period: sluice.PeriodDay}
+
+// A budget refusal is 429 with x-should-retry: false, or with the default
+// auto, 402 to the Vercel AI SDK (which retries every 429); a configured
+// status applies to every client. The body is the same.
+func TestGateway_TerminalStatusPerClient(t *testing.T) {
+	const aiSDK = "ai/6.0.325 ai-sdk/provider-utils/4.0.66 runtime/node.js/v20.20.2"
+	for _, tc := range []struct {
+		config, userAgent string
+		want              int
+	}{
+		{"", "OpenAI/JS 6.30.1", 429},
+		{"", aiSDK, 402},
+		{gateway.TerminalAuto, "Anthropic/JS 1.15.0", 429},
+		{gateway.Terminal429, aiSDK, 429},
+		{gateway.Terminal402, "OpenAI/JS 6.30.1", 402},
+		{gateway.Terminal400, aiSDK, 400},
+	} {
+		h := newHarness(t, []sluice.Rule{oneCallADay}, func(o *gateway.Options) { o.TerminalStatus = tc.config })
+		body := `{"model":"mock-small","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+		if r := h.post("/v1/chat/completions", body, nil); r.status != 200 {
+			t.Fatalf("first call %d", r.status)
+		}
+		r := h.post("/v1/chat/completions", body, map[string]string{"User-Agent": tc.userAgent})
+		if r.status != tc.want || r.header.Get("x-should-retry") != "false" || r.header.Get("Retry-After") != "" {
+			t.Errorf("config %q, %s: %d (x-should-retry %q, Retry-After %q), want %d, no retry", tc.config, tc.userAgent, r.status,
+				r.header.Get("x-should-retry"), r.header.Get("Retry-After"), tc.want)
+		}
+	}
+}
