@@ -44,6 +44,13 @@ func errKeyStore(err error) error {
 		message: "The key store is unavailable; retry shortly.", retryHint: time.Second}
 }
 
+// errProviderAuth is the answer to a call whose provider refused the
+// gateway's own key for it (401 or 403): an operator's problem, 502.
+func errProviderAuth(provider string, status int) error {
+	return &apiError{status: 502, typ: "server_error", anthType: "api_error", code: "provider_auth_error",
+		message: fmt.Sprintf("Provider %s refused the gateway's key for it (%d); this is not your key: the operator must fix the provider's key.", provider, status)}
+}
+
 // errDeadlinePassed is the answer to a call whose deadline passed before
 // it could be sent to the provider: released, not charged.
 func errDeadlinePassed() error {

@@ -87,10 +87,21 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		if attempt > g.opts.UpstreamRetries || time.Now().Add(g.opts.RetryMax).After(deadline) {
 			break
 		}
+		wait := backoff(attempt, g.opts.RetryBase, g.opts.RetryMax)
 		if err == nil {
+			if hint, ok := retryHint(&resp.Header, time.Now()); ok {
+				if hint > g.opts.RetryMax || time.Now().Add(hint).After(deadline) {
+					// Longer than the gateway waits: the 429 (or 503)
+					// goes to the next candidate or the client with its
+					// hint, rather than retried early here and again
+					// by the client.
+					break
+				}
+				wait = hint
+			}
 			_ = resp.CloseBodyStream()
 		}
-		time.Sleep(backoff(attempt, g.opts.RetryBase, g.opts.RetryMax))
+		time.Sleep(wait)
 	}
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
@@ -114,6 +125,15 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		fasthttp.ReleaseResponse(resp)
 		c.finishRefused(cand, res)
 		return true, nil
+	}
+	if (status == 401 || status == 403) && c.ownKey == "" {
+		// The operator's provider key was refused: not the client's
+		// Sluice key, which a 401 would tell it. The next candidate, on
+		// another provider, may still serve.
+		_ = resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(resp)
+		c.g.log.Error("provider refused the gateway's key", "provider", p.Name, "model", cand.Name, "status", status)
+		return false, errProviderAuth(p.Name, status)
 	}
 	if status == 429 || status >= 500 {
 		// Spent: let a fallback try before the client hears of it.

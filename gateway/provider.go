@@ -3,7 +3,9 @@ package gateway
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -134,6 +136,27 @@ func backoff(n int, base, max time.Duration) time.Duration {
 		d = max
 	}
 	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// retryHint reads a provider's retry hint: retry-after-ms, else
+// Retry-After in seconds or as an HTTP date.
+func retryHint(h *fasthttp.ResponseHeader, now time.Time) (time.Duration, bool) {
+	if v := h.Peek("retry-after-ms"); len(v) > 0 {
+		if ms, err := strconv.ParseFloat(string(v), 64); err == nil && ms >= 0 && ms < 1e9 {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	v := string(h.Peek("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 && s < 1e6 {
+		return time.Duration(s * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
 }
 
 // hopByHop are response headers the gateway does not copy from upstream.

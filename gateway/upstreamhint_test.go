@@ -1,0 +1,87 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
+)
+
+// A provider's 429 is retried after its own hint, not on the gateway's
+// backoff; a hint longer than the gateway waits is passed on to the client
+// at once, not retried early and then again by the client.
+func TestGateway_UpstreamRetriesHonourTheProvidersHint(t *testing.T) {
+	for _, tc := range []struct {
+		hint         string
+		wantAttempts int
+		minSpread    time.Duration
+	}{
+		{"1", 3, 1800 * time.Millisecond}, // two waits of a second
+		{"30", 1, 0},
+	} {
+		t.Run("Retry-After "+tc.hint, func(t *testing.T) {
+			var mu sync.Mutex
+			var at []time.Time
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				at = append(at, time.Now())
+				mu.Unlock()
+				w.Header().Set("Retry-After", tc.hint)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(429)
+				fmt.Fprint(w, `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`)
+			}))
+			t.Cleanup(srv.Close)
+			h := startHarness(t, setup{tweak: []func(*gateway.Options){func(o *gateway.Options) {
+				o.RetryBase, o.RetryMax = 10*time.Millisecond, 2*time.Second
+				o.Providers = append(slices.Clone(o.Providers), gateway.Provider{Name: "oa", Kind: gateway.KindOpenAI, BaseURL: srv.URL + "/v1", APIKey: "sk-up"})
+				o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "gpt-busy", Provider: "oa", MaxOutputTokens: 100})
+			}}})
+			r := h.post("/v1/chat/completions", `{"model":"gpt-busy","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			if r.status != 429 || r.header.Get("Retry-After") != tc.hint {
+				t.Fatalf("%d, Retry-After %q: want the provider's 429 and its hint passed on", r.status, r.header.Get("Retry-After"))
+			}
+			if len(at) != tc.wantAttempts {
+				t.Fatalf("%d attempts, want %d", len(at), tc.wantAttempts)
+			}
+			if spread := at[len(at)-1].Sub(at[0]); spread < tc.minSpread {
+				t.Fatalf("attempts over %v, want at least %v: retried before the provider's hint", spread, tc.minSpread)
+			}
+		})
+	}
+}
+
+// A provider refusing the gateway's own key is 502 provider_auth_error
+// naming the provider, never the client's 401 invalid_api_key; the
+// reservation is released.
+func TestGateway_ProviderAuthErrorIsNotTheClients(t *testing.T) {
+	for _, status := range []int{401, 403} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprint(w, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}`)
+		}))
+		t.Cleanup(srv.Close)
+		h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, tweak: []func(*gateway.Options){func(o *gateway.Options) {
+			o.Providers = append(slices.Clone(o.Providers), gateway.Provider{Name: "oa", Kind: gateway.KindOpenAI, BaseURL: srv.URL + "/v1", APIKey: "sk-revoked"})
+			o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "gpt-badkey", Provider: "oa", MaxOutputTokens: 100})
+		}}})
+		r := h.post("/v1/chat/completions", `{"model":"gpt-badkey","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, nil)
+		if r.status != 502 || !strings.Contains(string(r.body), "provider_auth_error") || !strings.Contains(string(r.body), "oa") ||
+			strings.Contains(string(r.body), "invalid_api_key") {
+			t.Fatalf("provider %d: %d %s, want 502 provider_auth_error naming provider oa", status, r.status, r.body)
+		}
+		if used := h.used("daily_tokens"); used != 0 {
+			t.Fatalf("budget charged %d for a call the provider refused, want 0", used)
+		}
+	}
+}
