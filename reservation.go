@@ -23,6 +23,19 @@ type Result struct {
 	// was admitted uncharged, every rule in play saying
 	// on_store_error: open.
 	FailedOpen bool
+	// Requests and Tokens are the applicable rules with the least room
+	// among those counting requests, and those counting tokens (input,
+	// output or both): what OpenAI's x-ratelimit-*-requests and
+	// x-ratelimit-*-tokens headers report. Empty Rule when none applied.
+	Requests, Tokens Headroom
+}
+
+// Headroom is one rule's room after an admission.
+type Headroom struct {
+	Rule      string
+	Limit     int64
+	Remaining int64
+	ResetAt   time.Time
 }
 
 // Warning is a budget past one of its warning thresholds or its soft limit.
@@ -74,8 +87,8 @@ func (r *Reservation) Deadline() time.Time { return r.batch.Deadline }
 // the budget warnings reached, the shadow rules that would have refused.
 func (r *Reservation) Result() Result {
 	res := Result{FailedOpen: r.failedOpen}
-	var least *Charge
-	var leastRoom float64
+	var least, leastRequests, leastTokens *Charge
+	var leastRoom, requestsRoom, tokensRoom float64
 	for i := range r.batch.Charges {
 		c := &r.batch.Charges[i]
 		if c.Shadow {
@@ -92,6 +105,16 @@ func (r *Reservation) Result() Result {
 		if least == nil || room < leastRoom || room == leastRoom && c.ResetAt.After(least.ResetAt) {
 			least, leastRoom = c, room
 		}
+		switch c.rule.metric {
+		case MetricRequests:
+			if leastRequests == nil || room < requestsRoom {
+				leastRequests, requestsRoom = c, room
+			}
+		case MetricTokens, MetricInputTokens, MetricOutputTokens:
+			if leastTokens == nil || room < tokensRoom {
+				leastTokens, tokensRoom = c, room
+			}
+		}
 		if c.Kind == KindBudget {
 			if w, ok := warningOf(c); ok {
 				res.Warnings = append(res.Warnings, w)
@@ -101,7 +124,15 @@ func (r *Reservation) Result() Result {
 	if least != nil {
 		res.Rule, res.Limit, res.Remaining, res.ResetAt = least.rule.Name, least.Limit, least.Remaining, least.ResetAt
 	}
+	res.Requests, res.Tokens = headroomOf(leastRequests), headroomOf(leastTokens)
 	return res
+}
+
+func headroomOf(c *Charge) Headroom {
+	if c == nil {
+		return Headroom{}
+	}
+	return Headroom{Rule: c.rule.Name, Limit: c.Limit, Remaining: c.Remaining, ResetAt: c.ResetAt}
 }
 
 // Charges returns a copy of the reservation's charges, each with its

@@ -244,6 +244,25 @@ func outcomeOf(err error) (outcome, class string) {
 
 // setLimitHeaders writes the X-RateLimit-* and IETF RateLimit fields for
 // the rule with the least room.
+// setOpenAILimitHeaders writes OpenAI's x-ratelimit-{limit,remaining,
+// reset}-<unit> for the rule of that unit with the least room, so that a
+// client (or another Sluice pacing from these headers) reads a Sluice
+// gateway as it reads OpenAI; the reset is a duration ("1s", "6m0s").
+func setOpenAILimitHeaders(h *fasthttp.ResponseHeader, unit string, r sluice.Headroom, now time.Time) {
+	if r.Rule == "" {
+		return
+	}
+	reset := max(r.ResetAt.Sub(now), 0)
+	if reset > time.Second {
+		reset = reset.Round(time.Second)
+	} else {
+		reset = reset.Round(time.Millisecond)
+	}
+	h.Set("x-ratelimit-limit-"+unit, strconv.FormatInt(r.Limit, 10))
+	h.Set("x-ratelimit-remaining-"+unit, strconv.FormatInt(max(r.Remaining, 0), 10))
+	h.Set("x-ratelimit-reset-"+unit, reset.String())
+}
+
 func setLimitHeaders(h *fasthttp.ResponseHeader, rule string, limit, remaining int64, resetAt, now time.Time) {
 	reset := int64(0)
 	if d := resetAt.Sub(now); d > 0 {

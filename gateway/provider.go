@@ -164,5 +164,9 @@ var hopByHop = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Transfer-Encoding": true, "Content-Length": true,
 	"Upgrade": true, "Proxy-Authenticate": true, "Trailer": true, "Te": true, "Server": true, "Date": true,
 	"X-Ratelimit-Limit": true, "X-Ratelimit-Remaining": true, "X-Ratelimit-Reset": true,
+	// The provider's own limits are the operator's account's: the client
+	// is told Sluice's.
+	"X-Ratelimit-Limit-Requests": true, "X-Ratelimit-Remaining-Requests": true, "X-Ratelimit-Reset-Requests": true,
+	"X-Ratelimit-Limit-Tokens": true, "X-Ratelimit-Remaining-Tokens": true, "X-Ratelimit-Reset-Tokens": true,
 	"Ratelimit": true, "Ratelimit-Policy": true,
 }

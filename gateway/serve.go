@@ -515,9 +515,12 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 // setResultHeaders writes the admission's headers on a response.
 func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sluice.Reservation, capPer int64, clamped bool) {
 	r := res.Result()
+	now := time.Now()
 	if r.Rule != "" {
-		setLimitHeaders(h, r.Rule, r.Limit, r.Remaining, r.ResetAt, time.Now())
+		setLimitHeaders(h, r.Rule, r.Limit, r.Remaining, r.ResetAt, now)
 	}
+	setOpenAILimitHeaders(h, "requests", r.Requests, now)
+	setOpenAILimitHeaders(h, "tokens", r.Tokens, now)
 	h.Set("X-Sluice-Model", cand.Name)
 	if r.FailedOpen {
 		// The limit store did not answer and every rule in play says

@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
@@ -36,5 +38,33 @@ func TestGateway_TerminalStatusPerClient(t *testing.T) {
 			t.Errorf("config %q, %s: %d (x-should-retry %q, Retry-After %q), want %d, no retry", tc.config, tc.userAgent, r.status,
 				r.header.Get("x-should-retry"), r.header.Get("Retry-After"), tc.want)
 		}
+	}
+}
+
+// An admitted call carries OpenAI's x-ratelimit-*-requests and -tokens
+// headers for the rules of each unit with the least room, not the
+// provider's own.
+func TestGateway_OpenAIRateLimitHeaders(t *testing.T) {
+	rpm := sluice.Rule{Name: "rpm", Kind: sluice.KindRate, Subject: "workspace", Limit: 10, Window: time.Minute}
+	tpm := sluice.Rule{Name: "tpm", Kind: sluice.KindRate, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 100_000, Window: time.Minute}
+	h := newHarness(t, []sluice.Rule{rpm, tpm, dailyTokens})
+	r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	for name, want := range map[string]string{
+		"x-ratelimit-limit-requests":     "10",
+		"x-ratelimit-remaining-requests": "9",
+		"x-ratelimit-limit-tokens":       "100000",
+	} {
+		if got := r.header.Get(name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	if rem, _ := strconv.ParseInt(r.header.Get("x-ratelimit-remaining-tokens"), 10, 64); rem <= 0 || rem >= 100_000 {
+		t.Errorf("x-ratelimit-remaining-tokens = %q, want the reservation taken from 100000", r.header.Get("x-ratelimit-remaining-tokens"))
+	}
+	if d, err := time.ParseDuration(r.header.Get("x-ratelimit-reset-requests")); err != nil || d <= 0 || d > time.Minute {
+		t.Errorf("x-ratelimit-reset-requests = %q, want a duration within the window", r.header.Get("x-ratelimit-reset-requests"))
 	}
 }
