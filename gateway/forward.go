@@ -114,6 +114,9 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		}
 		if errors.Is(err, fasthttp.ErrTimeout) {
 			c.cut = true
+			if c.session.endsCall {
+				return false, errWallClockReached(c.session.id)
+			}
 			return false, errUpstream(504, err)
 		}
 		return false, errUpstream(502, err)

@@ -301,7 +301,7 @@ func sessionError(err error) error {
 	var ce *SessionCeilingError
 	switch {
 	case errors.As(err, &ce):
-		return &apiError{status: 429, typ: "insufficient_quota", anthType: "rate_limit_error", code: "session_ceiling_reached", terminal: true,
+		return &apiError{status: 429, typ: "budget_exceeded", anthType: "rate_limit_error", code: "session_ceiling_reached", terminal: true,
 			message: fmt.Sprintf("Session %s reached its %s ceiling (%d of %d used); open a new session.", ce.Session.ID, ceilingWords(ce.Ceiling), ce.Used, ce.Limit),
 			limit: &sluice.RefusalLimit{Rule: "session_" + ce.Ceiling, Subject: "session", Metric: ceilingMetric(ce.Ceiling),
 				Limit: ce.Limit, Used: ce.Used, Remaining: max(0, ce.Limit-ce.Used)}}
@@ -338,6 +338,9 @@ type sessionCharge struct {
 	id             string
 	tokens, cost   int64
 	charged, ended bool
+	// endsCall is set when the session's wall clock is the call's
+	// deadline: a call cut then reached the session's ceiling.
+	endsCall bool
 }
 
 // chargeSession reserves a call's worst case on its session, after the
@@ -411,8 +414,17 @@ func (c *call) joinSession(id string, m *model) error {
 	// when it ends is cut, as the request deadline would cut it.
 	if s.ExpiresAt.Before(c.deadline) {
 		c.deadline = s.ExpiresAt
+		c.session.endsCall = true
 	}
 	return nil
+}
+
+// errWallClockReached is the answer to a call its session's wall clock
+// cut: the session's ceiling, not the provider failing.
+func errWallClockReached(id string) error {
+	return &apiError{status: 429, typ: "budget_exceeded", anthType: "rate_limit_error", code: "session_ceiling_reached", terminal: true,
+		message: fmt.Sprintf("Session %s reached its wall-clock ceiling while the call ran; the call was cut. Open a new session.", id),
+		limit:   &sluice.RefusalLimit{Rule: "session_wall_clock", Subject: "session", Metric: "seconds"}}
 }
 
 func errSessionIdentity(id, header, attribute, value string) error {

@@ -378,3 +378,26 @@ func TestGateway_SessionShortenedToWhatTheBudgetFunds(t *testing.T) {
 		t.Fatalf("a smaller session: %s", r.body)
 	}
 }
+
+// A call its session's wall clock cuts is answered with the session's
+// ceiling refusal (terminal), not as a provider that could not be reached.
+func TestGateway_SessionWallClockCutsACall(t *testing.T) {
+	h := sessionHarness(t, nil, func(o *gateway.Options) {
+		terms := o.Sessions.Terms
+		o.Sessions.Terms = func(p gateway.Principal) gateway.SessionTerms {
+			t := terms(p)
+			t.MaxDuration = time.Second
+			return t
+		}
+	})
+	r, s := h.sessionCall("POST", "/v1/sessions", "", nil)
+	if r.status != 201 {
+		t.Fatalf("mint: %d %s", r.status, r.body)
+	}
+	r = h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":8,"messages":[{"role":"user","content":"slow [mock delay=3000]"}]}`,
+		map[string]string{gateway.HeaderSession: s.ID})
+	if r.status != 429 || !strings.Contains(string(r.body), "session_ceiling_reached") || !strings.Contains(string(r.body), "wall-clock") ||
+		r.header.Get("x-should-retry") != "false" || !strings.Contains(string(r.body), `"type":"budget_exceeded"`) {
+		t.Fatalf("%d %s (x-should-retry %q), want the session's wall-clock ceiling, typed as a budget's", r.status, r.body, r.header.Get("x-should-retry"))
+	}
+}
