@@ -50,9 +50,35 @@ func (o *observability) Observe(e gateway.Event) {
 // follows a reload; listeners, models and providers need a restart.
 var liveConfig atomic.Pointer[config.Config]
 
-// policyMu serializes policy rebuilds, so that an older rebuild never
-// overwrites a newer one.
-var policyMu sync.Mutex
+// Policy rebuilds read the catalog with no lock held (a stalled database
+// holds up only the rebuild that waits on it); each takes a number when it
+// starts, and under policyMu a rebuild applies its policy only if no
+// rebuild that started later applied one first, so that an older rebuild
+// never overwrites a newer one.
+var (
+	policyMu      sync.Mutex
+	policyStarted atomic.Int64
+	policyApplied int64 // under policyMu
+)
+
+// applyPolicy applies p, built by the rebuild numbered seq, unless a later
+// one was applied. A reload (cfg not nil) is applied whatever came first,
+// with its configuration: a rebuild that overtook it read the old one.
+func applyPolicy(l *sluice.Limiter, seq int64, p sluice.Policy, cfg *config.Config) error {
+	policyMu.Lock()
+	defer policyMu.Unlock()
+	if seq < policyApplied && cfg == nil {
+		return nil
+	}
+	if err := l.SetPolicy(p); err != nil {
+		return err
+	}
+	policyApplied = max(policyApplied, seq)
+	if cfg != nil {
+		liveConfig.Store(cfg)
+	}
+	return nil
+}
 
 // refreshOverrides swaps in the policy built from the live configuration,
 // the rules stored in the catalog and the stored overrides. cfg is used
@@ -63,13 +89,12 @@ func refreshOverrides(ctx context.Context, l *sluice.Limiter, cat *catalog.Catal
 }
 
 func rebuildPolicy(ctx context.Context, l *sluice.Limiter, cat *catalog.Catalog, cfg *config.Config) error {
-	policyMu.Lock()
-	defer policyMu.Unlock()
+	seq := policyStarted.Add(1)
 	p, _, err := admin.LoadPolicy(ctx, cat, cfg.Layers(), cfg.SluiceTiers())
 	if err != nil {
 		return err
 	}
-	return l.SetPolicy(p)
+	return applyPolicy(l, seq, p, nil)
 }
 
 // reloader re-reads the configuration named by the serve command's flags.
@@ -89,15 +114,11 @@ func (r *reloader) reload() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	policyMu.Lock()
+	seq := policyStarted.Add(1)
 	p, _, err := admin.LoadPolicy(ctx, r.cat, cfg.Layers(), cfg.SluiceTiers())
 	if err == nil {
-		err = r.limiter.SetPolicy(p)
+		err = applyPolicy(r.limiter, seq, p, cfg)
 	}
-	if err == nil {
-		liveConfig.Store(cfg)
-	}
-	policyMu.Unlock()
 	if err != nil {
 		return err
 	}
