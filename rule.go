@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -95,69 +96,107 @@ const (
 
 // Match narrows a rule to some requests. An empty list matches everything.
 type Match struct {
-	Models []string
-	Tiers  []string
-	Routes []string
+	Models []string `json:"models,omitempty" yaml:"models,omitempty"`
+	Tiers  []string `json:"tiers,omitempty" yaml:"tiers,omitempty"`
+	Routes []string `json:"routes,omitempty" yaml:"routes,omitempty"`
 }
 
 // Rule is one limit. The zero values of the optional fields are the
 // documented defaults; a Limit of 0 disables the rule.
+//
+// Its json and yaml tags are the names the config file and the admin API
+// use (soft_limit, on_expiry, ...). The layers that read rules add what
+// they own: the config file and the catalog say enabled rather than
+// Disabled, the catalog adds its timestamps, and each JSON layer writes
+// Window as a Duration, since encoding/json would write a time.Duration as
+// nanoseconds.
 type Rule struct {
 	// Name identifies the rule; it is unique in a policy and named in
 	// refusals.
-	Name string
-	Kind Kind
+	Name string `json:"name" yaml:"name"`
+	Kind Kind   `json:"kind" yaml:"kind"`
 	// Subject is who pays: an identity attribute (org, workspace, team,
 	// user, key, ip, session, model, route, tag, tier), a composite of them
 	// joined by "+" ("workspace+user": one counter per user in each
 	// workspace), "global" (one counter for everyone) or "server" (one per
 	// Limiter, named by Options.ServerID).
-	Subject string
+	Subject string `json:"subject" yaml:"subject"`
 	// Metric is what is counted. Empty means requests for rate and budget
 	// rules and concurrency for concurrency rules.
-	Metric Metric
+	Metric Metric `json:"metric,omitempty" yaml:"metric,omitempty"`
 	// Limit is the most that is admitted per Window (rate), in flight
 	// (concurrency) or per Period (budget). 0 disables the rule.
-	Limit int64
+	Limit int64 `json:"limit" yaml:"limit"`
 	// Burst is the capacity of a rate rule's bucket; 0 means Limit.
-	Burst int64
-	// Window is the refill window of a rate rule.
-	Window time.Duration
+	Burst int64 `json:"burst,omitempty" yaml:"burst,omitempty"`
+	// Window is the refill window of a rate rule, written "1m" in YAML.
+	Window time.Duration `json:"-" yaml:"window,omitempty"`
 	// Period is the calendar period of a budget.
-	Period Period
+	Period Period `json:"period,omitempty" yaml:"period,omitempty"`
 	// TimeZone is the IANA zone in which a budget's periods begin; empty
 	// means UTC.
-	TimeZone string
+	TimeZone string `json:"time_zone,omitempty" yaml:"time_zone,omitempty"`
 	// SoftLimit raises a warning once a budget's usage reaches it; 0 means
 	// none.
-	SoftLimit int64
+	SoftLimit int64 `json:"soft_limit,omitempty" yaml:"soft_limit,omitempty"`
 	// WarnAt lists fractions of Limit (in (0, 1]) at which a budget raises a
 	// warning.
-	WarnAt []float64
+	WarnAt []float64 `json:"warn_at,omitempty" yaml:"warn_at,omitempty"`
 	// Reserve is what is reserved at admission for token and cost metrics.
-	Reserve ReservePolicy
+	Reserve ReservePolicy `json:"reserve,omitempty" yaml:"reserve,omitempty"`
 	// ReserveAmount is the fixed reservation when Reserve is ReserveFixed.
-	ReserveAmount int64
+	ReserveAmount int64 `json:"reserve_amount,omitempty" yaml:"reserve_amount,omitempty"`
 	// OnExpiry is what the sweep does with an unsettled budget reservation.
-	OnExpiry ExpiryPolicy
+	OnExpiry ExpiryPolicy `json:"on_expiry,omitempty" yaml:"on_expiry,omitempty"`
 	// OnStoreError is what the gateway does when the store cannot answer.
-	OnStoreError StoreErrorPolicy
+	OnStoreError StoreErrorPolicy `json:"on_store_error,omitempty" yaml:"on_store_error,omitempty"`
 	// Fit, when "clamp", lets the gateway lower a request's output cap to
 	// what still fits instead of refusing, down to MinOutputTokens.
-	Fit             string
-	MinOutputTokens int64
-	Match           Match
-	Mode            Mode
-	// Disabled rules are not checked and count nothing.
-	Disabled bool
+	Fit             string `json:"fit,omitempty" yaml:"fit,omitempty"`
+	MinOutputTokens int64  `json:"min_output_tokens,omitempty" yaml:"min_output_tokens,omitempty"`
+	Match           Match  `json:"match,omitzero" yaml:"match,omitempty"`
+	Mode            Mode   `json:"mode,omitempty" yaml:"mode,omitempty"`
+	// Disabled rules are not checked and count nothing. The config file
+	// and the catalog write it as enabled (true by default).
+	Disabled bool `json:"-" yaml:"-"`
 	// Org, when set, limits the rule to requests whose identity is in that
 	// org (an identity with no org is in DefaultOrg); empty applies the
 	// rule in every org. A rule with an Org replaces, in that org only, the
-	// rule of the same name that has none, and counts apart from it.
-	Org string
+	// rule of the same name that has none, and counts apart from it. The
+	// config file holds deployment rules only: an org's rules are stored in
+	// the catalog.
+	Org string `json:"org,omitempty" yaml:"-"`
 	// Source says where the rule came from (default, config, env, rule,
-	// override, tier); it is reported, never interpreted.
-	Source string
+	// override, tier); it is reported, never interpreted, and never read
+	// from a file or a request.
+	Source string `json:"-" yaml:"-"`
+}
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("90s", "1m"): how the admin API and the catalog write a rule's Window.
+type Duration time.Duration
+
+// String is the duration in Go's notation ("1m30s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string; a number is refused, since its
+// unit would be a guess.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"1m\" or \"90s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration string such as \"1m\" or \"90s\": %w", err)
+	}
+	*d = Duration(v)
+	return nil
 }
 
 // RuleError reports an invalid rule, naming the rule and the field.

@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"strings"
@@ -245,5 +246,21 @@ func TestLimiter_AdmitWithoutRulesAdmits(t *testing.T) {
 	}
 	if _, err := l.Admit(context.Background(), sluice.Request{Max: sluice.Usage{InputTokens: -1}}); !errors.Is(err, sluice.ErrInvalidUsage) {
 		t.Fatalf("admit with a negative bound: %v, want ErrInvalidUsage", err)
+	}
+}
+
+func TestDuration_JSON(t *testing.T) {
+	var d sluice.Duration
+	if err := json.Unmarshal([]byte(`"90s"`), &d); err != nil || time.Duration(d) != 90*time.Second {
+		t.Fatalf("90s: %v, %v", d, err)
+	}
+	for _, bad := range []string{`60`, `"sixty"`, `true`} {
+		if err := json.Unmarshal([]byte(bad), &d); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+	b, _ := json.Marshal(sluice.Duration(time.Minute))
+	if string(b) != `"1m0s"` {
+		t.Fatalf("marshal = %s", b)
 	}
 }

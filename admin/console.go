@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/catalog"
 )
 
 //go:embed ui
@@ -84,7 +83,7 @@ func newConsole(h *Handler) (*console, error) {
 			}
 			return *p
 		},
-		"durationText": func(d catalog.Duration) string { return time.Duration(d).String() },
+		"durationText": sluice.Duration.String,
 		"limitText": func(p *int64) string {
 			if p == nil {
 				return "inherit"

@@ -110,7 +110,7 @@ func badBody(err error) error {
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
 		return errorf(http.StatusBadRequest, "invalid_body", "the body is not valid JSON: %v", err)
 	case errors.As(err, &typ):
-		field := typ.Field
+		field := jsonPath(typ.Field)
 		if field == "" {
 			return errorf(http.StatusBadRequest, "invalid_body", "the body must be a JSON object, not %s", typ.Value)
 		}
@@ -121,6 +121,21 @@ func badBody(err error) error {
 		return errorf(http.StatusBadRequest, "unknown_field", "%s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return errorf(http.StatusBadRequest, "invalid_body", "%s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// jsonPath is the path of a field as the client wrote it. encoding/json
+// puts the Go name of an embedded struct in the path ("Rule.kind" for
+// ruleRequest's sluice.Rule); the request bodies' own names are all lower
+// case, so a segment that begins with a capital letter is such a name.
+func jsonPath(field string) string {
+	var kept []string
+	for seg := range strings.SplitSeq(field, ".") {
+		if seg != "" && seg[0] >= 'A' && seg[0] <= 'Z' {
+			continue
+		}
+		kept = append(kept, seg)
+	}
+	return strings.Join(kept, ".")
 }
 
 // typeName says a Go type the way a JSON user thinks of it.

@@ -11,43 +11,24 @@ import (
 type sluiceRule = sluice.Rule
 
 // ruleRequest is the body of POST /admin/v1/rules and PUT
-// /admin/v1/rules/{name}: a rule's fields (see catalog.Rule). Enabled
-// defaults to true.
+// /admin/v1/rules/{name}: sluice.Rule's fields under their json names
+// (see catalog.Rule), limit required, window a duration string, enabled
+// true by default.
 type ruleRequest struct {
-	Name            string                  `json:"name"`
-	Org             string                  `json:"org"`
-	Kind            sluice.Kind             `json:"kind"`
-	Subject         string                  `json:"subject"`
-	Metric          sluice.Metric           `json:"metric"`
-	Limit           *int64                  `json:"limit"`
-	Burst           int64                   `json:"burst"`
-	Window          catalog.Duration        `json:"window"`
-	Period          sluice.Period           `json:"period"`
-	TimeZone        string                  `json:"time_zone"`
-	SoftLimit       int64                   `json:"soft_limit"`
-	WarnAt          []float64               `json:"warn_at"`
-	Reserve         sluice.ReservePolicy    `json:"reserve"`
-	ReserveAmount   int64                   `json:"reserve_amount"`
-	OnExpiry        sluice.ExpiryPolicy     `json:"on_expiry"`
-	OnStoreError    sluice.StoreErrorPolicy `json:"on_store_error"`
-	Fit             string                  `json:"fit"`
-	MinOutputTokens int64                   `json:"min_output_tokens"`
-	Match           catalog.Match           `json:"match"`
-	Mode            sluice.Mode             `json:"mode"`
-	Enabled         *bool                   `json:"enabled"`
+	sluice.Rule
+	Limit   *int64          `json:"limit"`
+	Window  sluice.Duration `json:"window"`
+	Enabled *bool           `json:"enabled"`
 }
 
 func (q *ruleRequest) rule() (catalog.Rule, error) {
 	if q.Limit == nil {
 		return catalog.Rule{}, errorf(http.StatusBadRequest, "invalid", "limit is required (0 disables the rule)")
 	}
-	return catalog.Rule{
-		Name: q.Name, Org: q.Org, Kind: q.Kind, Subject: q.Subject, Metric: q.Metric,
-		Limit: *q.Limit, Burst: q.Burst, Window: q.Window, Period: q.Period, TimeZone: q.TimeZone,
-		SoftLimit: q.SoftLimit, WarnAt: q.WarnAt, Reserve: q.Reserve, ReserveAmount: q.ReserveAmount,
-		OnExpiry: q.OnExpiry, OnStoreError: q.OnStoreError, Fit: q.Fit, MinOutputTokens: q.MinOutputTokens,
-		Match: q.Match, Mode: q.Mode, Enabled: q.Enabled == nil || *q.Enabled,
-	}, nil
+	r := q.Rule
+	r.Limit, r.Window = *q.Limit, time.Duration(q.Window)
+	r.Disabled = q.Enabled != nil && !*q.Enabled
+	return catalog.RuleOf(r), nil
 }
 
 // policyRule is a rule in force, from any layer, with where it came from.
@@ -57,14 +38,7 @@ type policyRule struct {
 }
 
 func policyRuleOf(r sluice.Rule) policyRule {
-	return policyRule{Source: r.Source, Rule: catalog.Rule{
-		Name: r.Name, Kind: r.Kind, Subject: r.Subject, Metric: r.Metric, Limit: r.Limit, Burst: r.Burst,
-		Window: catalog.Duration(r.Window), Period: r.Period, TimeZone: r.TimeZone, SoftLimit: r.SoftLimit,
-		WarnAt: r.WarnAt, Reserve: r.Reserve, ReserveAmount: r.ReserveAmount, OnExpiry: r.OnExpiry,
-		OnStoreError: r.OnStoreError, Fit: r.Fit, MinOutputTokens: r.MinOutputTokens,
-		Match: catalog.Match{Models: r.Match.Models, Tiers: r.Match.Tiers, Routes: r.Match.Routes},
-		Mode:  r.Mode, Enabled: !r.Disabled, Org: r.Org,
-	}}
+	return policyRule{Rule: catalog.RuleOf(r), Source: r.Source}
 }
 
 // policyRules returns the rules in force, every layer resolved.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,41 +24,13 @@ const (
 	ActionRuleDelete = "rule.delete"
 )
 
-// Duration is a time.Duration written in JSON as a Go duration string
-// ("90s", "1m").
-type Duration time.Duration
-
-// MarshalJSON writes d as a duration string.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
-}
-
-// UnmarshalJSON reads a duration string; a number is refused, since its
-// unit would be a guess.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration string such as \"1m\" or \"90s\", got %s", b)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("want a duration string such as \"1m\" or \"90s\": %w", err)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// Match narrows a stored rule to some requests (see sluice.Match).
-type Match struct {
-	Models []string `json:"models,omitempty"`
-	Tiers  []string `json:"tiers,omitempty"`
-	Routes []string `json:"routes,omitempty"`
-}
-
 // Rule is a rule stored in the catalog: the database layer of the policy,
 // after the defaults, the config file and the environment. A stored rule
 // replaces a rule of the same name and org from an earlier layer. The
-// fields mean what sluice.Rule's do.
+// fields mean what sluice.Rule's do and have its json names; the catalog
+// adds Enabled and the timestamps. Rule lists the fields itself, rather
+// than embedding sluice.Rule, because encoding/json would write the
+// engine's time.Duration window as nanoseconds.
 type Rule struct {
 	Name string `json:"name"`
 	// Org owns the rule: it applies to that org's keys only, and replaces
@@ -70,7 +43,7 @@ type Rule struct {
 	Metric          sluice.Metric           `json:"metric,omitempty"`
 	Limit           int64                   `json:"limit"`
 	Burst           int64                   `json:"burst,omitempty"`
-	Window          Duration                `json:"window,omitempty"`
+	Window          sluice.Duration         `json:"window,omitempty"`
 	Period          sluice.Period           `json:"period,omitempty"`
 	TimeZone        string                  `json:"time_zone,omitempty"`
 	SoftLimit       int64                   `json:"soft_limit,omitempty"`
@@ -81,32 +54,45 @@ type Rule struct {
 	OnStoreError    sluice.StoreErrorPolicy `json:"on_store_error,omitempty"`
 	Fit             string                  `json:"fit,omitempty"`
 	MinOutputTokens int64                   `json:"min_output_tokens,omitempty"`
-	Match           Match                   `json:"match,omitzero"`
+	Match           sluice.Match            `json:"match,omitzero"`
 	Mode            sluice.Mode             `json:"mode,omitempty"`
 	Enabled         bool                    `json:"enabled"`
 	CreatedAt       time.Time               `json:"created_at,omitzero"`
 	UpdatedAt       time.Time               `json:"updated_at,omitzero"`
 }
 
-// Sluice returns r as the engine's rule (Source is left for sluice.Resolve
-// to set).
+// Sluice returns r as the engine's rule: a rule that is not enabled is
+// Disabled (Source is left for sluice.Resolve to set).
 func (r Rule) Sluice() sluice.Rule {
 	return sluice.Rule{
-		Name: r.Name, Kind: r.Kind, Subject: r.Subject, Metric: r.Metric,
+		Name: r.Name, Org: r.Org, Kind: r.Kind, Subject: r.Subject, Metric: r.Metric,
 		Limit: r.Limit, Burst: r.Burst, Window: time.Duration(r.Window),
 		Period: r.Period, TimeZone: r.TimeZone, SoftLimit: r.SoftLimit,
-		WarnAt:  append([]float64(nil), r.WarnAt...),
+		WarnAt:  slices.Clone(r.WarnAt),
 		Reserve: r.Reserve, ReserveAmount: r.ReserveAmount,
 		OnExpiry: r.OnExpiry, OnStoreError: r.OnStoreError,
 		Fit: r.Fit, MinOutputTokens: r.MinOutputTokens,
 		Match: sluice.Match{
-			Models: append([]string(nil), r.Match.Models...),
-			Tiers:  append([]string(nil), r.Match.Tiers...),
-			Routes: append([]string(nil), r.Match.Routes...),
+			Models: slices.Clone(r.Match.Models),
+			Tiers:  slices.Clone(r.Match.Tiers),
+			Routes: slices.Clone(r.Match.Routes),
 		},
 		Mode:     r.Mode,
 		Disabled: !r.Enabled,
-		Org:      r.Org,
+	}
+}
+
+// RuleOf returns the engine's rule r as the catalog writes it, enabled
+// unless r is Disabled; the inverse of Rule.Sluice.
+func RuleOf(r sluice.Rule) Rule {
+	return Rule{
+		Name: r.Name, Org: r.Org, Kind: r.Kind, Subject: r.Subject, Metric: r.Metric,
+		Limit: r.Limit, Burst: r.Burst, Window: sluice.Duration(r.Window),
+		Period: r.Period, TimeZone: r.TimeZone, SoftLimit: r.SoftLimit,
+		WarnAt: r.WarnAt, Reserve: r.Reserve, ReserveAmount: r.ReserveAmount,
+		OnExpiry: r.OnExpiry, OnStoreError: r.OnStoreError,
+		Fit: r.Fit, MinOutputTokens: r.MinOutputTokens,
+		Match: r.Match, Mode: r.Mode, Enabled: !r.Disabled,
 	}
 }
 

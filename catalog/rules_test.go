@@ -13,7 +13,7 @@ import (
 )
 
 func rpmRule(name string) Rule {
-	return Rule{Name: name, Kind: sluice.KindRate, Subject: "workspace+user", Limit: 60, Window: Duration(time.Minute), Enabled: true}
+	return Rule{Name: name, Kind: sluice.KindRate, Subject: "workspace+user", Limit: 60, Window: sluice.Duration(time.Minute), Enabled: true}
 }
 
 func TestCatalog_RulesCreateUpdateDeleteAudited(t *testing.T) {
@@ -32,7 +32,7 @@ func TestCatalog_RulesCreateUpdateDeleteAudited(t *testing.T) {
 		}
 		clock.Advance(time.Minute)
 		upd := rpmRule("")
-		upd.Window = Duration(time.Hour)
+		upd.Window = sluice.Duration(time.Hour)
 		got, err := c.UpdateRule(ctx, "", "chat_rpm", upd, "bob")
 		if err != nil {
 			t.Fatal(err)
@@ -83,7 +83,7 @@ func TestCatalog_RuleValidation(t *testing.T) {
 		c, _ := be.openTest(t)
 		ctx := context.Background()
 		for name, r := range map[string]Rule{
-			"negative limit":  {Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: -1, Window: Duration(time.Minute)},
+			"negative limit":  {Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: -1, Window: sluice.Duration(time.Minute)},
 			"no window":       {Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: 1},
 			"bad kind":        {Name: "a", Kind: "bucket", Subject: "user", Limit: 1},
 			"bad subject":     {Name: "a", Kind: sluice.KindBudget, Subject: "planet", Limit: 1, Period: sluice.PeriodDay},
@@ -137,20 +137,4 @@ func TestCatalog_RulesAtMost200PerOrg(t *testing.T) {
 			t.Fatalf("acme %d, beta %d rules", len(acme), len(beta))
 		}
 	})
-}
-
-func TestDuration_JSON(t *testing.T) {
-	var d Duration
-	if err := json.Unmarshal([]byte(`"90s"`), &d); err != nil || time.Duration(d) != 90*time.Second {
-		t.Fatalf("90s: %v, %v", d, err)
-	}
-	for _, bad := range []string{`60`, `"sixty"`, `true`} {
-		if err := json.Unmarshal([]byte(bad), &d); err == nil {
-			t.Errorf("%s: no error", bad)
-		}
-	}
-	b, _ := json.Marshal(Duration(time.Minute))
-	if string(b) != `"1m0s"` {
-		t.Fatalf("marshal = %s", b)
-	}
 }

@@ -211,69 +211,27 @@ func (m *Model) SluicePrice() sluice.Price {
 	return p
 }
 
-// Rule is a limit as written in the file; see sluice.Rule for the meaning of
-// each field. Window is a Go duration ("1m").
+// Rule is a limit as written in the file: sluice.Rule's fields under their
+// yaml names (window as a Go duration, "1m"), and enabled. An org, a
+// source or disabled is refused: the file holds the deployment's rules.
+// Match.Models are matched by name, never by alias.
 type Rule struct {
-	Name            string                  `yaml:"name"`
-	Kind            sluice.Kind             `yaml:"kind"`
-	Subject         string                  `yaml:"subject"`
-	Metric          sluice.Metric           `yaml:"metric,omitempty"`
-	Limit           int64                   `yaml:"limit"`
-	Burst           int64                   `yaml:"burst,omitempty"`
-	Window          time.Duration           `yaml:"window,omitempty"`
-	Period          sluice.Period           `yaml:"period,omitempty"`
-	TimeZone        string                  `yaml:"time_zone,omitempty"`
-	SoftLimit       int64                   `yaml:"soft_limit,omitempty"`
-	WarnAt          []float64               `yaml:"warn_at,omitempty"`
-	Reserve         sluice.ReservePolicy    `yaml:"reserve,omitempty"`
-	ReserveAmount   int64                   `yaml:"reserve_amount,omitempty"`
-	OnExpiry        sluice.ExpiryPolicy     `yaml:"on_expiry,omitempty"`
-	OnStoreError    sluice.StoreErrorPolicy `yaml:"on_store_error,omitempty"`
-	Fit             string                  `yaml:"fit,omitempty"`
-	MinOutputTokens int64                   `yaml:"min_output_tokens,omitempty"`
-	Match           Match                   `yaml:"match,omitempty"`
-	Mode            sluice.Mode             `yaml:"mode,omitempty"`
+	sluice.Rule `yaml:",inline"`
 	// Enabled is true by default; never nil after Load, Parse or Default.
 	Enabled *bool `yaml:"enabled"`
-}
-
-// Match narrows a rule to some requests; an empty list matches everything.
-// Models are matched by name, never by alias.
-type Match struct {
-	Models []string `yaml:"models,omitempty"`
-	Tiers  []string `yaml:"tiers,omitempty"`
-	Routes []string `yaml:"routes,omitempty"`
 }
 
 // SluiceRule returns r as the engine's rule (Source is left for
 // sluice.Resolve to set).
 func (r *Rule) SluiceRule() sluice.Rule {
-	return sluice.Rule{
-		Name:            r.Name,
-		Kind:            r.Kind,
-		Subject:         r.Subject,
-		Metric:          r.Metric,
-		Limit:           r.Limit,
-		Burst:           r.Burst,
-		Window:          r.Window,
-		Period:          r.Period,
-		TimeZone:        r.TimeZone,
-		SoftLimit:       r.SoftLimit,
-		WarnAt:          append([]float64(nil), r.WarnAt...),
-		Reserve:         r.Reserve,
-		ReserveAmount:   r.ReserveAmount,
-		OnExpiry:        r.OnExpiry,
-		OnStoreError:    r.OnStoreError,
-		Fit:             r.Fit,
-		MinOutputTokens: r.MinOutputTokens,
-		Match: sluice.Match{
-			Models: append([]string(nil), r.Match.Models...),
-			Tiers:  append([]string(nil), r.Match.Tiers...),
-			Routes: append([]string(nil), r.Match.Routes...),
-		},
-		Mode:     r.Mode,
-		Disabled: r.Enabled != nil && !*r.Enabled,
-	}
+	sr := r.Rule
+	sr.Disabled = r.Enabled != nil && !*r.Enabled
+	// The caller's copy: a Config is not modified once loaded.
+	sr.WarnAt = slices.Clone(sr.WarnAt)
+	sr.Match.Models = slices.Clone(sr.Match.Models)
+	sr.Match.Tiers = slices.Clone(sr.Match.Tiers)
+	sr.Match.Routes = slices.Clone(sr.Match.Routes)
+	return sr
 }
 
 // Tier scales every rule's limits for the requests whose identity carries

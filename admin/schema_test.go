@@ -1,0 +1,85 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// TestPolicyRule_JSON: a rule in force is reported with the names and the
+// duration strings the API has always used, and with its source.
+func TestPolicyRule_JSON(t *testing.T) {
+	for _, tt := range []struct {
+		rule sluice.Rule
+		want string
+	}{
+		{sluice.Rule{Name: "n", Org: "acme", Kind: sluice.KindRate, Subject: "workspace+user", Metric: sluice.MetricTokens, Limit: 10, Burst: 3,
+			Window: 90 * time.Second, WarnAt: []float64{0.5}, Match: sluice.Match{Models: []string{"a"}}, Mode: sluice.ModeShadow, Disabled: true, Source: "config"},
+			`{"name":"n","org":"acme","kind":"rate","subject":"workspace+user","metric":"tokens","limit":10,"burst":3,"window":"1m30s","warn_at":[0.5],"match":{"models":["a"]},"mode":"shadow","enabled":false,"source":"config"}`},
+		{sluice.Rule{Name: "b", Kind: sluice.KindBudget, Subject: "org", Limit: 5, Period: sluice.PeriodDay, Source: "default"},
+			`{"name":"b","kind":"budget","subject":"org","limit":5,"period":"day","enabled":true,"source":"default"}`},
+	} {
+		b, err := json.Marshal(policyRuleOf(tt.rule))
+		if err != nil || string(b) != tt.want {
+			t.Errorf("policy rule %s = %s, %v; want %s", tt.rule.Name, b, err, tt.want)
+		}
+	}
+}
+
+// TestRuleRequest_Decode: the body of POST /admin/v1/rules, every field
+// set, and the fields it refuses or requires.
+func TestRuleRequest_Decode(t *testing.T) {
+	decodeRule := func(body string) (sluice.Rule, bool, error) {
+		var q ruleRequest
+		if err := decode(httptest.NewRecorder(), httptest.NewRequest("POST", "/admin/v1/rules", strings.NewReader(body)), &q); err != nil {
+			return sluice.Rule{}, false, err
+		}
+		r, err := q.rule()
+		return r.Sluice(), r.Enabled, err
+	}
+	full := `{"name":"n","org":"acme","kind":"budget","subject":"workspace+user","metric":"cost","limit":10,"burst":3,"window":"90s",` +
+		`"period":"month","time_zone":"Europe/Paris","soft_limit":8,"warn_at":[0.5,0.9],"reserve":"fixed","reserve_amount":2,` +
+		`"on_expiry":"release","on_store_error":"open","fit":"clamp","min_output_tokens":5,` +
+		`"match":{"models":["a"],"tiers":["t"],"routes":["/v1/x"]},"mode":"shadow","enabled":false}`
+	want := sluice.Rule{
+		Name: "n", Org: "acme", Kind: sluice.KindBudget, Subject: "workspace+user", Metric: sluice.MetricCost,
+		Limit: 10, Burst: 3, Window: 90 * time.Second, Period: sluice.PeriodMonth, TimeZone: "Europe/Paris",
+		SoftLimit: 8, WarnAt: []float64{0.5, 0.9}, Reserve: sluice.ReserveFixed, ReserveAmount: 2,
+		OnExpiry: sluice.ExpiryRelease, OnStoreError: sluice.StoreErrorOpen, Fit: "clamp", MinOutputTokens: 5,
+		Match: sluice.Match{Models: []string{"a"}, Tiers: []string{"t"}, Routes: []string{"/v1/x"}}, Mode: sluice.ModeShadow,
+		Disabled: true,
+	}
+	got, enabled, err := decodeRule(full)
+	if err != nil || enabled || !reflect.DeepEqual(got, want) {
+		t.Errorf("full body: %#v, enabled %v, %v\nwant %#v", got, enabled, err, want)
+	}
+	if _, enabled, err := decodeRule(`{"name":"a","kind":"rate","subject":"user","limit":0,"window":"1m"}`); err != nil || !enabled {
+		t.Errorf("enabled left out: enabled %v, %v; want true", enabled, err)
+	}
+	for _, tt := range []struct{ body, code, message string }{
+		{`{"name":"a","kind":"rate","subject":"user","window":"1m"}`, "invalid", "limit is required (0 disables the rule)"},
+		{`{"name":"a","kind":"rate","subject":"user","limit":1,"window":60}`, "invalid_body", "want a duration string such as \"1m\" or \"90s\", got 60"},
+		{`{"name":"a","kind":"rate","subject":"user","limit":1,"window":null}`, "invalid_body", "want a duration string such as \"1m\" or \"90s\": time: invalid duration \"\""},
+		{`{"name":"a","kind":"rate","subject":"user","limit":1,"window":"1x"}`, "invalid_body", "want a duration string such as \"1m\" or \"90s\": time: unknown unit \"x\" in duration \"1x\""},
+		{`{"name":"a","kind":"rate","subject":"user","limit":1,"source":"config"}`, "unknown_field", "unknown field \"source\""},
+		{`{"name":"a","kind":"rate","subject":"user","limit":1,"disabled":true}`, "unknown_field", "unknown field \"disabled\""},
+		{`{"name":"a","kind":"rate","subject":"user","limit":1,"created_at":"2026-01-01T00:00:00Z"}`, "unknown_field", "unknown field \"created_at\""},
+		{`{"name":"a","kind":"rate","subject":"user","limit":"1"}`, "invalid_field", "field \"limit\": want an integer, got string"},
+		{`{"name":"a","kind":"rate","subject":"user","limit":1,"match":{"model":["x"]}}`, "unknown_field", "unknown field \"model\""},
+		{`{"name":"a","kind":"rate","subject":"user","limit":1,"match":{"models":"x"}}`, "invalid_field", "field \"match.models\": want an array, got string"},
+		{`{"name":"a","kind":5,"subject":"user","limit":1}`, "invalid_field", "field \"kind\": want a string, got number"},
+		{`{"name":"a","kind":"rate","subject":"user","limit":1,"enabled":"yes"}`, "invalid_field", "field \"enabled\": want true or false, got string"},
+	} {
+		_, _, err := decodeRule(tt.body)
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.Code != tt.code || ae.Message != tt.message {
+			t.Errorf("%s: %v, want %s: %s", tt.body, err, tt.code, tt.message)
+		}
+	}
+}
