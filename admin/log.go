@@ -66,8 +66,14 @@ func LogRequest(log *slog.Logger, e event.Event) {
 		level = slog.LevelWarn
 	}
 	log.LogAttrs(context.Background(), level, "request",
+		slog.String("request_id", e.RequestID),
 		slog.String("route", e.Route),
 		slog.String("model", e.Model),
+		slog.String("provider", e.Provider),
+		slog.String("org", e.Org),
+		slog.String("workspace", e.Workspace),
+		slog.String("key", e.KeyID),
+		slog.Float64("duration_ms", float64(e.Duration.Microseconds())/1000),
 		slog.String("outcome", e.Outcome),
 		slog.String("class", e.Class),
 		slog.Int("status", e.Status),

@@ -21,6 +21,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	g := c.g
 	p := cand.provider
 	c.capPer = capPer
+	c.event.Model, c.event.Provider = cand.Name, p.Name
 	body, injected := c.upstreamBody(cand, capPer, clamped)
 	apiKey := p.APIKey
 	if c.ownKey != "" {
@@ -230,12 +231,18 @@ func (c *call) finishRefused(cand *model, res *sluice.Reservation) {
 	c.settleSession(sluice.Usage{}, true)
 }
 
+// copyHeaders copies a provider's response headers but the hop-by-hop
+// ones and Sluice's own; the provider's request ID is kept as
+// X-Upstream-Request-Id, beside Sluice's.
 func copyHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
 	for k, v := range src.All() {
-		if hopByHop[string(k)] {
-			continue
+		switch {
+		case hopByHop[string(k)]:
+		case string(k) == HeaderRequestID:
+			dst.SetBytesV("X-Upstream-Request-Id", v)
+		default:
+			dst.SetBytesKV(k, v)
 		}
-		dst.SetBytesKV(k, v)
 	}
 }
 

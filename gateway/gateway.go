@@ -382,6 +382,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 	path := string(ctx.Path())
 	method := string(ctx.Method())
 	g.noteTerminalStatus(ctx)
+	noteRequestID(ctx)
 	if lengthAndChunked(&ctx.Request.Header) {
 		// Two framings: a proxy in front may read one and Sluice the
 		// other (request smuggling). Refused, and the connection closed.

@@ -109,7 +109,9 @@ func (p *provider) prepare(req *fasthttp.Request, client *fasthttp.RequestHeader
 	// Headers that select API behaviour pass through; identity, the
 	// client's Sluice key, and the client's OpenAI-Organization and
 	// OpenAI-Project (which would choose the account that pays) never do.
-	for _, name := range []string{"anthropic-version", "anthropic-beta", "OpenAI-Beta", "Idempotency-Key"} {
+	// The client's W3C trace context goes on to the provider, so a trace
+	// spans the gateway.
+	for _, name := range []string{"anthropic-version", "anthropic-beta", "OpenAI-Beta", "Idempotency-Key", "traceparent", "tracestate"} {
 		if v := client.Peek(name); len(v) > 0 {
 			req.Header.SetBytesV(name, v)
 		}

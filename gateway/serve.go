@@ -71,7 +71,7 @@ type call struct {
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 	now := time.Now()
 	c := &call{g: g, ctx: ctx, rt: rt, start: now, deadline: now.Add(g.opts.RequestTimeout), served: served}
-	c.event.Route = rt.name
+	c.event.Route, c.event.RequestID = rt.name, requestIDOf(ctx)
 	if err := c.run(); err != nil {
 		c.event.Outcome, c.event.Class = outcomeOf(err)
 		writeError(ctx, rt, err)
@@ -86,6 +86,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 		return
 	}
 	if g.opts.Observer != nil && !c.streaming() {
+		c.event.Duration = time.Since(c.start)
 		g.opts.Observer(c.event)
 	}
 }
@@ -113,6 +114,7 @@ func (c *call) run() error {
 		return err
 	}
 	c.who, c.asserted = who, asserted
+	c.event.Org, c.event.Workspace, c.event.KeyID = who.Org, who.Workspace, who.KeyID
 	c.body = ctx.PostBody()
 	if len(c.body) > g.opts.MaxBodyBytes {
 		return errBodyTooLarge(g.opts.MaxBodyBytes)
@@ -120,6 +122,7 @@ func (c *call) run() error {
 	if c.bound, err = c.rt.parse(c.body); err != nil {
 		return err
 	}
+	c.event.Model = c.bound.Model // the name asked for, until a model serves
 	// A tenant model that serves no model to this identity does not
 	// exist for it: 404, as an unknown name.
 	m, tenant := g.lookup(c.bound.Model, &who)
@@ -506,6 +509,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 				InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags})
 		}
 		if c.g.opts.Observer != nil {
+			c.event.Duration = time.Since(c.start)
 			c.g.opts.Observer(c.event)
 		}
 		c.g.inFlight.done()

@@ -409,6 +409,7 @@ func (c *call) joinSession(id string, m *model) error {
 		return errSessionIdentity(s.ID, HeaderUser, "user", s.User)
 	}
 	c.who.Workspace, c.who.User = s.Workspace, s.User
+	c.event.Workspace = s.Workspace
 	c.session.id = s.ID
 	// The session's wall clock bounds its calls: a call still running
 	// when it ends is cut, as the request deadline would cut it.
@@ -436,6 +437,7 @@ func errSessionIdentity(id, header, attribute, value string) error {
 func (g *Gateway) observe(ctx *fasthttp.RequestCtx, ev Event) {
 	if g.opts.Observer != nil {
 		ev.Status = ctx.Response.StatusCode()
+		ev.RequestID = requestIDOf(ctx)
 		g.opts.Observer(ev)
 	}
 }

@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/valyala/fasthttp"
 )
@@ -54,6 +57,46 @@ func (g *Gateway) noteTerminalStatus(ctx *fasthttp.RequestCtx) {
 // "ai/6.0.325 ai-sdk/provider-utils/4.0.66 runtime/node.js/v20.20.2".
 func retriesEvery429(userAgent []byte) bool {
 	return bytes.Contains(userAgent, []byte("ai-sdk/"))
+}
+
+// HeaderRequestID names a request: the client's own value when it is a
+// plain token of at most 128 bytes, else one the gateway makes; it is on
+// every answer and in the request's log line.
+const HeaderRequestID = "X-Request-Id"
+
+const requestIDKey = "sluice.request_id"
+
+// noteRequestID gives the request its ID and the answer its header.
+func noteRequestID(ctx *fasthttp.RequestCtx) string {
+	id := string(ctx.Request.Header.Peek(HeaderRequestID))
+	if !plainToken(id) {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+		id = "req_" + hex.EncodeToString(b[:])
+	}
+	ctx.SetUserValue(requestIDKey, id)
+	ctx.Response.Header.Set(HeaderRequestID, id)
+	return id
+}
+
+// requestIDOf is the ID noteRequestID gave ctx's request.
+func requestIDOf(ctx *fasthttp.RequestCtx) string {
+	id, _ := ctx.UserValue(requestIDKey).(string)
+	return id
+}
+
+// plainToken reports a value of 1 to 128 letters, digits and "-_.:".
+func plainToken(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
 }
 
 // terminalStatus is the status of a terminal refusal of ctx's request.

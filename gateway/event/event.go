@@ -19,6 +19,18 @@ const (
 
 // Event describes one finished client request, for metrics and logs.
 type Event struct {
+	// RequestID names the request in the log and in its X-Request-Id
+	// response header: the client's own, or one the gateway made.
+	RequestID string
+	// Org, Workspace and KeyID are who the request was charged to (its key
+	// ID, never the key).
+	Org, Workspace, KeyID string
+	// Provider names the provider of the model that served (or last
+	// failed).
+	Provider string
+	// Duration is the time from the request's arrival to its answer (to
+	// its end, for a stream).
+	Duration time.Duration
 	Route    string
 	Model    string
 	Outcome  string // admitted, rate_limited, busy, budget_exceeded, too_large, store_error, upstream_error, bad_request, unauthorized
