@@ -168,6 +168,17 @@ type Stats struct {
 	SplitAdmissions int64
 	// Compensations counts steps released because a later step refused.
 	Compensations int64
+	// LateAdmissions counts admissions that reached Redis after their
+	// caller had given up, refused there.
+	LateAdmissions int64
+	// Phantoms counts admissions applied although their caller had given
+	// up, undone by their cancellation.
+	Phantoms int64
+	// CancelsAbandoned counts cancellations given up (the Store closed, the
+	// batch's deadline passed, or too many outstanding): their admissions,
+	// if applied, hold their leases until the deadline and their budget
+	// reservations until the sweep.
+	CancelsAbandoned int64
 }
 
 // Store is a sluice.Store over Redis. It is safe for concurrent use.
@@ -186,8 +197,19 @@ type Store struct {
 	// nonce distinguishes this Store's lease members from another process's
 	// batch of the same ID.
 	nonce string
+	// clock bounds the server's clock offset for slots not heard from.
+	clock clockOffset
 
-	denyHits, split, compensations atomic.Int64
+	// Cancellations of admissions whose callers gave up run on goroutines
+	// of their own until Close.
+	cancelWG  sync.WaitGroup
+	cancels   atomic.Int64
+	closing   chan struct{}
+	stopCtx   context.Context
+	stop      context.CancelFunc
+	closeOnce sync.Once
+
+	denyHits, split, compensations, late, phantoms, abandoned atomic.Int64
 }
 
 // DefaultTenantOf returns the tenant of a counter, its hash tag: the org
@@ -214,7 +236,8 @@ func DefaultTenantOf(k sluice.CounterKey) string {
 // (redis:// to a Cluster node, redis-cluster:// to a standalone server).
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	s := &Store{client: opts.Client, prefix: opts.Prefix, tenantOf: opts.TenantOf, timeout: opts.Timeout, pinTime: opts.PinTime,
-		keys: map[cacheKey]*cachedKey{}}
+		keys: map[cacheKey]*cachedKey{}, closing: make(chan struct{})}
+	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	if s.prefix == "" {
 		s.prefix = "sluice"
 	}
@@ -275,6 +298,9 @@ func (s *Store) checkServer(ctx context.Context, wantCluster bool) error {
 	if err := loadScripts(ctx, s.client); err != nil {
 		return fmt.Errorf("redisstore: open: load scripts: %w", err)
 	}
+	if err := s.seedClock(ctx); err != nil {
+		return fmt.Errorf("redisstore: open: read the server's clock: %w", err)
+	}
 	if s.cluster {
 		return nil
 	}
@@ -301,17 +327,24 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection to Redis, unless it came from Options.Client.
+// Close abandons the cancellations still outstanding and closes the
+// connection to Redis, unless it came from Options.Client.
 func (s *Store) Close() error {
-	if s.ownClient {
-		s.client.Close()
-	}
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.stop()
+		s.cancelWG.Wait()
+		if s.ownClient {
+			s.client.Close()
+		}
+	})
 	return nil
 }
 
 // Stats returns the Store's counts.
 func (s *Store) Stats() Stats {
-	return Stats{DenyCacheHits: s.denyHits.Load(), SplitAdmissions: s.split.Load(), Compensations: s.compensations.Load()}
+	return Stats{DenyCacheHits: s.denyHits.Load(), SplitAdmissions: s.split.Load(), Compensations: s.compensations.Load(),
+		LateAdmissions: s.late.Load(), Phantoms: s.phantoms.Load(), CancelsAbandoned: s.abandoned.Load()}
 }
 
 // Cluster reports whether the Store talks to a Redis Cluster.
