@@ -1,0 +1,432 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/redisstore"
+	"github.com/sluicehq/sluice/store/storetest"
+)
+
+// delayProxy forwards TCP connections to a Redis server, requests at once;
+// while its delay is set, it holds the server's replies that long: Redis
+// applies an operation whose answer comes too late for its caller.
+type delayProxy struct {
+	ln     net.Listener
+	target string
+	delay  atomic.Int64
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startDelayProxy(t testing.TB, target string) *delayProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &delayProxy{ln: ln, target: target}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *delayProxy) addr() string { return p.ln.Addr().String() }
+
+// hold makes the proxy hold replies for d (0: forward them at once).
+func (p *delayProxy) hold(d time.Duration) { p.delay.Store(int64(d)) }
+
+func (p *delayProxy) serve(client net.Conn) {
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		client.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns = append(p.conns, client, server)
+	p.mu.Unlock()
+	go func() {
+		_, _ = io.Copy(server, client)
+		server.Close()
+	}()
+	type chunk struct {
+		data []byte
+		due  time.Time
+	}
+	replies := make(chan chunk, 1024)
+	go func() {
+		defer close(replies)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := server.Read(buf)
+			if n > 0 {
+				replies <- chunk{append([]byte(nil), buf[:n]...), time.Now().Add(time.Duration(p.delay.Load()))}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range replies {
+		time.Sleep(time.Until(c.due))
+		if _, err := client.Write(c.data); err != nil {
+			break
+		}
+	}
+	client.Close()
+	server.Close()
+}
+
+// pipelinedClient connects to a standalone server as a Store would, but
+// over one connection and writing every command at once, without waiting
+// for the answers before:
+// behind a delayProxy, the admission reaches Redis while earlier answers
+// are held. The test closes it.
+func pipelinedClient(t testing.TB, url string) rueidis.Client {
+	t.Helper()
+	co, err := rueidis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co.ForceSingleClient, co.DisableCache, co.AlwaysPipelining = true, true, true
+	// One connection, opened before the replies are held (a connection
+	// dialled while they are would wait for its handshake).
+	co.PipelineMultiplex = -1
+	c, err := rueidis.NewClient(co)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// holds returns what the store's keys under prefix hold: budget
+// reservations (the sum of every budget's r) and leases.
+func holds(t *testing.T, url, prefix string) (reserved, leases int64) {
+	t.Helper()
+	c := rawClient(t, url)
+	defer c.Close()
+	ctx := context.Background()
+	for _, kind := range []string{"b", "c"} {
+		var cursor uint64
+		for {
+			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+":*}:"+kind+":*").Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				t.Fatalf("scan: %v", err)
+			}
+			for _, k := range e.Elements {
+				if kind == "c" {
+					n, err := c.Do(ctx, c.B().Zcard().Key(k).Build()).AsInt64()
+					if err != nil {
+						t.Fatalf("zcard %s: %v", k, err)
+					}
+					leases += n
+					continue
+				}
+				v, err := c.Do(ctx, c.B().Hget().Key(k).Field("r").Build()).ToString()
+				if err != nil {
+					t.Fatalf("hget %s r: %v", k, err)
+				}
+				r, _ := strconv.ParseInt(v, 10, 64)
+				reserved += r
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return reserved, leases
+}
+
+// waitFor polls cond every 10ms until it holds or within passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var (
+	capOne     = sluice.Rule{Name: "inflight", Kind: sluice.KindConcurrency, Subject: "key", Limit: 1}
+	dailyBudge = sluice.Rule{Name: "daily", Kind: sluice.KindBudget, Subject: "workspace", Limit: 1000, Period: sluice.PeriodDay, Metric: sluice.MetricTokens}
+	perMinute  = sluice.Rule{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 100, Window: time.Minute}
+)
+
+// TestPhantomAdmission_CancelledWhenItsAnswerIsLate: Redis applies an
+// admission whose answer is held past its caller's deadline; the
+// cancellation the store sends then undoes it, whether it knows the
+// admission by its reservation record or, without a budget, by its lease.
+func TestPhantomAdmission_CancelledWhenItsAnswerIsLate(t *testing.T) {
+	redisURL(t)
+	srv := startRedis(t, freePort(t))
+	proxy := startDelayProxy(t, srv.addr())
+	url := "redis://" + proxy.addr() + "/0"
+	for _, tc := range []struct {
+		name  string
+		rules []sluice.Rule
+	}{
+		{"record", []sluice.Rule{capOne, dailyBudge, perMinute}},
+		{"lease", []sluice.Rule{capOne, perMinute}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := freePrefixFor(t, url)
+			h := harness(t, redisstore.Options{URL: url, Client: pipelinedClient(t, url), Prefix: prefix, PinTime: true})
+			s := h.Store.(*redisstore.Store)
+			l := h.Limiter(tc.rules...)
+			proxy.hold(time.Second)
+			defer proxy.hold(0)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			_, err := l.Admit(ctx, storetest.Tokens("k", 10, 0))
+			cancel()
+			if !errors.Is(err, sluice.ErrStoreUnavailable) {
+				t.Fatalf("admission whose answer is held: %v, want store unavailable", err)
+			}
+			waitFor(t, 5*time.Second, "the phantom admission cancelled", func() bool { return s.Stats().Phantoms == 1 })
+			proxy.hold(0)
+			if reserved, leases := holds(t, url, prefix); reserved != 0 || leases != 0 {
+				t.Fatalf("after the cancellation: %d reserved, %d leases, want none", reserved, leases)
+			}
+			if used, _ := h.Used(l, storetest.Key("k").Identity, "rpm"); used != 0 {
+				t.Fatalf("rate bucket drawn by %d after the cancellation, want 0", used)
+			}
+			h.Settle(h.Admit(l, storetest.Tokens("k", 10, 0)), sluice.Usage{InputTokens: 4})
+			if st := s.Stats(); st.LateAdmissions != 0 || st.CancelsAbandoned != 0 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// TestCancel_NeverRefundsARefusedAdmission: an admission refused at a
+// limit, whose answer comes too late, is cancelled too; the cancellation
+// finds nothing applied and gives nothing back: the rate bucket and the
+// budget stay exactly at their limits.
+func TestCancel_NeverRefundsARefusedAdmission(t *testing.T) {
+	redisURL(t)
+	srv := startRedis(t, freePort(t))
+	proxy := startDelayProxy(t, srv.addr())
+	url := "redis://" + proxy.addr() + "/0"
+	perHour := sluice.Rule{Name: "rph", Kind: sluice.KindRate, Subject: "key", Limit: 2, Window: time.Hour}
+	small := sluice.Rule{Name: "small", Kind: sluice.KindBudget, Subject: "workspace", Limit: 20, Period: sluice.PeriodDay, Metric: sluice.MetricTokens}
+	five := sluice.Rule{Name: "inflight", Kind: sluice.KindConcurrency, Subject: "key", Limit: 5}
+	for _, tc := range []struct {
+		name    string
+		rules   []sluice.Rule
+		budget  bool
+		refusal error
+	}{
+		{"record", []sluice.Rule{perHour, small, five}, true, sluice.ErrBudgetExhausted},
+		{"lease", []sluice.Rule{perHour, five}, false, sluice.ErrRateLimited},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := freePrefixFor(t, url)
+			h := harness(t, redisstore.Options{URL: url, Client: pipelinedClient(t, url), Prefix: prefix, PinTime: true})
+			s := h.Store.(*redisstore.Store)
+			l := h.Limiter(tc.rules...)
+			held := []*sluice.Reservation{h.Admit(l, storetest.Tokens("k", 10, 0)), h.Admit(l, storetest.Tokens("k", 10, 0))}
+			proxy.hold(time.Second)
+			defer proxy.hold(0)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			_, err := l.Admit(ctx, storetest.Tokens("k", 10, 0))
+			cancel()
+			if !errors.Is(err, sluice.ErrStoreUnavailable) {
+				t.Fatalf("refused admission whose answer is held: %v, want store unavailable", err)
+			}
+			waitFor(t, 5*time.Second, "the cancellation done", func() bool { return redisstore.OutstandingCancels(s) == 0 })
+			proxy.hold(0)
+			// Not late: the admission was refused on its limits.
+			if st := s.Stats(); st.Phantoms != 0 || st.LateAdmissions != 0 || st.CancelsAbandoned != 0 {
+				t.Fatalf("stats %+v: a refused admission was cancelled as applied", st)
+			}
+			if used, remaining := h.Used(l, storetest.Key("k").Identity, "rph"); used != 2 || remaining != 0 {
+				t.Fatalf("rate bucket %d used, %d remaining, want it at its limit", used, remaining)
+			}
+			if tc.budget {
+				if used, _ := h.Used(l, storetest.Key("k").Identity, "small"); used != 20 {
+					t.Fatalf("budget %d used, want 20", used)
+				}
+			}
+			if _, leases := holds(t, url, prefix); leases != 2 {
+				t.Fatalf("%d leases, want the 2 admitted", leases)
+			}
+			h.Refuse(l, storetest.Tokens("k", 10, 0), tc.refusal)
+			for _, r := range held {
+				h.Settle(r, sluice.Usage{InputTokens: 10})
+			}
+		})
+	}
+}
+
+// TestLateAdmission_RefusedByRedis: an admission that reaches Redis after
+// its caller's deadline (Redis busy meanwhile) is refused by the script,
+// with PinTime too (the give-up time is read on the server's own clock).
+func TestLateAdmission_RefusedByRedis(t *testing.T) {
+	redisURL(t)
+	srv := startRedis(t, freePort(t))
+	url := "redis://" + srv.addr() + "/0"
+	prefix := freePrefixFor(t, url)
+	h := harness(t, redisstore.Options{URL: url, Prefix: prefix, PinTime: true})
+	s := h.Store.(*redisstore.Store)
+	l := h.Limiter(capOne, dailyBudge, perMinute)
+	busy := busyRedis(t, url, 600*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_, err := l.Admit(ctx, storetest.Tokens("k", 10, 0))
+	cancel()
+	if !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("admission while Redis is busy: %v, want store unavailable", err)
+	}
+	<-busy
+	waitFor(t, 5*time.Second, "the late admission refused", func() bool { return s.Stats().LateAdmissions == 1 })
+	waitFor(t, 5*time.Second, "the cancellation done", func() bool { return redisstore.OutstandingCancels(s) == 0 })
+	if st := s.Stats(); st.Phantoms != 0 || st.CancelsAbandoned != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if reserved, leases := holds(t, url, prefix); reserved != 0 || leases != 0 {
+		t.Fatalf("after the late admission: %d reserved, %d leases, want none", reserved, leases)
+	}
+	h.Settle(h.Admit(l, storetest.Tokens("k", 10, 0)), sluice.Usage{InputTokens: 4})
+}
+
+// busyRedis keeps the server behind url busy in a script for d, from now;
+// the channel is closed when the script has ended.
+func busyRedis(t *testing.T, url string, d time.Duration) <-chan struct{} {
+	t.Helper()
+	c := rawClient(t, url)
+	started, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer c.Close()
+		const spin = `local t = redis.call('TIME')
+local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1])
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
+return 1`
+		close(started)
+		err := c.Do(context.Background(), c.B().Eval().Script(spin).Numkeys(0).Arg(strconv.FormatInt(d.Microseconds(), 10)).Build()).Error()
+		if err != nil {
+			t.Errorf("busy script: %v", err)
+		}
+	}()
+	<-started
+	// Let the script reach the server first.
+	time.Sleep(50 * time.Millisecond)
+	return done
+}
+
+// TestStall_NoPhantomHolds stalls Redis (SIGSTOP) for 3s under load with a
+// concurrency cap of 1 and a budget: admissions during the stall fail with
+// the store error, and two seconds after Redis resumes the cap is free and
+// no budget holds anything for them.
+func TestStall_NoPhantomHolds(t *testing.T) {
+	redisURL(t)
+	srv := startRedis(t, freePort(t))
+	url := "redis://" + srv.addr() + "/0"
+	prefix := freePrefixFor(t, url)
+	s := openStore(t, redisstore.Options{URL: url, Prefix: prefix, Timeout: 250 * time.Millisecond})
+	l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{capOne, {Name: "daily", Kind: sluice.KindBudget,
+		Subject: "workspace", Limit: 1 << 40, Period: sluice.PeriodDay, Metric: sluice.MetricTokens}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		stop                         atomic.Bool
+		admitted, storeErrs, settled atomic.Int64
+		other                        atomic.Value
+		wg                           sync.WaitGroup
+	)
+	ctx := context.Background()
+	for range 8 {
+		wg.Go(func() {
+			for !stop.Load() {
+				r, err := l.Admit(ctx, storetest.Tokens("k", 10, 0))
+				switch {
+				case err == nil:
+					admitted.Add(1)
+					// A settlement that fails is retried (settling twice
+					// settles once).
+					for r.Settle(ctx, sluice.Usage{InputTokens: 7}) != nil {
+						time.Sleep(20 * time.Millisecond)
+					}
+					settled.Add(7)
+				case errors.Is(err, sluice.ErrBusy):
+					time.Sleep(time.Millisecond)
+				case errors.Is(err, sluice.ErrStoreUnavailable):
+					storeErrs.Add(1)
+				default:
+					other.Store(err)
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	before := admitted.Load()
+	time.Sleep(3 * time.Second)
+	during := storeErrs.Load()
+	if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	if err, _ := other.Load().(error); err != nil {
+		t.Fatalf("admission failed with %v", err)
+	}
+	if before == 0 || during == 0 {
+		t.Fatalf("%d admitted before the stall, %d store errors during it", before, during)
+	}
+	time.Sleep(time.Until(resumed.Add(2 * time.Second)))
+	reserved, leases := holds(t, url, prefix)
+	st := s.Stats()
+	t.Logf("%d admitted, %d store errors (%d during the stall), stats %+v", admitted.Load(), storeErrs.Load(), during, st)
+	if reserved != 0 || leases != 0 {
+		t.Fatalf("2s after Redis resumed: %d reserved, %d leases, want none", reserved, leases)
+	}
+	r, err := l.Admit(ctx, storetest.Tokens("k", 10, 0))
+	if err != nil {
+		t.Fatalf("2s after Redis resumed: %v", err)
+	}
+	if err := r.Settle(ctx, sluice.Usage{InputTokens: 7}); err != nil {
+		t.Fatal(err)
+	}
+	eff, err := l.Effective(ctx, storetest.Key("k").Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range eff {
+		if e.Rule == "daily" && e.Used != settled.Load()+7 {
+			t.Fatalf("budget used %d, want the %d settled", e.Used, settled.Load()+7)
+		}
+	}
+}
