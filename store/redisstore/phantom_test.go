@@ -3,9 +3,11 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -125,42 +127,56 @@ func pipelinedClient(t testing.TB, url string) rueidis.Client {
 	return c
 }
 
-// holds returns what the store's keys under prefix hold: budget
-// reservations (the sum of every budget's r) and leases.
+// holds returns what the store's keys under prefix hold on every server
+// behind url: budget reservations (the sum of every budget's r) and
+// leases.
 func holds(t *testing.T, url, prefix string) (reserved, leases int64) {
 	t.Helper()
 	c := rawClient(t, url)
 	defer c.Close()
 	ctx := context.Background()
+	for _, node := range c.Nodes() {
+		for key, kind := range keysOf(t, node, prefix) {
+			if kind == "c" {
+				n, err := node.Do(ctx, node.B().Zcard().Key(key).Build()).AsInt64()
+				if err != nil {
+					t.Fatalf("zcard %s: %v", key, err)
+				}
+				leases += n
+				continue
+			}
+			v, err := node.Do(ctx, node.B().Hget().Key(key).Field("r").Build()).ToString()
+			if err != nil {
+				t.Fatalf("hget %s r: %v", key, err)
+			}
+			r, _ := strconv.ParseInt(v, 10, 64)
+			reserved += r
+		}
+	}
+	return reserved, leases
+}
+
+// keysOf returns the budget ("b") and concurrency ("c") keys under prefix
+// on one server, with their kind.
+func keysOf(t *testing.T, node rueidis.Client, prefix string) map[string]string {
+	t.Helper()
+	keys := map[string]string{}
 	for _, kind := range []string{"b", "c"} {
 		var cursor uint64
 		for {
-			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+":*}:"+kind+":*").Count(1000).Build()).AsScanEntry()
+			e, err := node.Do(context.Background(), node.B().Scan().Cursor(cursor).Match(prefix+":*}:"+kind+":*").Count(1000).Build()).AsScanEntry()
 			if err != nil {
 				t.Fatalf("scan: %v", err)
 			}
 			for _, k := range e.Elements {
-				if kind == "c" {
-					n, err := c.Do(ctx, c.B().Zcard().Key(k).Build()).AsInt64()
-					if err != nil {
-						t.Fatalf("zcard %s: %v", k, err)
-					}
-					leases += n
-					continue
-				}
-				v, err := c.Do(ctx, c.B().Hget().Key(k).Field("r").Build()).ToString()
-				if err != nil {
-					t.Fatalf("hget %s r: %v", k, err)
-				}
-				r, _ := strconv.ParseInt(v, 10, 64)
-				reserved += r
+				keys[k] = kind
 			}
 			if cursor = e.Cursor; cursor == 0 {
 				break
 			}
 		}
 	}
-	return reserved, leases
+	return keys
 }
 
 // waitFor polls cond every 10ms until it holds or within passes.
@@ -429,4 +445,105 @@ func TestStall_NoPhantomHolds(t *testing.T) {
 			t.Fatalf("budget used %d, want the %d settled", e.Used, settled.Load()+7)
 		}
 	}
+}
+
+// TestCluster_StalledGlobalSlotHoldsNothing: on a Cluster, a request's
+// workspace cap and a global budget sit on two masters. With the budget's
+// master stopped, the first step (the cap) is admitted and the second
+// times out: the first is released, the second refused by Redis when it
+// resumes, and nothing is held afterwards.
+func TestCluster_StalledGlobalSlotHoldsNothing(t *testing.T) {
+	url := clusterURL(t)
+	prefix := freePrefixForCluster(t, url)
+	s := openStore(t, redisstore.Options{URL: url, Prefix: prefix, Timeout: 250 * time.Millisecond})
+	l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{
+		{Name: "inflight", Kind: sluice.KindConcurrency, Subject: "workspace", Limit: 1},
+		{Name: "everyone", Kind: sluice.KindBudget, Subject: "global", Limit: 1 << 40, Period: sluice.PeriodDay, Metric: sluice.MetricTokens},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	raw := rawClient(t, url)
+	defer raw.Close()
+	// A workspace whose cap is on another master than the global budget.
+	var req sluice.Request
+	var budgetNode *redisServer
+	for i := 0; budgetNode == nil; i++ {
+		if i == 50 {
+			t.Fatal("no workspace on another master than the global budget")
+		}
+		req = sluice.Request{Identity: sluice.Identity{Key: "k", Workspace: fmt.Sprintf("w%d", i)}, Max: sluice.Usage{InputTokens: 10}}
+		r, err := l.Admit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var capAt, budgetAt string
+		for addr, node := range raw.Nodes() {
+			for k, kind := range keysOf(t, node, prefix) {
+				if kind == "c" && strings.Contains(k, req.Identity.Workspace) {
+					capAt = addr
+				}
+				if kind == "b" {
+					budgetAt = addr
+				}
+			}
+		}
+		if err := r.Settle(ctx, sluice.Usage{InputTokens: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if capAt != "" && budgetAt != "" && capAt != budgetAt {
+			for _, srv := range cluster.servers {
+				if srv.addr() == budgetAt {
+					budgetNode = srv
+				}
+			}
+		}
+	}
+	if err := budgetNode.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var failed int
+	for range 3 {
+		if _, err := l.Admit(ctx, req); errors.Is(err, sluice.ErrStoreUnavailable) {
+			failed++
+		} else {
+			_ = budgetNode.cmd.Process.Signal(syscall.SIGCONT)
+			t.Fatalf("admission with the budget's master stopped: %v, want store unavailable", err)
+		}
+	}
+	time.Sleep(time.Second)
+	if err := budgetNode.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	time.Sleep(time.Until(resumed.Add(2 * time.Second)))
+	reserved, leases := holds(t, url, prefix)
+	t.Logf("%d failed, stats %+v", failed, s.Stats())
+	if reserved != 0 || leases != 0 {
+		t.Fatalf("2s after the master resumed: %d reserved, %d leases, want none", reserved, leases)
+	}
+	waitFor(t, 5*time.Second, "an admission after the master resumed", func() bool {
+		r, err := l.Admit(ctx, req)
+		if err == nil {
+			_ = r.Settle(ctx, sluice.Usage{InputTokens: 1})
+		}
+		return err == nil
+	})
+}
+
+// freePrefixForCluster returns a fresh prefix whose keys are deleted from
+// every master at the end.
+func freePrefixForCluster(t *testing.T, url string) string {
+	p := freshPrefix()
+	t.Cleanup(func() {
+		c := rawClient(t, url)
+		defer c.Close()
+		for _, node := range c.Nodes() {
+			for k := range keysOf(t, node, p) {
+				node.Do(context.Background(), node.B().Unlink().Key(k).Build())
+			}
+		}
+	})
+	return p
 }
