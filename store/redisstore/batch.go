@@ -188,9 +188,9 @@ func (s *Store) exec(l *lane, batch []*op) {
 		}
 		return
 	}
-	// The script ran after sent: real-sent bounds the offset from above.
-	l.clock.observe(real-sent.UnixMicro(), sent)
-	s.clock.observe(real-sent.UnixMicro(), sent)
+	arrived := time.Now()
+	l.clock.observe(real, sent, arrived)
+	s.clock.observe(real, sent, arrived)
 	for i, o := range batch {
 		o.now, o.real = now, real
 		o.result, o.err = reply[i+2].ToString()

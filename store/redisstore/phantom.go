@@ -28,8 +28,9 @@ var errLate = errors.New("admission reached Redis after its caller's deadline")
 // clockOffset bounds how far a server's clock is ahead of the local one,
 // in microseconds: the server's TIME in a reply minus the local time the
 // request was sent, which is never less than the true offset. It keeps the
-// tightest bound seen, and takes a looser one once that is older than
-// offsetMaxAge, so that a clock stepped since is followed.
+// tightest bound seen, and takes a looser one when a reply proves it too
+// small (its TIME minus the local time it arrived is more: a clock was
+// stepped) or once it is older than offsetMaxAge (drift).
 type clockOffset struct {
 	mu     sync.Mutex
 	known  bool
@@ -39,10 +40,13 @@ type clockOffset struct {
 
 const offsetMaxAge = 10 * time.Second
 
-func (c *clockOffset) observe(offset int64, at time.Time) {
+// observe takes a reply's TIME (µs) and the local times its request was
+// sent and its reply arrived.
+func (c *clockOffset) observe(server int64, sent, arrived time.Time) {
+	upper, lower := server-sent.UnixMicro(), server-arrived.UnixMicro()
 	c.mu.Lock()
-	if !c.known || offset <= c.offset || at.Sub(c.at) > offsetMaxAge {
-		c.known, c.offset, c.at = true, offset, at
+	if !c.known || upper <= c.offset || lower > c.offset || sent.Sub(c.at) > offsetMaxAge {
+		c.known, c.offset, c.at = true, upper, sent
 	}
 	c.mu.Unlock()
 }
@@ -75,7 +79,7 @@ func (s *Store) seedClock(ctx context.Context) error {
 	if len(v) != 2 {
 		return errors.New("TIME returned an unexpected reply")
 	}
-	s.clock.observe(v[0]*1_000_000+v[1]-sent.UnixMicro(), sent)
+	s.clock.observe(v[0]*1_000_000+v[1], sent, time.Now())
 	return nil
 }
 
@@ -116,12 +120,12 @@ func (s *Store) cancelLater(now time.Time, b *sluice.Batch, p *plan, g *group, g
 		s.abandoned.Add(1)
 		return
 	}
-	until := time.Now().Add(b.Deadline.Sub(now))
+	until, slot := time.Now().Add(b.Deadline.Sub(now)), g.slot
 	s.cancelWG.Add(1)
 	go func() {
 		defer s.cancelWG.Done()
 		defer s.cancels.Add(-1)
-		if !s.cancel(o, g.slot, giveUp, until) {
+		if !s.cancel(o, slot, giveUp, until) {
 			s.abandoned.Add(1)
 		}
 	}()
