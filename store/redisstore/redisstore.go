@@ -83,9 +83,44 @@
 // section 2). Every call is bounded by Options.Timeout (250 ms): a slow or
 // dead server is an error (which the Limiter reports as store unavailable),
 // never a hang, and admissions succeed again when the server returns,
-// without reopening the Store. An admission that timed out after the server
-// applied it holds its charges until they refill, expire or are swept (fail
-// closed).
+// without reopening the Store.
+//
+// # Admissions whose caller gave up
+//
+// An admission that timed out (or whose context ended) may still be in a
+// socket, and Redis runs it when it resumes after a stall; nobody would
+// settle it. It holds nothing afterwards:
+//
+//   - Each admission carries the time its caller stops waiting, in the
+//     server's clock: the local time plus a bound of how far the server's
+//     clock is ahead, taken from the store's own replies (the server's TIME
+//     minus the local time the request was sent, never less than the true
+//     offset), per slot. The script refuses an admission that comes later.
+//     Skew between the hosts' clocks does not matter; a refusal means the
+//     caller has surely given up.
+//   - When the caller gives up, the store also sends a cancellation by
+//     admission ID (from a goroutine of its own, again until Redis answers,
+//     at most until the batch's deadline). It applies only once the
+//     server's clock is past the give-up time (before, it is sent again just
+//     after), and only if the admission was applied: its reservation record
+//     is there or, without one, its first lease. Then it releases every
+//     charge as a settlement with nothing used would. Scripts run one at a
+//     time and TIME goes forward, so either the admission ran before the
+//     cancellation, which undoes it if it was applied and does nothing
+//     otherwise (a refused admission is never refunded), or it runs after
+//     and is refused, whichever connections the two travel on and in
+//     whichever order they arrive.
+//
+// Limits: a group of rate charges only (no budget, no concurrency cap in
+// its slot) has nothing that tells whether it was applied, so it is not
+// cancelled: one applied before its give-up time whose answer was lost keeps
+// its rate charge until it refills. A cancellation that cannot reach Redis
+// before the batch's deadline (or that the Store's Close abandons, or past
+// 10,000 outstanding) leaves the leases to expire and the budget
+// reservation to the sweep, as before. The proof needs the server's clock
+// not to step back between the two scripts, and on a Cluster the slot not
+// to move to another master between them. Stats counts late refusals seen,
+// phantoms undone and cancellations abandoned.
 //
 // # Deny cache
 //
