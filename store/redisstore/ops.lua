@@ -12,8 +12,8 @@
 -- number a little-endian double (all are integers below 2^53): type (1
 -- admit, 2 check, 3 peek, 4 settle, 5 cancel), deadline (µs), the index in
 -- KEYS of the deadline index (0 for none), the give-up time (server µs, 0
--- for none), the lease member (16 bytes), the
--- deadline in decimal (length, chars), then per charge seven numbers: its
+-- for none), the lease member (16 bytes), the deadline in decimal (length,
+-- chars), then per charge seven numbers: its
 -- key's index in KEYS, kind (1 rate, 2 budget, 3 concurrency; plus 4 for a
 -- shadow charge), amount, limit (settle: actual, for a rate the delta) and
 -- three parameters: for a rate burst, W, L; for a budget the period's end
@@ -145,8 +145,9 @@ local formats, results = {}, {}
 local HEAD, CHARGES = '<ddddc16dc0', 'ddddddd'
 
 -- parse returns the fields of the operation at pos in a table: type,
--- deadline, deadline index, give-up time, member, deadline in decimal, then seven per
--- charge, then the record and the position of the next operation. One
+-- deadline, deadline index, give-up time, member, deadline in decimal,
+-- then seven per charge, then the record and the position of the next
+-- operation. One
 -- struct.unpack call for the usual operation; past 24 charges, 24 at a time
 -- (a call returns at most a few thousand values).
 local function parse(blob, n, pos)
