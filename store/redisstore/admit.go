@@ -191,7 +191,21 @@ func (s *Store) runAdmit(ctx context.Context, deadline time.Time, typ byte, now 
 		return false, 0, fmt.Errorf("a batch of %d charges in one slot is more than %d", len(g.idx), maxCharges)
 	}
 	o := s.buildAdmit(typ, now, b, p, g)
+	var giveUp int64
+	if typ == opAdmit {
+		// The caller waits until deadline, or its context's deadline if
+		// sooner: past that, in the server's clock, the script refuses.
+		waitsUntil := deadline
+		if d, ok := ctx.Deadline(); ok && d.Before(waitsUntil) {
+			waitsUntil = d
+		}
+		giveUp = s.serverTime(g.slot, waitsUntil)
+		setNum(o.blob, giveUpAt, giveUp)
+	}
 	if err := s.do(ctx, deadline, g.slot, o); err != nil {
+		if typ == opAdmit && o.sent && mayHaveRun(err) {
+			s.cancelLater(now, b, p, g, giveUp)
+		}
 		return false, 0, err
 	}
 	admitted, err := decodeAdmit(o.result, b, p, g)
@@ -200,12 +214,12 @@ func (s *Store) runAdmit(ctx context.Context, deadline time.Time, typ byte, now 
 
 // buildAdmit encodes an admission, check or peek of one group.
 func (s *Store) buildAdmit(typ byte, now time.Time, b *sluice.Batch, p *plan, g *group) *op {
-	o := &op{keys: make([]string, 0, len(g.idx)+1), pinned: now.UnixMicro()}
+	o := &op{typ: typ, keys: make([]string, 0, len(g.idx)+1), pinned: now.UnixMicro()}
 	rec, due := "", 0
 	if typ == opAdmit && g.indexed {
 		rec, due = s.record(b, p, g), len(g.idx)+1
 	}
-	o.blob = opBlob(typ, b.Deadline, due, p.member, len(g.idx))
+	o.blob = opBlob(typ, b.Deadline, due, 0, p.member, len(g.idx))
 	o.n = len(g.idx)
 	for k, i := range g.idx {
 		c := &b.Charges[i]

@@ -17,7 +17,12 @@ const (
 	opCheck  byte = 2
 	opPeek   byte = 3
 	opSettle byte = 4
+	opCancel byte = 5
 )
+
+// resultLate is the result of an admission that reached the server after
+// its give-up time, and of a cancellation that came before it.
+const resultLate = "\x02"
 
 // maxBatch is the most operations one ops script applies; maxInFlight is
 // the most batches of one lane in flight at once (two, so that the server
@@ -32,6 +37,7 @@ const (
 // caller, and its result, filled by the lane. The lane never touches the
 // caller's batch, so a caller that gave up leaves nothing behind.
 type op struct {
+	typ  byte
 	keys []string
 	// blob is the operation, packed (see ops.lua), key references being
 	// 1-based indexes into keys; n is its number of charges.
@@ -42,9 +48,10 @@ type op struct {
 	done   chan struct{}
 	sent   bool // guarded by the lane's mutex
 
-	now    int64
-	result string
-	err    error
+	// now is the script's now (µs), real the server's own TIME (µs).
+	now, real int64
+	result    string
+	err       error
 }
 
 // lane sends the operations of one slot in batches: while batches are in
@@ -54,6 +61,8 @@ type lane struct {
 	mu      sync.Mutex
 	pending []*op
 	running int
+	// clock bounds how far the slot's server clock is ahead of ours.
+	clock clockOffset
 }
 
 // lanes are the Store's lanes, one per slot (one on a standalone server).
@@ -130,15 +139,16 @@ func (s *Store) run(l *lane) {
 			o.sent = true
 		}
 		l.mu.Unlock()
-		s.exec(batch)
+		s.exec(l, batch)
 		for _, o := range batch {
 			close(o.done)
 		}
 	}
 }
 
-// exec runs one ops script for a batch and hands each operation its result.
-func (s *Store) exec(batch []*op) {
+// exec runs one ops script for a batch of l and hands each operation its
+// result.
+func (s *Store) exec(l *lane, batch []*op) {
 	keys := make([]string, 0, 8)
 	index := make(map[string]int, 8)
 	args := make([]string, 0, 3)
@@ -160,13 +170,17 @@ func (s *Store) exec(batch []*op) {
 	args = append(args, s.batchNow(batch), unsafeString(counts), unsafeString(ops))
 	ctx, cancel := s.call(context.Background())
 	defer cancel()
+	sent := time.Now()
 	reply, err := opsScript.Exec(ctx, s.client, keys, args).ToArray()
-	if err == nil && len(reply) != len(batch)+1 {
+	if err == nil && len(reply) != len(batch)+2 {
 		err = fmt.Errorf("ops script returned %d values for %d operations", len(reply), len(batch))
 	}
-	var now int64
+	var now, real int64
 	if err == nil {
 		now, err = reply[0].AsInt64()
+	}
+	if err == nil {
+		real, err = reply[1].AsInt64()
 	}
 	if err != nil {
 		for _, o := range batch {
@@ -174,9 +188,15 @@ func (s *Store) exec(batch []*op) {
 		}
 		return
 	}
+	arrived := time.Now()
+	l.clock.observe(real, sent, arrived)
+	s.clock.observe(real, sent, arrived)
 	for i, o := range batch {
-		o.now = now
-		o.result, o.err = reply[i+1].ToString()
+		o.now, o.real = now, real
+		o.result, o.err = reply[i+2].ToString()
+		if o.typ == opAdmit && o.result == resultLate {
+			s.late.Add(1)
+		}
 	}
 }
 

@@ -21,15 +21,16 @@ const maxCharges = 1 << 14
 // length. See ops.lua for the layout.
 
 // opBlob starts encoding one operation: its type, deadline, deadline index
-// reference, lease member (16 bytes) and the deadline in decimal. Key
-// references are indexes into the operation's own keys until the lane
-// rewrites them for its batch.
-func opBlob(typ byte, deadline time.Time, dueRef int, member string, n int) []byte {
+// reference, give-up time (server µs, 0 for none), lease member (16 bytes)
+// and the deadline in decimal. Key references are indexes into the
+// operation's own keys until the lane rewrites them for its batch.
+func opBlob(typ byte, deadline time.Time, dueRef int, giveUp int64, member string, n int) []byte {
 	dl := ceilMicro(deadline)
 	buf := make([]byte, 0, headerSize+20+chargeSize*n+8)
 	buf = appendNum(buf, int64(typ))
 	buf = appendNum(buf, dl)
 	buf = appendNum(buf, int64(dueRef))
+	buf = appendNum(buf, giveUp)
 	buf = append(buf, member...)
 	mark := len(buf)
 	buf = appendNum(buf, 0)
@@ -70,12 +71,14 @@ const (
 )
 
 // Layout: the fixed part of an operation's header (type, deadline, deadline
-// index, member, the deadline's decimal length), the offset of its deadline
-// index reference, and a charge's size (seven doubles, the key reference
-// first).
+// index, give-up time, member, the deadline's decimal length), the offsets
+// of its type, deadline index reference and give-up time, and a charge's
+// size (seven doubles, the key reference first).
 const (
-	headerSize = 3*8 + memberSize + 8
+	headerSize = 4*8 + memberSize + 8
+	typeAt     = 0
 	dueRefAt   = 16
+	giveUpAt   = 24
 	memberSize = 16
 	chargeSize = 7 * 8
 	resultSize = 1 + 3*8
@@ -87,6 +90,9 @@ const (
 // cap's usage) from which the other follows, the retry after (µs, -1 for
 // never) and the reset (µs, 0 for none).
 func decodeAdmit(res string, b *sluice.Batch, p *plan, g *group) (bool, error) {
+	if res == resultLate {
+		return false, errLate
+	}
 	if len(res) != 1+resultSize*len(g.idx) {
 		return false, fmt.Errorf("ops script returned %d bytes for %d charges", len(res), len(g.idx))
 	}
@@ -106,6 +112,11 @@ func decodeAdmit(res string, b *sluice.Batch, p *plan, g *group) (bool, error) {
 		fill(c, v[:])
 	}
 	return res[0] == 1, nil
+}
+
+// setNum overwrites the double at offset at of an encoded operation.
+func setNum(blob []byte, at int, v int64) {
+	binary.LittleEndian.PutUint64(blob[at:], math.Float64bits(float64(v)))
 }
 
 // num reads a little-endian double at the start of s as an integer.

@@ -14,3 +14,6 @@ func RawClient(url string) (rueidis.Client, error) {
 	co.DisableCache, co.ForceSingleClient = true, !cluster
 	return rueidis.NewClient(co)
 }
+
+// OutstandingCancels returns the cancellations s is still sending.
+func OutstandingCancels(s *Store) int64 { return s.cancels.Load() }

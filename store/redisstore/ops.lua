@@ -1,6 +1,7 @@
 -- Ops applies a batch of operations of one hash slot in order, each as if
 -- it ran alone: admissions (check every charge, apply all or none), checks
--- and peeks (apply nothing), settlements (apply once). Batching lets the
+-- and peeks (apply nothing), settlements (apply once), cancellations (undo
+-- an admission whose caller gave up, if it was applied). Batching lets the
 -- operations that concurrent callers send meanwhile share one script call,
 -- and the state of a counter is read once and written once per batch.
 --
@@ -9,21 +10,35 @@
 -- then the operations, one after the other in one string (an argument
 -- each would cost Redis more), each packed so that one struct.unpack call reads it, every
 -- number a little-endian double (all are integers below 2^53): type (1
--- admit, 2 check, 3 peek, 4 settle), deadline (µs), the index in KEYS of
--- the deadline index (0 for none), the lease member (16 bytes), the
--- deadline in decimal (length, chars), then per charge seven numbers: its
+-- admit, 2 check, 3 peek, 4 settle, 5 cancel), deadline (µs), the index in
+-- KEYS of the deadline index (0 for none), the give-up time (server µs, 0
+-- for none), the lease member (16 bytes), the deadline in decimal (length,
+-- chars), then per charge seven numbers: its
 -- key's index in KEYS, kind (1 rate, 2 budget, 3 concurrency; plus 4 for a
 -- shadow charge), amount, limit (settle: actual, for a rate the delta) and
 -- three parameters: for a rate burst, W, L; for a budget the period's end
 -- (µs); then the reservation record (length, bytes).
 --
--- Returns now, then per operation a packed result: for a settlement a byte
--- (1 when applied, 0 when the record was already settled); otherwise
--- admitted (a byte), then per charge allowed (a byte) and three doubles: a
--- rate's remaining units or a budget's or concurrency cap's usage, the retry
--- after (µs, -1 for never) and the reset (µs, 0 for none).
+-- Returns now, the server's own TIME (µs, now unless pinned), then per
+-- operation a packed result: for a settlement or cancellation a byte (1
+-- when applied, 0 when there was nothing to apply, 2 for a cancellation
+-- that came before its give-up time); for an admission that came after its
+-- give-up time the byte 2; otherwise admitted (a byte), then per charge
+-- allowed (a byte) and three doubles: a rate's remaining units or a
+-- budget's or concurrency cap's usage, the retry after (µs, -1 for never)
+-- and the reset (µs, 0 for none).
+--
+-- The give-up time is when the admission's caller stops waiting, in the
+-- server's clock. An admission that comes after it is refused, and its
+-- cancellation applies only after it: the scripts run one at a time and
+-- TIME goes forward, so either the admission ran first, and the
+-- cancellation undoes it if it was applied, or it runs after and is
+-- refused. Whether it was applied is known by its reservation record or,
+-- without one, its first lease.
 local unpack_op, pack, concat, min = struct.unpack, struct.pack, table.concat, math.min
 local now = clock(ARGV[1])
+local real = now
+if ARGV[1] ~= '' then real = clock('') end
 local rates, budgets, leases, dues = {}, {}, {}, {}
 -- Leases freed by settlements whose key's state this batch has not read:
 -- removed together, before the state is read or when the batch ends.
@@ -112,15 +127,27 @@ local function lease_state(key)
   return s
 end
 
-local out = {now}
+-- drop_lease frees a lease at once and tells whether it was held.
+local function drop_lease(key, member, deadline)
+  if call('ZREM', key, member) == 0 then return false end
+  local s = leases[key]
+  if s then
+    s.held = s.held - 1
+    if s.earliest == deadline then s.earliest = nil end
+  end
+  return true
+end
+
+local out = {now, real}
 local byte, rep = string.byte, string.rep
 -- Formats of an operation, by number of charges, and of its result.
 local formats, results = {}, {}
-local HEAD, CHARGES = '<dddc16dc0', 'ddddddd'
+local HEAD, CHARGES = '<ddddc16dc0', 'ddddddd'
 
 -- parse returns the fields of the operation at pos in a table: type,
--- deadline, deadline index, member, deadline in decimal, then seven per
--- charge, then the record and the position of the next operation. One
+-- deadline, deadline index, give-up time, member, deadline in decimal,
+-- then seven per charge, then the record and the position of the next
+-- operation. One
 -- struct.unpack call for the usual operation; past 24 charges, 24 at a time
 -- (a call returns at most a few thousand values).
 local function parse(blob, n, pos)
@@ -133,9 +160,9 @@ local function parse(blob, n, pos)
     return {unpack_op(f, blob, pos)}
   end
   local v = {unpack_op(HEAD, blob, pos)}
-  local pos = v[6]
-  v[6] = nil
-  local left, at = n, 5
+  local pos = v[7]
+  v[7] = nil
+  local left, at = n, 6
   while left > 0 do
     local m = min(left, 24)
     local c = {unpack_op('<' .. rep(CHARGES, m), blob, pos)}
@@ -153,16 +180,32 @@ local nts, nfs, vals = {}, {}, {}
 for o = 1, #ns / 2 do
   local n = ns[2 * o - 1] + 256 * ns[2 * o]
   local v = parse(ops, n, pos)
-  pos = v[7 + 7 * n]
-  local typ, deadline, deadline_s, member, rec = v[1], v[2], v[5], v[4], v[6 + 7 * n]
+  pos = v[8 + 7 * n]
+  local typ, deadline, give_up, member, deadline_s, rec = v[1], v[2], v[4], v[5], v[6], v[7 + 7 * n]
   local due = v[3] > 0 and KEYS[v[3]] or nil
-  if typ == 4 then
-    local applied = 1
-    if rec ~= '' and call('ZREM', due, rec) == 0 then applied = 0 end
-    if applied == 1 then
-      for b = 5, 7 * n - 2, 7 do
+  if typ == 5 and real <= give_up then
+    -- Too early: the admission may still come before its give-up time.
+    out[o + 2] = '\2'
+  elseif typ >= 4 then
+    local applied, gate = true, 0
+    if rec ~= '' then
+      applied = call('ZREM', due, rec) == 1
+    elseif typ == 5 then
+      -- No record: the admission was applied if its first lease is held.
+      applied = false
+      for b = 6, 7 * n - 1, 7 do
+        if v[b + 2] == 3 then
+          gate, applied = b, drop_lease(KEYS[v[b + 1]], member, deadline)
+          break
+        end
+      end
+    end
+    if applied then
+      for b = 6, 7 * n - 1, 7 do
         local key, kind = KEYS[v[b + 1]], v[b + 2]
-        if kind == 1 then
+        if b == gate then
+          -- Freed above.
+        elseif kind == 1 then
           local p3 = v[b + 7]
           local s = rates[key]
           if not s or s.L ~= p3 then s = rate_state(key, p3) end
@@ -184,12 +227,15 @@ for o = 1, #ns / 2 do
         end
       end
     end
-    out[o + 1] = applied == 1 and '\1' or '\0'
+    out[o + 2] = applied and '\1' or '\0'
+  elseif typ == 1 and give_up > 0 and real > give_up then
+    -- Its caller has given up: nobody would settle it.
+    out[o + 2] = '\2'
   else
     local admit = true
     local r = 1
     for i = 1, n do
-      local b = 7 * i - 2
+      local b = 7 * i - 1
       local key, kind, amount = KEYS[v[b + 1]], v[b + 2], v[b + 3]
       local shadow = kind > 4
       if shadow then kind = kind - 4 end
@@ -260,7 +306,7 @@ for o = 1, #ns / 2 do
     end
     if admit and typ == 1 then
       for i = 1, n do
-        local b = 7 * i - 2
+        local b = 7 * i - 1
         local key, kind = KEYS[v[b + 1]], v[b + 2]
         if kind > 4 then kind = kind - 4 end
         if kind == 1 then
@@ -298,7 +344,7 @@ for o = 1, #ns / 2 do
         f = '<B' .. rep('Bddd', n)
         results[n] = f
       end
-      out[o + 1] = pack(f, unpack(vals, 1, r))
+      out[o + 2] = pack(f, unpack(vals, 1, r))
     else
       -- Past what one call takes as arguments, a charge at a time.
       local parts = {pack('<B', vals[1])}
@@ -306,7 +352,7 @@ for o = 1, #ns / 2 do
         local j = 4 * i - 2
         parts[i + 1] = pack('<Bddd', vals[j], vals[j + 1], vals[j + 2], vals[j + 3])
       end
-      out[o + 1] = concat(parts)
+      out[o + 2] = concat(parts)
     end
   end
 end

@@ -83,9 +83,44 @@
 // section 2). Every call is bounded by Options.Timeout (250 ms): a slow or
 // dead server is an error (which the Limiter reports as store unavailable),
 // never a hang, and admissions succeed again when the server returns,
-// without reopening the Store. An admission that timed out after the server
-// applied it holds its charges until they refill, expire or are swept (fail
-// closed).
+// without reopening the Store.
+//
+// # Admissions whose caller gave up
+//
+// An admission that timed out (or whose context ended) may still be in a
+// socket, and Redis runs it when it resumes after a stall; nobody would
+// settle it. It holds nothing afterwards:
+//
+//   - Each admission carries the time its caller stops waiting, in the
+//     server's clock: the local time plus a bound of how far the server's
+//     clock is ahead, taken from the store's own replies (the server's TIME
+//     minus the local time the request was sent, never less than the true
+//     offset), per slot. The script refuses an admission that comes later.
+//     Skew between the hosts' clocks does not matter; a refusal means the
+//     caller has surely given up.
+//   - When the caller gives up, the store also sends a cancellation by
+//     admission ID (from a goroutine of its own, again until Redis answers,
+//     at most until the batch's deadline). It applies only once the
+//     server's clock is past the give-up time (before, it is sent again just
+//     after), and only if the admission was applied: its reservation record
+//     is there or, without one, its first lease. Then it releases every
+//     charge as a settlement with nothing used would. Scripts run one at a
+//     time and TIME goes forward, so either the admission ran before the
+//     cancellation, which undoes it if it was applied and does nothing
+//     otherwise (a refused admission is never refunded), or it runs after
+//     and is refused, whichever connections the two travel on and in
+//     whichever order they arrive.
+//
+// Limits: a group of rate charges only (no budget, no concurrency cap in
+// its slot) has nothing that tells whether it was applied, so it is not
+// cancelled: one applied before its give-up time whose answer was lost keeps
+// its rate charge until it refills. A cancellation that cannot reach Redis
+// before the batch's deadline (or that the Store's Close abandons, or past
+// 10,000 outstanding) leaves the leases to expire and the budget
+// reservation to the sweep, as before. The proof needs the server's clock
+// not to step back between the two scripts, and on a Cluster the slot not
+// to move to another master between them. Stats counts late refusals seen,
+// phantoms undone and cancellations abandoned.
 //
 // # Deny cache
 //
@@ -168,6 +203,17 @@ type Stats struct {
 	SplitAdmissions int64
 	// Compensations counts steps released because a later step refused.
 	Compensations int64
+	// LateAdmissions counts admissions that reached Redis after their
+	// caller had given up, refused there.
+	LateAdmissions int64
+	// Phantoms counts admissions applied although their caller had given
+	// up, undone by their cancellation.
+	Phantoms int64
+	// CancelsAbandoned counts cancellations given up (the Store closed, the
+	// batch's deadline passed, or too many outstanding): their admissions,
+	// if applied, hold their leases until the deadline and their budget
+	// reservations until the sweep.
+	CancelsAbandoned int64
 }
 
 // Store is a sluice.Store over Redis. It is safe for concurrent use.
@@ -186,8 +232,19 @@ type Store struct {
 	// nonce distinguishes this Store's lease members from another process's
 	// batch of the same ID.
 	nonce string
+	// clock bounds the server's clock offset for slots not heard from.
+	clock clockOffset
 
-	denyHits, split, compensations atomic.Int64
+	// Cancellations of admissions whose callers gave up run on goroutines
+	// of their own until Close.
+	cancelWG  sync.WaitGroup
+	cancels   atomic.Int64
+	closing   chan struct{}
+	stopCtx   context.Context
+	stop      context.CancelFunc
+	closeOnce sync.Once
+
+	denyHits, split, compensations, late, phantoms, abandoned atomic.Int64
 }
 
 // DefaultTenantOf returns the tenant of a counter, its hash tag: the org
@@ -214,7 +271,8 @@ func DefaultTenantOf(k sluice.CounterKey) string {
 // (redis:// to a Cluster node, redis-cluster:// to a standalone server).
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	s := &Store{client: opts.Client, prefix: opts.Prefix, tenantOf: opts.TenantOf, timeout: opts.Timeout, pinTime: opts.PinTime,
-		keys: map[cacheKey]*cachedKey{}}
+		keys: map[cacheKey]*cachedKey{}, closing: make(chan struct{})}
+	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	if s.prefix == "" {
 		s.prefix = "sluice"
 	}
@@ -275,6 +333,9 @@ func (s *Store) checkServer(ctx context.Context, wantCluster bool) error {
 	if err := loadScripts(ctx, s.client); err != nil {
 		return fmt.Errorf("redisstore: open: load scripts: %w", err)
 	}
+	if err := s.seedClock(ctx); err != nil {
+		return fmt.Errorf("redisstore: open: read the server's clock: %w", err)
+	}
 	if s.cluster {
 		return nil
 	}
@@ -301,17 +362,24 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection to Redis, unless it came from Options.Client.
+// Close abandons the cancellations still outstanding and closes the
+// connection to Redis, unless it came from Options.Client.
 func (s *Store) Close() error {
-	if s.ownClient {
-		s.client.Close()
-	}
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.stop()
+		s.cancelWG.Wait()
+		if s.ownClient {
+			s.client.Close()
+		}
+	})
 	return nil
 }
 
 // Stats returns the Store's counts.
 func (s *Store) Stats() Stats {
-	return Stats{DenyCacheHits: s.denyHits.Load(), SplitAdmissions: s.split.Load(), Compensations: s.compensations.Load()}
+	return Stats{DenyCacheHits: s.denyHits.Load(), SplitAdmissions: s.split.Load(), Compensations: s.compensations.Load(),
+		LateAdmissions: s.late.Load(), Phantoms: s.phantoms.Load(), CancelsAbandoned: s.abandoned.Load()}
 }
 
 // Cluster reports whether the Store talks to a Redis Cluster.

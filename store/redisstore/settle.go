@@ -2,9 +2,7 @@ package redisstore
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -43,13 +41,13 @@ func (s *Store) settleGroup(ctx context.Context, deadline time.Time, now time.Ti
 // buildSettle encodes the settlement of one group, or returns nil when it
 // would change nothing.
 func (s *Store) buildSettle(now time.Time, b *sluice.Batch, p *plan, g *group, release bool) *op {
-	o := &op{keys: make([]string, 0, len(g.idx)+1), pinned: now.UnixMicro()}
+	o := &op{typ: opSettle, keys: make([]string, 0, len(g.idx)+1), pinned: now.UnixMicro()}
 	rec := ""
 	if g.indexed {
 		rec = s.record(b, p, g)
 	}
 	// The deadline index's reference is set once the keys are known.
-	o.blob = opBlob(opSettle, b.Deadline, 0, p.member, len(g.idx))
+	o.blob = opBlob(opSettle, b.Deadline, 0, 0, p.member, len(g.idx))
 	changed := g.indexed
 	for _, i := range g.idx {
 		c := &b.Charges[i]
@@ -87,7 +85,7 @@ func (s *Store) buildSettle(now time.Time, b *sluice.Batch, p *plan, g *group, r
 	}
 	if rec != "" {
 		o.keys = append(o.keys, s.dueKey(g.slot))
-		binary.LittleEndian.PutUint64(o.blob[dueRefAt:], math.Float64bits(float64(len(o.keys))))
+		setNum(o.blob, dueRefAt, int64(len(o.keys)))
 	}
 	return o
 }
