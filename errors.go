@@ -32,6 +32,8 @@ type Refusal struct {
 	// Used is the usage counted against the rule, reservations included.
 	Used      int64
 	Remaining int64
+	// Requested is what the refused request would have charged the rule.
+	Requested int64
 	// Window and Period describe the rule for messages.
 	Window time.Duration
 	Period Period
@@ -67,9 +69,17 @@ func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 type BudgetError struct{ Refusal }
 
 func (e *BudgetError) Error() string {
+	if e.Insufficient() {
+		return fmt.Sprintf("budget %q has %d of %d %s left this %s, less than the %d this request may use; resets at %s",
+			e.Rule, e.Remaining, e.Limit, e.Metric, e.Period, e.Requested, e.ResetAt.UTC().Format(time.RFC3339))
+	}
 	return fmt.Sprintf("budget %q exhausted: %d of %d %s used this %s; resets at %s",
 		e.Rule, e.Used, e.Limit, e.Metric, e.Period, e.ResetAt.UTC().Format(time.RFC3339))
 }
+
+// Insufficient reports a budget that has room left, but less than the
+// refused request may use: a smaller request fits before the reset.
+func (e *BudgetError) Insufficient() bool { return e.Remaining > 0 }
 
 // Is matches ErrBudgetExhausted.
 func (e *BudgetError) Is(target error) bool { return target == ErrBudgetExhausted }
@@ -77,7 +87,9 @@ func (e *BudgetError) Is(target error) bool { return target == ErrBudgetExhauste
 // TooLargeError is a charge larger than a rule could ever admit: a retry
 // can never succeed.
 type TooLargeError struct {
-	Rule     string
+	Rule string
+	// Subject is the rule's subject (workspace, user, ...).
+	Subject  string
 	Metric   Metric
 	Estimate int64
 	Limit    int64

@@ -265,11 +265,11 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		switch rule.Kind {
 		case KindRate:
 			if checkFit && !c.Shadow && c.Amount > c.BurstOrLimit() {
-				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: c.BurstOrLimit()}
+				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: c.BurstOrLimit()}
 			}
 		case KindBudget:
 			if checkFit && !c.Shadow && c.Amount > limit {
-				return &TooLargeError{Rule: rule.Name, Metric: rule.metric, Estimate: c.Amount, Limit: limit}
+				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: limit}
 			}
 			start, end := PeriodBounds(rule.Period, now, rule.location)
 			c.Key.Period, c.PeriodEnd = start.Unix(), end
@@ -351,7 +351,7 @@ func refusalOf(c *Charge) Refusal {
 	rule := c.rule
 	return Refusal{
 		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
-		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining,
+		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining, Requested: c.Amount,
 		Window: rule.Window, Period: rule.Period,
 		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt,
 	}

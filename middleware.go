@@ -122,12 +122,14 @@ type HTTPRefusal struct {
 
 // RefusalLimit is the limit object of a refusal body.
 type RefusalLimit struct {
-	Rule         string `json:"rule"`
-	Subject      string `json:"subject"`
-	Metric       string `json:"metric"`
-	Limit        int64  `json:"limit"`
-	Used         int64  `json:"used"`
-	Remaining    int64  `json:"remaining"`
+	Rule      string `json:"rule"`
+	Subject   string `json:"subject"`
+	Metric    string `json:"metric"`
+	Limit     int64  `json:"limit"`
+	Used      int64  `json:"used"`
+	Remaining int64  `json:"remaining"`
+	// Requested is what the refused request would have charged.
+	Requested    int64  `json:"requested,omitempty"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 	ResetAt      string `json:"reset_at,omitempty"`
 }
@@ -151,6 +153,10 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 		r = HTTPRefusal{Status: http.StatusTooManyRequests, Code: "concurrency_limit_exceeded",
 			Message: "Too many calls in flight: " + bz.Error() + ".", RetryAfter: max(bz.RetryAfter, time.Millisecond)}
 		r.setRefusal(bz.Refusal)
+	case errors.As(err, &bu) && bu.Insufficient():
+		r = HTTPRefusal{Status: http.StatusTooManyRequests, Code: "budget_insufficient",
+			Message: "Not enough left for this request: " + bu.Error() + ". A smaller request (a lower max_tokens, a shorter prompt) fits; this one does not before the reset.", Terminal: true}
+		r.setRefusal(bu.Refusal)
 	case errors.As(err, &bu):
 		r = HTTPRefusal{Status: http.StatusTooManyRequests, Code: "budget_exceeded",
 			Message: "Budget exhausted: " + bu.Error() + ". Do not retry before the reset.", Terminal: true}
@@ -159,7 +165,7 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 		r = HTTPRefusal{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large",
 			Message:  "This request can never fit: " + tl.Error() + ". Lower max_tokens or shorten the prompt.",
 			Terminal: true,
-			Limit:    &RefusalLimit{Rule: tl.Rule, Metric: string(tl.Metric), Limit: tl.Limit, Used: tl.Estimate}}
+			Limit:    &RefusalLimit{Rule: tl.Rule, Subject: tl.Subject, Metric: string(tl.Metric), Limit: tl.Limit, Requested: tl.Estimate}}
 	case errors.As(err, &se):
 		r = HTTPRefusal{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
 			Message:    "The limit store is unavailable; the request was not admitted. Retry shortly.",
@@ -176,7 +182,7 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 func (r *HTTPRefusal) setRefusal(ref Refusal) {
 	r.refusal = &ref
 	r.Limit = &RefusalLimit{Rule: ref.Rule, Subject: ref.Subject, Metric: string(ref.Metric), Limit: ref.Limit,
-		Used: ref.Used, Remaining: ref.Remaining, RetryAfterMS: ref.RetryAfter.Milliseconds()}
+		Used: ref.Used, Remaining: ref.Remaining, Requested: ref.Requested, RetryAfterMS: ref.RetryAfter.Milliseconds()}
 	if !ref.ResetAt.IsZero() {
 		r.Limit.ResetAt = ref.ResetAt.UTC().Format(time.RFC3339)
 	}

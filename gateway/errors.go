@@ -135,6 +135,10 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		terminal, retryAfter = hr.Terminal, hr.RetryAfter
 		typ, anthType = errorTypes(code)
 		rateLimitRefuse = refusalIn(err)
+		var fh *fitHint
+		if errors.As(err, &fh) {
+			message += fmt.Sprintf(" The largest max_tokens that fits now is %d.", fh.maxTokens)
+		}
 	} else {
 		switch {
 		case errors.As(err, &req):
@@ -184,7 +188,7 @@ func errorTypes(code string) (openaiType, anthropicType string) {
 	switch code {
 	case "rate_limit_exceeded", "concurrency_limit_exceeded":
 		return "rate_limit_error", "rate_limit_error"
-	case "budget_exceeded":
+	case "budget_exceeded", "budget_insufficient":
 		return "budget_exceeded", "rate_limit_error"
 	case "request_too_large":
 		return "invalid_request_error", "request_too_large"

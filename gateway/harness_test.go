@@ -250,6 +250,7 @@ type limitObject struct {
 	Limit        int64  `json:"limit"`
 	Used         int64  `json:"used"`
 	Remaining    int64  `json:"remaining"`
+	Requested    int64  `json:"requested"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	ResetAt      string `json:"reset_at"`
 }

@@ -234,7 +234,9 @@ func TestGateway_NeverFits(t *testing.T) {
 						t.Errorf("code %q", deref(e.Error.Code))
 					}
 				}
-				if l := e.Error.Limit; l == nil || l.Rule != "small_budget" || l.Limit != c.rule.Limit || l.Used <= c.rule.Limit {
+				// The estimate is what the request asked (requested), not
+				// usage; the subject is named.
+				if l := e.Error.Limit; l == nil || l.Rule != "small_budget" || l.Limit != c.rule.Limit || l.Requested <= c.rule.Limit || l.Used != 0 || l.Subject == "" {
 					t.Errorf("%s: limit object %s", path, r.body)
 				}
 			}

@@ -73,6 +73,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 	c := &call{g: g, ctx: ctx, rt: rt, start: now, deadline: now.Add(g.opts.RequestTimeout), served: served}
 	c.event.Route, c.event.RequestID = rt.name, requestIDOf(ctx)
 	if err := c.run(); err != nil {
+		err = c.withFitHint(err)
 		c.event.Outcome, c.event.Class = outcomeOf(err)
 		writeError(ctx, rt, err)
 	}
@@ -198,6 +199,36 @@ func (c *call) run() error {
 		last = errModelNotAllowed(c.bound.Model)
 	}
 	return last
+}
+
+// fitHint is a refusal by a budget with room left, less than the request
+// may use, with the largest max_tokens that would fit.
+type fitHint struct {
+	error
+	maxTokens int64
+}
+
+func (f *fitHint) Unwrap() error { return f.error }
+
+// withFitHint adds to a refusal by a token budget with room left the
+// largest output cap that fits it now (per completion).
+func (c *call) withFitHint(err error) error {
+	var bu *sluice.BudgetError
+	if !errors.As(err, &bu) || !bu.Insufficient() {
+		return err
+	}
+	left := bu.Remaining
+	switch bu.Metric {
+	case sluice.MetricTokens:
+		left -= c.bound.InputTokens
+	case sluice.MetricOutputTokens:
+	default:
+		return err
+	}
+	if per := left / max(c.bound.N, 1); per > 0 {
+		return &fitHint{error: err, maxTokens: per}
+	}
+	return err
 }
 
 // authenticate counts the request against its client address's pre-auth

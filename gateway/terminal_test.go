@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,5 +68,34 @@ func TestGateway_OpenAIRateLimitHeaders(t *testing.T) {
 	}
 	if d, err := time.ParseDuration(r.header.Get("x-ratelimit-reset-requests")); err != nil || d <= 0 || d > time.Minute {
 		t.Errorf("x-ratelimit-reset-requests = %q, want a duration within the window", r.header.Get("x-ratelimit-reset-requests"))
+	}
+}
+
+// A budget with room left, less than the request may use, is "not enough
+// left", not "exhausted": the code and message say so, with what remains
+// and the largest max_tokens that fits; a request that fits is admitted.
+func TestGateway_NotEnoughLeftIsNotExhausted(t *testing.T) {
+	budget := sluice.Rule{Name: "daily", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1000, Period: sluice.PeriodDay}
+	h := newHarness(t, []sluice.Rule{budget})
+	if r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":800,"messages":[{"role":"user","content":"spend [mock tokens=800]"}]}`, nil); r.status != 200 {
+		t.Fatalf("spending: %d %s", r.status, r.body)
+	}
+	eventually(t, "the spend to settle", func() bool { return h.used("daily") > 800 })
+	r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":500,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	e := openaiError(t, r)
+	if r.status != 429 || deref(e.Error.Code) != "budget_insufficient" || !strings.Contains(e.Error.Message, "Not enough left") ||
+		!strings.Contains(e.Error.Message, "largest max_tokens that fits now is") || r.header.Get("x-should-retry") != "false" {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if l := e.Error.Limit; l == nil || l.Remaining <= 0 || l.Requested <= l.Remaining {
+		t.Fatalf("limit object %+v, want what remains and what was asked", l)
+	}
+	var fits int64
+	if _, err := fmt.Sscanf(e.Error.Message[strings.Index(e.Error.Message, "fits now is ")+len("fits now is "):], "%d", &fits); err != nil || fits <= 0 {
+		t.Fatalf("no max_tokens in %q", e.Error.Message)
+	}
+	body := fmt.Sprintf(`{"model":"mock-small","max_tokens":%d,"messages":[{"role":"user","content":"hi"}]}`, fits)
+	if r := h.post("/v1/chat/completions", body, nil); r.status != 200 {
+		t.Fatalf("max_tokens %d, said to fit: %d %s", fits, r.status, r.body)
 	}
 }
