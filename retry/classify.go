@@ -86,6 +86,7 @@ var quotaCodes = map[string]bool{
 	"insufficient_quota":         true, // OpenAI: no credit left.
 	"billing_hard_limit_reached": true, // OpenAI: the organisation's hard spend limit.
 	"budget_exceeded":            true, // Sluice and other gateways: a budget rule refused.
+	"budget_insufficient":        true, // Sluice: this request does not fit what the budget has left.
 }
 
 // Classify classifies the outcome of one HTTP call: the response and error

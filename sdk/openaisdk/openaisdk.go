@@ -126,7 +126,7 @@ var (
 func refusalBody(r *sluice.HTTPRefusal) []byte {
 	typ := "rate_limit_error"
 	switch r.Code {
-	case "budget_exceeded":
+	case "budget_exceeded", "budget_insufficient":
 		typ = "budget_exceeded"
 	case "request_too_large":
 		typ = "invalid_request_error"
