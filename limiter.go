@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -322,8 +323,15 @@ func (l *Limiter) refusal(charges []Charge) error {
 		if c.Allowed || c.Shadow {
 			continue
 		}
-		if c.Kind == KindConcurrency && c.RetryAfter > l.busyRetryAfter {
-			c.RetryAfter = l.busyRetryAfter
+		if c.Kind == KindConcurrency {
+			// A busy refusal's hint is capped, and its reset is when the
+			// hint ends: the earliest lease's expiry (a call's deadline)
+			// is no time to come back.
+			hint := cmp.Or(c.rule.BusyRetryAfter, l.busyRetryAfter)
+			if c.RetryAfter > hint {
+				c.ResetAt = c.ResetAt.Add(hint - c.RetryAfter)
+				c.RetryAfter = hint
+			}
 		}
 		c.RetryAfter = ceilMillisecond(c.RetryAfter)
 		switch {

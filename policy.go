@@ -136,6 +136,9 @@ func compileRule(r Rule) (*compiledRule, error) {
 	if r.MinOutputTokens < 0 {
 		return nil, bad("min_output_tokens", "must not be negative")
 	}
+	if r.BusyRetryAfter < 0 || r.BusyRetryAfter > 0 && r.Kind != KindConcurrency {
+		return nil, bad("busy_retry_after", "is for concurrency rules, and must not be negative")
+	}
 	switch r.Kind {
 	case KindRate:
 		if r.Window <= 0 {

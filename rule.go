@@ -156,6 +156,11 @@ type Rule struct {
 	MinOutputTokens int64  `json:"min_output_tokens,omitempty" yaml:"min_output_tokens,omitempty"`
 	Match           Match  `json:"match,omitzero" yaml:"match,omitempty"`
 	Mode            Mode   `json:"mode,omitempty" yaml:"mode,omitempty"`
+	// BusyRetryAfter is, for a concurrency rule, the most its busy
+	// refusals tell a client to wait (the earliest of its calls to end may
+	// be far off: a call's deadline). Zero means Options.BusyRetryAfter.
+	// The config file takes it; stored rules do not yet.
+	BusyRetryAfter time.Duration `json:"-" yaml:"busy_retry_after,omitempty"`
 	// Disabled rules are not checked and count nothing. The config file
 	// and the catalog write it as enabled (true by default).
 	Disabled bool `json:"-" yaml:"-"`

@@ -101,7 +101,7 @@ func TestConfig_DefaultRules(t *testing.T) {
 	want := []sluice.Rule{
 		{Name: "rate_per_minute", Kind: sluice.KindRate, Subject: "workspace+user", Metric: sluice.MetricRequests, Limit: 20, Window: time.Minute},
 		{Name: "daily_token_budget", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 2_000_000, Period: sluice.PeriodDay},
-		{Name: "max_in_flight", Kind: sluice.KindConcurrency, Subject: "server", Metric: sluice.MetricConcurrency, Limit: 16},
+		{Name: "max_in_flight", Kind: sluice.KindConcurrency, Subject: "server", Metric: sluice.MetricConcurrency, Limit: 16, BusyRetryAfter: 5 * time.Second},
 	}
 	got := DefaultRules()
 	if !reflect.DeepEqual(got, want) {

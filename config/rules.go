@@ -40,7 +40,7 @@ var quickKnobs = []quickKnob{
 	}},
 	{VarMaxInFlight, sluice.Rule{
 		Name: RuleMaxInFlight, Kind: sluice.KindConcurrency, Subject: "server",
-		Metric: sluice.MetricConcurrency, Limit: 16,
+		Metric: sluice.MetricConcurrency, Limit: 16, BusyRetryAfter: 5 * time.Second,
 	}},
 }
 

@@ -55,8 +55,20 @@ var concurrencyScenarios = map[string]func(t *testing.T, h *Harness){
 		if !errors.As(err, &busy) || busy.RetryAfter != time.Second || busy.Limit != 1 {
 			t.Fatalf("got %#v, want busy with retry after 1s", err)
 		}
+		// The reset is when the hint ends, not the lease's expiry.
+		if d := busy.ResetAt.Sub(h.Clock.Now()); d > time.Second+50*time.Millisecond || d < time.Second-50*time.Millisecond {
+			t.Fatalf("busy resets in %v, want with its 1s hint", d)
+		}
 		h.Settle(r, sluice.Usage{})
 		h.Admit(l, Key("k"))
+		// A rule's own hint.
+		slow := inFlight(1)
+		slow.Name, slow.BusyRetryAfter = "slow_in_flight", 5*time.Second
+		l2 := h.Limiter(slow)
+		h.Admit(l2, Key("k2"))
+		if err := h.Refuse(l2, Key("k2"), sluice.ErrBusy); !errors.As(err, &busy) || busy.RetryAfter != 5*time.Second {
+			t.Fatalf("got %#v, want the rule's 5s hint", err)
+		}
 	},
 	"ConcurrencyLeaseExpiryFreesSlot": func(t *testing.T, h *Harness) {
 		l := h.Limiter(inFlight(2))
