@@ -188,11 +188,19 @@ func (r *HTTPRefusal) setRefusal(ref Refusal) {
 	}
 }
 
+// HeaderSetter is what SetHeaders writes through: an http.Header, or
+// another server's response header (fasthttp's) with the same two methods.
+type HeaderSetter interface {
+	Set(name, value string)
+	Add(name, value string)
+}
+
 // SetHeaders writes the refusal's headers on h: Retry-After and
 // retry-after-ms when there is a wait, x-should-retry: false when terminal,
 // and the X-RateLimit and IETF RateLimit fields of the deciding rule, reset
-// counted from now.
-func (r *HTTPRefusal) SetHeaders(h http.Header, now time.Time) {
+// counted from now. It is the one place a refusal's headers are made, for
+// the middleware, the SDK wrappers and the gateway.
+func (r *HTTPRefusal) SetHeaders(h HeaderSetter, now time.Time) {
 	if ref := r.refusal; ref != nil {
 		setLimitHeaders(h, ref.Rule, ref.Limit, ref.Remaining, ref.ResetAt, now)
 	}
@@ -208,11 +216,15 @@ func (r *HTTPRefusal) SetHeaders(h http.Header, now time.Time) {
 
 // SetHeaders writes the admission's headers on h: the X-RateLimit and IETF
 // RateLimit fields of the rule with the least room (reset counted from
-// now), and one X-Sluice-Budget-Warning per warning.
-func (r Result) SetHeaders(h http.Header, now time.Time) {
+// now), OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} for
+// the request and token rules with the least room, and one
+// X-Sluice-Budget-Warning per warning.
+func (r Result) SetHeaders(h HeaderSetter, now time.Time) {
 	if r.Rule != "" {
 		setLimitHeaders(h, r.Rule, r.Limit, r.Remaining, r.ResetAt, now)
 	}
+	setOpenAILimitHeaders(h, "requests", r.Requests, now)
+	setOpenAILimitHeaders(h, "tokens", r.Tokens, now)
 	for _, w := range r.Warnings {
 		v := w.Rule + "; used=" + strconv.FormatInt(w.Used, 10) + "; limit=" + strconv.FormatInt(w.Limit, 10)
 		if w.Soft {
@@ -224,7 +236,26 @@ func (r Result) SetHeaders(h http.Header, now time.Time) {
 	}
 }
 
-func setLimitHeaders(h http.Header, rule string, limit, remaining int64, resetAt, now time.Time) {
+// setOpenAILimitHeaders writes OpenAI's x-ratelimit-{limit,remaining,
+// reset}-<unit> for the rule of that unit with the least room, so that a
+// client (or another Sluice pacing from these headers) reads Sluice as it
+// reads OpenAI; the reset is a duration ("1s", "6m0s").
+func setOpenAILimitHeaders(h HeaderSetter, unit string, r Headroom, now time.Time) {
+	if r.Rule == "" {
+		return
+	}
+	reset := max(r.ResetAt.Sub(now), 0)
+	if reset > time.Second {
+		reset = reset.Round(time.Second)
+	} else {
+		reset = reset.Round(time.Millisecond)
+	}
+	h.Set("x-ratelimit-limit-"+unit, strconv.FormatInt(r.Limit, 10))
+	h.Set("x-ratelimit-remaining-"+unit, strconv.FormatInt(max(r.Remaining, 0), 10))
+	h.Set("x-ratelimit-reset-"+unit, reset.String())
+}
+
+func setLimitHeaders(h HeaderSetter, rule string, limit, remaining int64, resetAt, now time.Time) {
 	reset := int64(0)
 	if d := resetAt.Sub(now); d > 0 {
 		reset = int64((d + time.Second - 1) / time.Second)

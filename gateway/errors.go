@@ -115,15 +115,15 @@ func errUpstream(status int, err error) error {
 // and a body in the error shape of the route the client called.
 func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 	var (
-		status          int
-		typ, anthType   string
-		code, param     string
-		message         string
-		limit           *sluice.RefusalLimit
-		terminal        bool
-		retryAfter      time.Duration
-		rateLimitRefuse *sluice.Refusal
+		status        int
+		typ, anthType string
+		code, param   string
+		message       string
+		limit         *sluice.RefusalLimit
+		terminal      bool
+		retryAfter    time.Duration
 	)
+	h := &ctx.Response.Header
 	var (
 		req *llm.RequestError
 		ae  *apiError
@@ -134,7 +134,10 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		status, code, message, limit = hr.Status, hr.Code, hr.Message, hr.Limit
 		terminal, retryAfter = hr.Terminal, hr.RetryAfter
 		typ, anthType = errorTypes(code)
-		rateLimitRefuse = refusalIn(err)
+		// The library's one place for a refusal's headers (the lines
+		// below set the same Retry-After and x-should-retry again, as
+		// for the gateway's own errors).
+		hr.SetHeaders(h, time.Now())
 		var fh *fitHint
 		if errors.As(err, &fh) {
 			message += fmt.Sprintf(" The largest max_tokens that fits now is %d.", fh.maxTokens)
@@ -151,10 +154,6 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 			status, typ, anthType, code = 500, "server_error", "api_error", "internal_error"
 			message = "Internal error."
 		}
-	}
-	h := &ctx.Response.Header
-	if rateLimitRefuse != nil {
-		setLimitHeaders(h, rateLimitRefuse.Rule, rateLimitRefuse.Limit, rateLimitRefuse.Remaining, rateLimitRefuse.ResetAt, time.Now())
 	}
 	if retryAfter > 0 {
 		secs := (retryAfter + time.Second - 1) / time.Second
@@ -196,22 +195,6 @@ func errorTypes(code string) (openaiType, anthropicType string) {
 	return "server_error", "api_error"
 }
 
-// refusalIn returns the deciding rule of a rate, busy or budget refusal.
-func refusalIn(err error) *sluice.Refusal {
-	var rl *sluice.RateLimitError
-	var bz *sluice.BusyError
-	var bu *sluice.BudgetError
-	switch {
-	case errors.As(err, &rl):
-		return &rl.Refusal
-	case errors.As(err, &bz):
-		return &bz.Refusal
-	case errors.As(err, &bu):
-		return &bu.Refusal
-	}
-	return nil
-}
-
 // outcomeOf names a refusal for metrics: its outcome and its class.
 func outcomeOf(err error) (outcome, class string) {
 	switch {
@@ -244,51 +227,4 @@ func outcomeOf(err error) (outcome, class string) {
 		}
 	}
 	return "bad_request", "terminal"
-}
-
-// setLimitHeaders writes the X-RateLimit-* and IETF RateLimit fields for
-// the rule with the least room.
-// setOpenAILimitHeaders writes OpenAI's x-ratelimit-{limit,remaining,
-// reset}-<unit> for the rule of that unit with the least room, so that a
-// client (or another Sluice pacing from these headers) reads a Sluice
-// gateway as it reads OpenAI; the reset is a duration ("1s", "6m0s").
-func setOpenAILimitHeaders(h *fasthttp.ResponseHeader, unit string, r sluice.Headroom, now time.Time) {
-	if r.Rule == "" {
-		return
-	}
-	reset := max(r.ResetAt.Sub(now), 0)
-	if reset > time.Second {
-		reset = reset.Round(time.Second)
-	} else {
-		reset = reset.Round(time.Millisecond)
-	}
-	h.Set("x-ratelimit-limit-"+unit, strconv.FormatInt(r.Limit, 10))
-	h.Set("x-ratelimit-remaining-"+unit, strconv.FormatInt(max(r.Remaining, 0), 10))
-	h.Set("x-ratelimit-reset-"+unit, reset.String())
-}
-
-func setLimitHeaders(h *fasthttp.ResponseHeader, rule string, limit, remaining int64, resetAt, now time.Time) {
-	reset := int64(0)
-	if d := resetAt.Sub(now); d > 0 {
-		reset = int64((d + time.Second - 1) / time.Second)
-	}
-	remaining = max(0, remaining)
-	// Formatted into one stack buffer: these five headers are on every
-	// answer.
-	var buf [256]byte
-	b := strconv.AppendInt(buf[:0], limit, 10)
-	h.SetBytesV("X-RateLimit-Limit", b)
-	b = strconv.AppendInt(buf[:0], remaining, 10)
-	h.SetBytesV("X-RateLimit-Remaining", b)
-	b = strconv.AppendInt(buf[:0], reset, 10)
-	h.SetBytesV("X-RateLimit-Reset", b)
-	name := strconv.AppendQuote(buf[:0], rule)
-	b = append(name, ";q="...)
-	b = strconv.AppendInt(b, limit, 10)
-	h.SetBytesV("RateLimit-Policy", b)
-	b = append(name, ";r="...)
-	b = strconv.AppendInt(b, remaining, 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, reset, 10)
-	h.SetBytesV("RateLimit", b)
 }

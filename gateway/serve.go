@@ -550,12 +550,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 // setResultHeaders writes the admission's headers on a response.
 func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sluice.Reservation, capPer int64, clamped bool) {
 	r := res.Result()
-	now := time.Now()
-	if r.Rule != "" {
-		setLimitHeaders(h, r.Rule, r.Limit, r.Remaining, r.ResetAt, now)
-	}
-	setOpenAILimitHeaders(h, "requests", r.Requests, now)
-	setOpenAILimitHeaders(h, "tokens", r.Tokens, now)
+	r.SetHeaders(h, time.Now())
 	h.Set("X-Sluice-Model", cand.Name)
 	if r.FailedOpen {
 		// The limit store did not answer and every rule in play says
@@ -564,15 +559,6 @@ func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sl
 	}
 	if clamped {
 		h.Set("X-Sluice-Output-Cap", strconv.FormatInt(capPer, 10))
-	}
-	for _, w := range r.Warnings {
-		v := w.Rule + "; used=" + strconv.FormatInt(w.Used, 10) + "; limit=" + strconv.FormatInt(w.Limit, 10)
-		if w.Soft {
-			v += "; soft"
-		} else {
-			v += "; threshold=" + strconv.FormatFloat(w.Threshold, 'g', -1, 64)
-		}
-		h.Add("X-Sluice-Budget-Warning", v)
 	}
 }
 
