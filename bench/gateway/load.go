@@ -33,9 +33,13 @@ type target struct {
 func newTarget(name, addr, auth string, conns int) *target {
 	return &target{name: name, addr: addr, path: "/v1/chat/completions", auth: auth,
 		fast: &fasthttp.HostClient{
-			Addr:                     addr,
-			MaxConns:                 conns,
-			MaxIdleConnDuration:      time.Minute,
+			Addr:     addr,
+			MaxConns: conns,
+			// The gateway closes a connection idle for its header timeout
+			// (10 s by default), and a POST sent on a connection it has just
+			// closed fails, not retried: connections left idle while the
+			// other target is measured are dropped well before that.
+			MaxIdleConnDuration:      3 * time.Second,
 			ReadTimeout:              requestTimeout,
 			WriteTimeout:             requestTimeout,
 			NoDefaultUserAgentHeader: true,
