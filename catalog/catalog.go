@@ -54,9 +54,8 @@ type Options struct {
 	CacheSize int
 	// FlushInterval is how long the background flusher waits before it
 	// tries again after a failed write of the usage ledger. Entries are
-	// written as soon as they are recorded, those recorded during one
-	// write in the next (group commit), so that a crash loses only the
-	// entries of the write in progress. Zero means DefaultFlushInterval; a
+	// written within a few milliseconds of being recorded, together
+	// (group commit), so that a crash loses only those few milliseconds. Zero means DefaultFlushInterval; a
 	// negative value disables the background flusher (only Flush and
 	// Close write).
 	FlushInterval time.Duration
