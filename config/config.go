@@ -145,6 +145,11 @@ type Provider struct {
 	// and the client's own headers of those names are never forwarded.
 	Organization string `yaml:"organization,omitempty"`
 	Project      string `yaml:"project,omitempty"`
+	// OutputCapField is, on an openai-compatible provider, the chat field
+	// that carries the output cap: max_completion_tokens (the default,
+	// OpenAI's) or max_tokens, for a server that knows only the older
+	// name and would leave a call capped in the other unbounded.
+	OutputCapField string `yaml:"output_cap_field,omitempty"`
 }
 
 // APIKey reads the provider's key from env; "" when it has none.

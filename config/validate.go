@@ -243,6 +243,15 @@ func (v *checker) providers() {
 		if (p.Organization != "" || p.Project != "") && p.Kind != KindOpenAI && p.Kind != KindOpenAICompatible {
 			v.add(at, "organization and project are OpenAI headers: only an openai or openai-compatible provider sends them")
 		}
+		switch p.OutputCapField {
+		case "", "max_completion_tokens":
+		case "max_tokens":
+			if p.Kind != KindOpenAICompatible {
+				v.add(at+".output_cap_field", "is for openai-compatible providers")
+			}
+		default:
+			v.add(at+".output_cap_field", "must be max_completion_tokens or max_tokens, not %q", p.OutputCapField)
+		}
 		if p.APIKeyEnv != "" && !isVariableName(p.APIKeyEnv) {
 			v.add(at+".api_key_env", "must name an environment variable (like OPENAI_API_KEY), not hold the key itself")
 		}

@@ -136,6 +136,11 @@ type Provider struct {
 	// headers. The client's own headers of those names are never
 	// forwarded: the operator's account decides which project pays.
 	Organization, Project string
+	// OutputCapField, when "max_tokens" on an OpenAI-compatible provider,
+	// makes every chat call it is sent carry its output cap in max_tokens
+	// (as well as max_completion_tokens when the client sent that), for a
+	// server that reads only the older name.
+	OutputCapField string
 	// Pace holds a call, per model, while the provider's own rate-limit
 	// headers (OpenAI's x-ratelimit-*, Anthropic's anthropic-ratelimit-*)
 	// and its last 429's retry-after say it would refuse it, for up to

@@ -448,10 +448,14 @@ func (c *call) upstreamBody(cand *model, capPer int64, clamped bool) (body []byt
 	setCap := !b.NoOutput && (!b.HasMaxOutput || clamped || b.MaxOutputTokens > cand.MaxOutputTokens)
 	if c.rt.name == "chat" {
 		injected = b.Stream && !b.IncludeUsage
-		if setCap || injected {
+		maxTokensOnly := cand.provider.OutputCapField == "max_tokens" && !b.NoOutput
+		if setCap || injected || maxTokensOnly {
 			edit := openai.ChatEdit{IncludeUsage: injected}
-			if setCap {
+			if setCap || maxTokensOnly {
 				edit.OutputCap = capPer
+			}
+			if maxTokensOnly {
+				edit.CapField, edit.EnsureCapField = "max_tokens", true
 			}
 			body = openai.EditChat(body, b, edit)
 		}

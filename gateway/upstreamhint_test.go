@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -82,6 +83,46 @@ func TestGateway_ProviderAuthErrorIsNotTheClients(t *testing.T) {
 		}
 		if used := h.used("daily_tokens"); used != 0 {
 			t.Fatalf("budget charged %d for a call the provider refused, want 0", used)
+		}
+	}
+}
+
+// An OpenAI-compatible provider set to output_cap_field max_tokens gets the
+// cap in max_tokens whatever field the client used, so a server that reads
+// only the older name cannot leave the call unbounded.
+func TestGateway_OutputCapFieldForOlderServers(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&b)
+		mu.Lock()
+		bodies = append(bodies, b)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`)
+	}))
+	t.Cleanup(srv.Close)
+	h := startHarness(t, setup{tweak: []func(*gateway.Options){func(o *gateway.Options) {
+		o.Providers = append(slices.Clone(o.Providers), gateway.Provider{Name: "local", Kind: gateway.KindOpenAICompatible, BaseURL: srv.URL + "/v1",
+			OutputCapField: "max_tokens"})
+		o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "llama", Provider: "local", MaxOutputTokens: 500})
+	}}})
+	for _, caps := range []string{`"max_completion_tokens":40`, `"max_tokens":40`, `"max_tokens":40,"max_completion_tokens":40`, ``} {
+		body := `{"model":"llama",` + caps
+		if caps != "" {
+			body += ","
+		}
+		body += `"messages":[{"role":"user","content":"hi"}]}`
+		if r := h.post("/v1/chat/completions", body, nil); r.status != 200 {
+			t.Fatalf("%s: %d %s", caps, r.status, r.body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, want := range []float64{40, 40, 40, 500} {
+		if got, _ := bodies[i]["max_tokens"].(float64); got != want {
+			t.Errorf("call %d sent max_tokens %v, want %v (body %v)", i, bodies[i]["max_tokens"], want, bodies[i])
 		}
 	}
 }

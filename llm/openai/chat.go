@@ -160,6 +160,9 @@ type ChatEdit struct {
 	// CapField is the field inserted when the request has no cap: empty means
 	// max_completion_tokens; set "max_tokens" for servers that know only the older name.
 	CapField string
+	// EnsureCapField inserts CapField even when the request caps its output in the other
+	// field, for a server that reads only CapField.
+	EnsureCapField bool
 	// IncludeUsage sets stream_options.include_usage to true, inserting what is missing. Set
 	// it for streaming requests only: OpenAI rejects stream_options without stream.
 	IncludeUsage bool
@@ -180,8 +183,19 @@ func EditChat(body []byte, b llm.Bound, e ChatEdit) []byte {
 				set = true
 			}
 		}
+		field := cmp.Or(e.CapField, "max_completion_tokens")
+		if set && e.EnsureCapField {
+			span := b.Cap
+			if field == "max_tokens" {
+				span = b.AltCap
+			}
+			if !span.Present() {
+				insert = reqparse.Member(insert, field, value)
+			} else if reqparse.IsNullSpan(body, span) {
+				edits = append(edits, reqparse.Edit{Start: span.Start, End: span.End, Text: value})
+			}
+		}
 		if !set {
-			field := cmp.Or(e.CapField, "max_completion_tokens")
 			nullSpan := b.Cap
 			if field == "max_tokens" && b.AltCap.Present() || !b.Cap.Present() {
 				nullSpan = b.AltCap

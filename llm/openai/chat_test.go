@@ -337,3 +337,23 @@ func FuzzParseChat(f *testing.F) {
 		}
 	})
 }
+
+// EnsureCapField puts the cap in CapField too when the request capped its
+// output only in the other field.
+func TestEditChat_EnsureCapField(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"model":"m","max_completion_tokens":40,"messages":[{"role":"user","content":"x"}]}`, `{"max_tokens":7,"model":"m","max_completion_tokens":7,"messages":[{"role":"user","content":"x"}]}`},
+		{`{"model":"m","max_tokens":40,"messages":[{"role":"user","content":"x"}]}`, `{"model":"m","max_tokens":7,"messages":[{"role":"user","content":"x"}]}`},
+		{`{"model":"m","max_tokens":null,"max_completion_tokens":40,"messages":[{"role":"user","content":"x"}]}`, `{"model":"m","max_tokens":7,"max_completion_tokens":7,"messages":[{"role":"user","content":"x"}]}`},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}]}`, `{"max_tokens":7,"model":"m","messages":[{"role":"user","content":"x"}]}`},
+	} {
+		b, err := ParseChat([]byte(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := EditChat([]byte(tc.body), b, ChatEdit{OutputCap: 7, CapField: "max_tokens", EnsureCapField: true})
+		if string(got) != tc.want {
+			t.Errorf("%s: got %s, want %s", tc.body, got, tc.want)
+		}
+	}
+}
