@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -32,42 +31,10 @@ func TestServe_IdleConnectionFloodUnderALowDescriptorLimit(t *testing.T) {
 	}
 	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+admin,
 		"SLUICE_CONFIG="+cfgPath, "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN=")
-	create := exec.Command(bin, "keys", "create", "--workspace", "demo", "--user", "me")
-	create.Env = env
-	out, err := create.CombinedOutput()
-	if err != nil {
-		t.Fatalf("keys create: %v\n%s", err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	key := lines[len(lines)-1]
-
-	serve := exec.Command("sh", "-c", `ulimit -n 128 && exec "$0" serve`, bin)
-	serve.Env = env
-	var stderr strings.Builder
-	serve.Stderr = &stderr
-	stdout, _ := serve.StdoutPipe()
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	t.Cleanup(func() { _ = serve.Process.Kill(); <-exited })
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "curl http") {
-				close(ready)
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-		exited <- serve.Wait()
-	}()
-	select {
-	case <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not start:\n%s", stderr.String())
-	}
+	key := createKey(t, bin, env, "--workspace", "demo", "--user", "me")
+	shell := exec.Command("sh", "-c", `ulimit -n 128 && exec "$0" serve`, bin)
+	shell.Env = env
+	serve := startServe(t, shell)
 
 	var flood []net.Conn
 	for range 400 {
@@ -80,8 +47,8 @@ func TestServe_IdleConnectionFloodUnderALowDescriptorLimit(t *testing.T) {
 	t.Logf("%d idle connections open", len(flood))
 	time.Sleep(time.Second)
 	select {
-	case err := <-exited:
-		t.Fatalf("serve exited under the flood: %v\n%s", err, stderr.String())
+	case err := <-serve.exited:
+		t.Fatalf("serve exited under the flood: %v\n%s", err, serve.Stderr())
 	default:
 	}
 	// An idle connection that sends nothing is closed after header_timeout.
@@ -107,16 +74,16 @@ func TestServe_IdleConnectionFloodUnderALowDescriptorLimit(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no normal call after the flood: %v %v\n%s", resp, err, stderr.String())
+			t.Fatalf("no normal call after the flood: %v %v\n%s", resp, err, serve.Stderr())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	select {
-	case err := <-exited:
-		t.Fatalf("serve exited: %v\n%s", err, stderr.String())
+	case err := <-serve.exited:
+		t.Fatalf("serve exited: %v\n%s", err, serve.Stderr())
 	default:
 	}
-	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,50 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// startServe starts the built binary's serve with env and waits for its
-// banner; the process is killed at cleanup.
-func startServe(t *testing.T, bin string, env []string) *exec.Cmd {
-	t.Helper()
-	serve := exec.Command(bin, "serve")
-	serve.Env = env
-	stdout, _ := serve.StdoutPipe()
-	var stderr strings.Builder
-	serve.Stderr = &stderr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "curl http") {
-				close(ready)
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not start:\n%s", stderr.String())
-	}
-	return serve
-}
 
 // TestServe_LedgerSurvivesKill9 kills serve (SQLite store and catalog)
 // under load and starts it again: the workspace's ledger agrees with its
@@ -59,16 +25,9 @@ func TestServe_LedgerSurvivesKill9(t *testing.T) {
 	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+admin,
 		"SLUICE_CONFIG=", "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN="+token,
 		"SLUICE_RATE_PER_MINUTE=0", "SLUICE_MAX_IN_FLIGHT=0")
-	create := exec.Command(bin, "keys", "create", "--workspace", "crash", "--user", "me")
-	create.Env = env
-	out, err := create.CombinedOutput()
-	if err != nil {
-		t.Fatalf("keys create: %v\n%s", err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	key := lines[len(lines)-1]
+	key := createKey(t, bin, env, "--workspace", "crash", "--user", "me")
 
-	serve := startServe(t, bin, env)
+	serve := startServe(t, serveCmd(bin, env))
 	const clients, callTokens = 4, 16 + 5 // the reservation: about 5 input, 16 output
 	var done atomic.Int64
 	var wg sync.WaitGroup
@@ -99,15 +58,15 @@ func TestServe_LedgerSurvivesKill9(t *testing.T) {
 		})
 	}
 	time.Sleep(1500 * time.Millisecond)
-	if err := serve.Process.Kill(); err != nil { // SIGKILL
+	if err := serve.cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}
 	close(stop)
 	wg.Wait()
-	_ = serve.Wait()
+	serve.exited <- <-serve.exited // ended; left for the cleanup
 	t.Logf("%d calls answered 200 before the kill", done.Load())
 
-	startServe(t, bin, env)
+	startServe(t, serveCmd(bin, env))
 	get := func(path string) map[string]any {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://"+admin+path, nil)

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -27,40 +25,9 @@ func TestServe_TenantsShareNothing(t *testing.T) {
 		"SLUICE_CONFIG=", "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN="+token)
 	keys := map[string]string{}
 	for _, org := range []string{"orgA", "orgB"} {
-		create := exec.Command(bin, "keys", "create", "--org", org, "--workspace", "shared", "--user", "dup")
-		create.Env = env
-		out, err := create.CombinedOutput()
-		if err != nil {
-			t.Fatalf("keys create: %v\n%s", err, out)
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		keys[org] = lines[len(lines)-1]
+		keys[org] = createKey(t, bin, env, "--org", org, "--workspace", "shared", "--user", "dup")
 	}
-	serve := exec.Command(bin, "serve")
-	serve.Env = env
-	stdout, _ := serve.StdoutPipe()
-	var stderr strings.Builder
-	serve.Stderr = &stderr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "curl http") {
-				close(ready)
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not start:\n%s", stderr.String())
-	}
+	startServe(t, serveCmd(bin, env))
 
 	adminDo := func(method, path, body string) (int, map[string]any) {
 		t.Helper()
