@@ -3,7 +3,6 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -121,7 +120,6 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		message       string
 		limit         *sluice.RefusalLimit
 		terminal      bool
-		retryAfter    time.Duration
 	)
 	h := &ctx.Response.Header
 	var (
@@ -132,11 +130,8 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 	// the library's (sluice.HTTPRefusalOf), the error types the API's.
 	if hr, ok := sluice.HTTPRefusalOf(err); ok {
 		status, code, message, limit = hr.Status, hr.Code, hr.Message, hr.Limit
-		terminal, retryAfter = hr.Terminal, hr.RetryAfter
+		terminal = hr.Terminal
 		typ, anthType = errorTypes(code)
-		// The library's one place for a refusal's headers (the lines
-		// below set the same Retry-After and x-should-retry again, as
-		// for the gateway's own errors).
 		hr.SetHeaders(h, time.Now())
 		var fh *fitHint
 		if errors.As(err, &fh) {
@@ -149,22 +144,18 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 			message = req.Message
 		case errors.As(err, &ae):
 			status, typ, anthType, code, param, message = ae.status, ae.typ, ae.anthType, ae.code, ae.param, ae.message
-			terminal, retryAfter, limit = ae.terminal, ae.retryHint, ae.limit
+			terminal, limit = ae.terminal, ae.limit
+			// The gateway's own refusals get their retry headers where
+			// the library's do.
+			hr := sluice.HTTPRefusal{RetryAfter: ae.retryHint, Terminal: ae.terminal}
+			hr.SetHeaders(h, time.Now())
 		default:
 			status, typ, anthType, code = 500, "server_error", "api_error", "internal_error"
 			message = "Internal error."
 		}
 	}
-	if retryAfter > 0 {
-		secs := (retryAfter + time.Second - 1) / time.Second
-		h.Set("Retry-After", strconv.FormatInt(int64(secs), 10))
-		h.Set("retry-after-ms", strconv.FormatInt(retryAfter.Milliseconds(), 10))
-	}
-	if terminal {
-		h.Set("x-should-retry", "false")
-		if status == 429 {
-			status = terminalStatus(ctx)
-		}
+	if terminal && status == 429 {
+		status = terminalStatus(ctx)
 	}
 	var limitAny any
 	if limit != nil {
