@@ -9,15 +9,45 @@ import (
 )
 
 // waitQueues keeps the admissions waiting for a rate or concurrency rule,
-// one first-in first-out queue per counter, so that waiters on one subject
-// are served in arrival order. A waiter is a channel closed when it
-// reaches the front of its queue.
+// one fair queue per counter. A waiter is a channel closed when its turn
+// comes: one waiter per counter tries at a time, and the others wait for it
+// to be admitted, refused or out of time.
 type waitQueues struct {
 	count  atomic.Int64
 	mu     sync.Mutex
-	queues map[CounterKey][]chan struct{}
+	queues map[CounterKey]*fairQueue
 	// wake is closed (and replaced) when a settlement may have freed room.
 	wake chan struct{}
+}
+
+// fairQueue is the waiters on one counter, grouped in flows: the waiters of
+// one tenant (a workspace; a key, or an address, for requests without
+// one). A flow's waiters are served in arrival order, and the flows by
+// deficit round robin: each flow's turn adds a quantum to its deficit,
+// and its waiters are served while the deficit covers their cost (the
+// amount they charge this counter: 1 for a request or a call in flight, the
+// tokens for a token rate). So a tenant with many waiters never holds back
+// another's one, and a tenant of small calls is not held back by another's
+// large ones.
+type fairQueue struct {
+	flows map[string]*flow
+	// ring holds the flows with waiters in their order of service; the
+	// turn is ring[0]'s.
+	ring []*flow
+	// head is the waiter whose turn it is, nil while none is.
+	head *waiter
+}
+
+type flow struct {
+	name    string
+	waiters []*waiter
+	deficit int64
+}
+
+type waiter struct {
+	turn chan struct{}
+	flow *flow
+	cost int64
 }
 
 func (w *waitQueues) active() bool { return w.count.Load() > 0 }
@@ -27,49 +57,107 @@ func (w *waitQueues) existing(charges []Charge) (CounterKey, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := range charges {
-		if key := charges[i].Key; charges[i].Kind != KindBudget && len(w.queues[key]) > 0 {
+		if key := charges[i].Key; charges[i].Kind != KindBudget && w.queues[key] != nil {
 			return key, true
 		}
 	}
 	return CounterKey{}, false
 }
 
-func (w *waitQueues) join(key CounterKey) chan struct{} {
-	me := make(chan struct{})
+// join queues a waiter of flow name costing cost on key.
+func (w *waitQueues) join(key CounterKey, name string, cost int64) *waiter {
+	me := &waiter{turn: make(chan struct{}), cost: max(cost, 1)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.queues == nil {
-		w.queues = map[CounterKey][]chan struct{}{}
+		w.queues = map[CounterKey]*fairQueue{}
 	}
-	q := append(w.queues[key], me)
-	w.queues[key] = q
-	if len(q) == 1 {
-		close(me)
+	q := w.queues[key]
+	if q == nil {
+		q = &fairQueue{flows: map[string]*flow{}}
+		w.queues[key] = q
+	}
+	f := q.flows[name]
+	if f == nil {
+		f = &flow{name: name}
+		q.flows[name] = f
+		q.ring = append(q.ring, f)
+	}
+	me.flow = f
+	f.waiters = append(f.waiters, me)
+	if len(q.ring) == 1 && len(f.waiters) == 1 {
+		f.deficit = q.quantum() // the only flow: its turn begins
+	}
+	if q.head == nil {
+		q.next()
 	}
 	w.count.Add(1)
 	return me
 }
 
-func (w *waitQueues) leave(key CounterKey, me chan struct{}) {
+// leave takes me out of key's queue, and gives the turn on when it was
+// me's.
+func (w *waitQueues) leave(key CounterKey, me *waiter) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := w.queues[key]
-	for i, x := range q {
-		if x != me {
-			continue
+	f := me.flow
+	for i, x := range f.waiters {
+		if x == me {
+			f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
+			break
 		}
-		q = append(q[:i], q[i+1:]...)
-		if i == 0 && len(q) > 0 {
-			close(q[0])
-		}
-		break
 	}
-	if len(q) == 0 {
+	if len(f.waiters) == 0 {
+		delete(q.flows, f.name)
+		for i, x := range q.ring {
+			if x == f {
+				q.ring = append(q.ring[:i], q.ring[i+1:]...)
+				if i == 0 && len(q.ring) > 0 {
+					q.ring[0].deficit += q.quantum()
+				}
+				break
+			}
+		}
+	}
+	if q.head == me {
+		q.head = nil
+		q.next()
+	}
+	if len(q.ring) == 0 {
 		delete(w.queues, key)
-	} else {
-		w.queues[key] = q
 	}
 	w.count.Add(-1)
+}
+
+// next gives the turn to the next waiter by deficit round robin.
+func (q *fairQueue) next() {
+	if len(q.ring) == 0 {
+		return
+	}
+	quantum := q.quantum()
+	for {
+		f := q.ring[0]
+		if w := f.waiters[0]; f.deficit >= w.cost {
+			f.deficit -= w.cost
+			q.head = w
+			close(w.turn)
+			return
+		}
+		// f's turn is over; the next flow's begins.
+		q.ring = append(q.ring[1:], f)
+		q.ring[0].deficit += quantum
+	}
+}
+
+// quantum is the largest cost at the front of a flow, so that every turn
+// serves at least one waiter.
+func (q *fairQueue) quantum() int64 {
+	var m int64 = 1
+	for _, f := range q.ring {
+		m = max(m, f.waiters[0].cost)
+	}
+	return m
 }
 
 func (w *waitQueues) wakeChan() <-chan struct{} {
@@ -92,6 +180,18 @@ func (w *waitQueues) notify() {
 		w.wake = nil
 	}
 	w.mu.Unlock()
+}
+
+// flow names the tenant whose waiters are queued together: the workspace
+// (within its org), else the key, else the address.
+func (id *Identity) flow() string {
+	switch {
+	case id.Workspace != "":
+		return "w" + id.qualifiedValue(id.Workspace)
+	case id.Key != "":
+		return "k" + id.Key
+	}
+	return "i" + id.IP
 }
 
 // waitable reports whether err is a refusal worth waiting for with remaining
@@ -121,19 +221,24 @@ func decidingKey(charges []Charge) CounterKey {
 	return key
 }
 
-// wait queues the admission behind the earlier waiters on key and retries
-// it, as the head of the queue, until it is admitted, refused for good, or
-// out of time.
+// wait queues the admission on key's fair queue and retries it, when its
+// turn comes, until it is admitted, refused for good, or out of time.
 func (l *Limiter) wait(ctx context.Context, req *Request, r *Reservation, key CounterKey, start time.Time) (*Reservation, error) {
 	deadline := start.Add(req.MaxWait)
-	me := l.waiters.join(key)
+	var cost int64
+	for i := range r.batch.Charges {
+		if c := &r.batch.Charges[i]; c.Key == key {
+			cost = c.Amount
+		}
+	}
+	me := l.waiters.join(key, req.Identity.flow(), cost)
 	defer l.waiters.leave(key, me)
 	fail := func(err error) (*Reservation, error) {
 		l.refused.Add(1)
 		return nil, err
 	}
 	select {
-	case <-me:
+	case <-me.turn:
 	case <-ctx.Done():
 		return fail(ctx.Err())
 	case <-l.clock.After(deadline.Sub(start)):

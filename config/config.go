@@ -51,6 +51,10 @@ type Config struct {
 	// auto (the default: 429 with x-should-retry: false, or 402 to clients
 	// that retry every 429, the Vercel AI SDK), 429, 402 or 400.
 	TerminalStatus string `yaml:"terminal_status"`
+	// MaxWait is the longest a request may wait for rate and concurrency
+	// rules when it asks to (X-Sluice-Priority: batch, or X-Sluice-Max-Wait
+	// for less) (30s). A tier's max_wait replaces it for its keys.
+	MaxWait time.Duration `yaml:"max_wait"`
 	// HeaderTimeout is how long a client connection may take to send a
 	// request's headers (10s): one that never sends any is closed then.
 	HeaderTimeout time.Duration `yaml:"header_timeout"`
@@ -250,6 +254,9 @@ type Tier struct {
 	Promote *Promotion `yaml:"promote,omitempty"`
 	// SessionModel, when set, is the model of the tier's sessions.
 	SessionModel string `yaml:"session_model,omitempty"`
+	// MaxWait, when set, replaces the deployment's max_wait for the
+	// tier's keys.
+	MaxWait time.Duration `yaml:"max_wait,omitempty"`
 }
 
 // Sessions are the terms a session is minted with. A tier's percent scales

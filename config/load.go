@@ -23,6 +23,7 @@ const (
 	DefaultHeaderTimeout    = 10 * time.Second
 	DefaultRequestTimeout   = 10 * time.Minute
 	DefaultExpirySlack      = 30 * time.Second
+	DefaultMaxWait          = 30 * time.Second
 	DefaultUpstreamRetries  = 2
 	DefaultOpenAIBaseURL    = "https://api.openai.com/v1"
 	DefaultAnthropicBaseURL = "https://api.anthropic.com"
@@ -235,6 +236,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.HeaderTimeout == 0 {
 		c.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
 	}
 	if c.ExpirySlack == 0 {
 		c.ExpirySlack = DefaultExpirySlack

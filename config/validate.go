@@ -147,6 +147,9 @@ func (v *checker) server() {
 		// its reservation already swept.
 		v.add("expiry_slack", "must be from 1s to 1h, got %v", c.ExpirySlack)
 	}
+	if c.MaxWait < 0 || c.MaxWait > time.Hour {
+		v.add("max_wait", "must be from 1ms to 1h, got %v", c.MaxWait)
+	}
 	if c.Env != EnvDevelopment && c.Env != EnvProduction {
 		v.add(v.top("env"), "must be development or production, not %q", c.Env)
 	}
@@ -428,6 +431,9 @@ func (v *checker) tiers() {
 		at := fmt.Sprintf("tiers[%d]", i)
 		if t.Percent <= 0 {
 			v.add(at+".percent", "must be positive (100 means unchanged), got %d", t.Percent)
+		}
+		if t.MaxWait < 0 || t.MaxWait > time.Hour {
+			v.add(at+".max_wait", "must be from 1ms to 1h (or unset for the deployment's), got %v", t.MaxWait)
 		}
 		if t.Promote == nil {
 			continue

@@ -203,6 +203,9 @@ type Options struct {
 	// BatchMaxWait is how long a request marked X-Sluice-Priority: batch may
 	// wait for rate and concurrency rules (30 seconds).
 	BatchMaxWait time.Duration
+	// TierMaxWait replaces BatchMaxWait for the keys of a tier, by tier
+	// name.
+	TierMaxWait map[string]time.Duration
 	// PaceMaxWait is the longest a paced provider's call is held (10 s).
 	PaceMaxWait time.Duration
 	// TrustedProxies are the peers whose X-Forwarded-For is believed for

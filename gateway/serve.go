@@ -138,8 +138,8 @@ func (c *call) run() error {
 	}
 	c.ownKey = string(ctx.Request.Header.Peek(HeaderProviderKey))
 	c.tags = parseTags(ctx.Request.Header.Peek(HeaderTags))
-	if bytes.EqualFold(ctx.Request.Header.Peek(HeaderPriority), []byte("batch")) {
-		c.maxWait = g.opts.BatchMaxWait
+	if c.maxWait, err = g.maxWait(&ctx.Request.Header, who.Tier); err != nil {
+		return err
 	}
 	candidates := append([]*model{m}, m.fallbacks...)
 	var last error

@@ -102,6 +102,8 @@ func serve(args []string) error {
 		MaxConnsPerIP:    cfg.MaxConnectionsPerIP,
 		HeaderTimeout:    cfg.HeaderTimeout,
 		TerminalStatus:   cfg.TerminalStatus,
+		BatchMaxWait:     cfg.MaxWait,
+		TierMaxWait:      tierMaxWaits(cfg),
 		RequestTimeout:   cfg.RequestTimeout,
 		UpstreamRetries:  *cfg.UpstreamRetries,
 		TrustedProxies:   cfg.TrustedPrefixes(),
@@ -331,4 +333,15 @@ First call:
     -H 'Content-Type: application/json' \
     -d '{"model":"mock-small","messages":[{"role":"user","content":"hello"}],"max_tokens":16}'
 `, cfg.Listen)
+}
+
+// tierMaxWaits returns the tiers' own max_wait, by tier name.
+func tierMaxWaits(cfg *config.Config) map[string]time.Duration {
+	m := map[string]time.Duration{}
+	for _, t := range cfg.Tiers {
+		if t.MaxWait > 0 {
+			m[t.Name] = t.MaxWait
+		}
+	}
+	return m
 }
