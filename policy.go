@@ -228,6 +228,19 @@ func fingerprint(r *Rule, m Metric) uint64 {
 		h.Write([]byte{0})
 		h.Write([]byte(r.Org))
 	}
+	// A rule matched to other models counts other calls: its counters start
+	// afresh, as they do when its window changes. The order the models are
+	// listed in does not matter; a rule without a model match keeps its
+	// fingerprint.
+	if len(r.Match.Models) > 0 {
+		models := slices.Sorted(slices.Values(r.Match.Models))
+		h.Write([]byte{0})
+		h.Write([]byte("models"))
+		for _, m := range slices.Compact(models) {
+			h.Write([]byte{0})
+			h.Write([]byte(m))
+		}
+	}
 	return h.Sum64()
 }
 

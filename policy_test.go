@@ -431,3 +431,38 @@ func TestOverride_RaisedRateLimitKeepsUnitsUsed(t *testing.T) {
 	}
 	admit(t, l, byKey("k"))
 }
+
+// A rule matched to other models counts from zero, as after a change of its
+// window; the order its models are listed in is not a change.
+func TestPolicy_ChangingAModelMatchResetsTheCounters(t *testing.T) {
+	rule := daily(sluice.MetricRequests, 10)
+	rule.Match.Models = []string{"a", "b"}
+	l, _ := withRules(t, rule)
+	req := byKey("k")
+	req.Identity.Model = "a"
+	admitN(t, l, req, 3)
+	used := func() int64 { return effective(t, l, req.Identity, "daily").Used }
+	if got := used(); got != 3 {
+		t.Fatalf("used %d, want 3", got)
+	}
+	set := func(models ...string) {
+		t.Helper()
+		r := rule
+		r.Match.Models = models
+		if err := l.SetPolicy(sluice.Policy{Rules: []sluice.Rule{r}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("b", "a", "a")
+	if got := used(); got != 3 {
+		t.Fatalf("models reordered: used %d, want the same 3", got)
+	}
+	set("a", "b", "c")
+	if got := used(); got != 0 {
+		t.Fatalf("a model added to the match: used %d, want 0", got)
+	}
+	set("a", "b")
+	if got := used(); got != 3 {
+		t.Fatalf("the match restored: used %d, want the first counter's 3", got)
+	}
+}
