@@ -74,6 +74,10 @@ type Catalog struct {
 	cache *keyCache
 	led   *ledger
 
+	// pgConfig is the PostgreSQL connection's, for the listener of
+	// WatchPolicy; nil on SQLite.
+	pgConfig *pgx.ConnConfig
+
 	onFlushError func(error)
 	stop         chan struct{}
 	stopped      chan struct{}
@@ -138,9 +142,9 @@ func OpenSQLite(path string, opts Options) (*Catalog, error) {
 			return nil, fmt.Errorf("catalog: open sqlite %s: %w", path, err)
 		}
 		// Readers run beside the one writer in WAL mode; a few connections
-		// are plenty for the catalog's traffic.
-		db.SetMaxOpenConns(4)
-		db.SetMaxIdleConns(4)
+		// are plenty for the catalog's traffic (one more for WatchPolicy).
+		db.SetMaxOpenConns(5)
+		db.SetMaxIdleConns(5)
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
 		c, err := open(db, sqliteDialect, opts)
@@ -192,6 +196,7 @@ func OpenPostgres(ctx context.Context, url string, opts Options) (*Catalog, erro
 		db.Close()
 		return nil, fmt.Errorf("catalog: open postgres %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database, err)
 	}
+	c.pgConfig = cfg
 	return c, nil
 }
 

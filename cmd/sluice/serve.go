@@ -75,11 +75,30 @@ func serve(args []string) error {
 		return err
 	}
 	go limiter.RunSweeper(ctx, 5*time.Second, func(err error) { log.Error("sweep", "err", err) })
-	go everyInterval(ctx, 2*time.Second, func() {
-		if err := refreshOverrides(ctx, limiter, cat, cfg); err != nil {
-			log.Error("reload overrides", "err", err)
+	// Rules and overrides changed in the catalog, by any replica or
+	// straight in the database, apply at once: the catalog says when they
+	// change. A slow poll stays as a backstop.
+	refresh := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case refresh <- struct{}{}:
+		default:
 		}
-	})
+	}
+	go cat.WatchPolicy(ctx, 0, poke, watchErrors(log))
+	go everyInterval(ctx, 30*time.Second, poke)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-refresh:
+			}
+			if err := refreshOverrides(ctx, limiter, cat, cfg); err != nil {
+				log.Error("reload overrides", "err", err)
+			}
+		}
+	}()
 
 	providers, err := providersOf(ctx, cfg, log)
 	if err != nil {
@@ -344,4 +363,17 @@ func tierMaxWaits(cfg *config.Config) map[string]time.Duration {
 		}
 	}
 	return m
+}
+
+// watchErrors logs the first failure of the catalog's change watch in a
+// row, not each retry of it (the readiness check reports the catalog
+// down).
+func watchErrors(log *slog.Logger) func(error) {
+	var last time.Time
+	return func(err error) {
+		if time.Since(last) > time.Minute {
+			log.Warn("watching the catalog for rule and override changes failed; retrying every second", "err", err)
+		}
+		last = time.Now()
+	}
 }
