@@ -124,6 +124,12 @@ const (
 	// KindOpenAICompatible is any server speaking OpenAI's API; its BaseURL
 	// is required.
 	KindOpenAICompatible ProviderKind = "openai-compatible"
+	// KindAzure is Azure OpenAI: base_url is the resource's endpoint
+	// (https://NAME.openai.azure.com) with api_version, for deployment
+	// URLs, or its v1 API (https://NAME.openai.azure.com/openai/v1)
+	// without; the key is sent as api-key. A model's upstream_name is its
+	// deployment's name.
+	KindAzure ProviderKind = "azure"
 	// KindMock is the built-in mock provider: it needs no network, and no
 	// BaseURL unless it runs apart (sluice mock).
 	KindMock ProviderKind = "mock"
@@ -149,6 +155,9 @@ type Provider struct {
 	// and the client's own headers of those names are never forwarded.
 	Organization string `yaml:"organization,omitempty"`
 	Project      string `yaml:"project,omitempty"`
+	// APIVersion, on an azure provider, is the api-version its deployment
+	// URLs carry (2024-10-21, say); empty uses the v1 API.
+	APIVersion string `yaml:"api_version,omitempty"`
 	// OutputCapField is, on an openai-compatible provider, the chat field
 	// that carries the output cap: max_completion_tokens (the default,
 	// OpenAI's) or max_tokens, for a server that knows only the older

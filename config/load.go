@@ -29,6 +29,7 @@ const (
 	DefaultAnthropicBaseURL = "https://api.anthropic.com"
 	DefaultOpenAIKeyEnv     = "OPENAI_API_KEY"
 	DefaultAnthropicKeyEnv  = "ANTHROPIC_API_KEY"
+	DefaultAzureKeyEnv      = "AZURE_OPENAI_API_KEY"
 )
 
 // The environment variables that Load and Parse read. A variable that is
@@ -265,6 +266,8 @@ func (c *Config) applyDefaults() {
 		case KindAnthropic:
 			setString(&p.BaseURL, DefaultAnthropicBaseURL)
 			setString(&p.APIKeyEnv, DefaultAnthropicKeyEnv)
+		case KindAzure:
+			setString(&p.APIKeyEnv, DefaultAzureKeyEnv)
 		}
 	}
 	for i := range c.Models {

@@ -223,7 +223,7 @@ func redactURL(s string) string {
 	return s
 }
 
-var providerKinds = []ProviderKind{KindOpenAI, KindAnthropic, KindOpenAICompatible, KindMock}
+var providerKinds = []ProviderKind{KindOpenAI, KindAnthropic, KindOpenAICompatible, KindAzure, KindMock}
 
 func (v *checker) providers() {
 	seen := map[string]int{}
@@ -232,10 +232,16 @@ func (v *checker) providers() {
 		at := fmt.Sprintf("providers[%d]", i)
 		v.name(at, p.Name, seen, i, "providers")
 		if !slices.Contains(providerKinds, p.Kind) {
-			v.add(at+".kind", "unknown kind %q (use openai, anthropic, openai-compatible or mock)", p.Kind)
+			v.add(at+".kind", "unknown kind %q (use openai, anthropic, openai-compatible, azure or mock)", p.Kind)
 		}
-		if p.BaseURL == "" && p.Kind == KindOpenAICompatible {
-			v.add(at+".base_url", "is required for kind openai-compatible")
+		if p.BaseURL == "" && (p.Kind == KindOpenAICompatible || p.Kind == KindAzure) {
+			v.add(at+".base_url", "is required for kind %s", p.Kind)
+		}
+		if p.APIVersion != "" && p.Kind != KindAzure {
+			v.add(at+".api_version", "is for azure providers")
+		}
+		if p.Kind == KindAzure && p.APIVersion == "" && p.BaseURL != "" && !strings.HasSuffix(strings.TrimSuffix(p.BaseURL, "/"), "/openai/v1") {
+			v.add(at+".base_url", "an azure provider without api_version uses the v1 API: the base URL ends in /openai/v1 (https://NAME.openai.azure.com/openai/v1), or set api_version for deployment URLs")
 		}
 		if p.BaseURL != "" {
 			u, err := url.Parse(p.BaseURL)
@@ -249,8 +255,8 @@ func (v *checker) providers() {
 		switch p.OutputCapField {
 		case "", "max_completion_tokens":
 		case "max_tokens":
-			if p.Kind != KindOpenAICompatible {
-				v.add(at+".output_cap_field", "is for openai-compatible providers")
+			if p.Kind != KindOpenAICompatible && p.Kind != KindAzure {
+				v.add(at+".output_cap_field", "is for openai-compatible and azure providers")
 			}
 		default:
 			v.add(at+".output_cap_field", "must be max_completion_tokens or max_tokens, not %q", p.OutputCapField)

@@ -48,7 +48,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	}()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	p.prepare(req, &c.ctx.Request.Header, c.rt.path, body, apiKey, c.bound.Stream)
+	p.prepare(req, &c.ctx.Request.Header, c.rt.path, cand.UpstreamName, body, apiKey, c.bound.Stream)
 	deadline := c.deadline
 	resp := fasthttp.AcquireResponse()
 	pc := p.pacerFor(cand.UpstreamName)

@@ -117,7 +117,12 @@ const (
 	KindOpenAI           = "openai"
 	KindAnthropic        = "anthropic"
 	KindOpenAICompatible = "openai-compatible"
-	KindMock             = "mock"
+	// KindAzure is Azure OpenAI: the api-key header, and with APIVersion
+	// the deployment URLs ({base}/openai/deployments/{upstream model}/...
+	// ?api-version=...); without, the v1 API at a base URL ending in
+	// /openai/v1, the model in the body as with OpenAI.
+	KindAzure = "azure"
+	KindMock  = "mock"
 )
 
 // Provider is an upstream API.
@@ -136,6 +141,9 @@ type Provider struct {
 	// headers. The client's own headers of those names are never
 	// forwarded: the operator's account decides which project pays.
 	Organization, Project string
+	// APIVersion, on an Azure provider, selects its deployment URLs and is
+	// sent as their api-version.
+	APIVersion string
 	// OutputCapField, when "max_tokens" on an OpenAI-compatible provider,
 	// makes every chat call it is sent carry its output cap in max_tokens
 	// (as well as max_completion_tokens when the client sent that), for a

@@ -41,7 +41,7 @@ func (p *provider) serves(rt *route) bool {
 
 func newProvider(p Provider, timeout time.Duration) (*provider, error) {
 	switch p.Kind {
-	case KindOpenAI, KindAnthropic, KindOpenAICompatible, KindMock:
+	case KindOpenAI, KindAnthropic, KindOpenAICompatible, KindAzure, KindMock:
 	default:
 		return nil, fmt.Errorf("gateway: provider %q: unknown kind %q", p.Name, p.Kind)
 	}
@@ -52,7 +52,7 @@ func newProvider(p Provider, timeout time.Duration) (*provider, error) {
 	pp := &provider{Provider: p, host: u.Host, prefix: strings.TrimSuffix(u.Path, "/"), tls: u.Scheme == "https", scheme: u.Scheme, paths: map[string]string{}}
 	for path := range routes {
 		pp.paths[path] = pp.prefix + path
-		if p.Kind == KindOpenAI || p.Kind == KindOpenAICompatible {
+		if p.Kind == KindOpenAI || p.Kind == KindOpenAICompatible || p.Kind == KindAzure {
 			// As in the OpenAI SDK, the base URL ends with the version.
 			pp.paths[path] = pp.prefix + strings.TrimPrefix(path, "/v1")
 		}
@@ -84,12 +84,12 @@ func newProvider(p Provider, timeout time.Duration) (*provider, error) {
 	return pp, nil
 }
 
-// prepare fills an upstream request for path with body, authenticated with
-// apiKey (the provider's, or the client's own), copying the client headers
-// that the provider's API reads.
-func (p *provider) prepare(req *fasthttp.Request, client *fasthttp.RequestHeader, path string, body []byte, apiKey string, stream bool) {
+// prepare fills an upstream request for path with body for the provider's
+// model upstream, authenticated with apiKey (the provider's, or the client's
+// own), copying the client headers that the provider's API reads.
+func (p *provider) prepare(req *fasthttp.Request, client *fasthttp.RequestHeader, path, upstream string, body []byte, apiKey string, stream bool) {
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(p.paths[path])
+	req.SetRequestURI(p.uri(path, upstream))
 	req.Header.SetHost(p.host)
 	req.URI().SetScheme(p.scheme)
 	req.Header.SetContentType("application/json")
@@ -100,6 +100,10 @@ func (p *provider) prepare(req *fasthttp.Request, client *fasthttp.RequestHeader
 	case KindAnthropic:
 		if apiKey != "" {
 			req.Header.Set("x-api-key", apiKey)
+		}
+	case KindAzure:
+		if apiKey != "" {
+			req.Header.Set("api-key", apiKey)
 		}
 	default:
 		if apiKey != "" {
@@ -128,6 +132,20 @@ func (p *provider) prepare(req *fasthttp.Request, client *fasthttp.RequestHeader
 		req.Header.Set("anthropic-version", "2023-06-01")
 	}
 	req.SetBodyRaw(body)
+}
+
+// uri is the upstream request URI of a route's path for model upstream:
+// the path under the base URL, or for an Azure provider with an API
+// version, its deployment's (the Responses API is not per deployment).
+func (p *provider) uri(path, upstream string) string {
+	if p.Kind != KindAzure || p.APIVersion == "" {
+		return p.paths[path]
+	}
+	rest := strings.TrimPrefix(path, "/v1")
+	if rest == "/responses" {
+		return p.prefix + "/openai" + rest + "?api-version=" + url.QueryEscape(p.APIVersion)
+	}
+	return p.prefix + "/openai/deployments/" + url.PathEscape(upstream) + rest + "?api-version=" + url.QueryEscape(p.APIVersion)
 }
 
 // backoff returns the pause before upstream attempt n (1-based): full
