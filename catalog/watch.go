@@ -108,4 +108,3 @@ func (c *Catalog) pollDataVersion(ctx context.Context, poll time.Duration, chang
 		}
 	}
 }
-
