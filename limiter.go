@@ -75,6 +75,7 @@ type Limiter struct {
 	policy  atomic.Pointer[compiledPolicy]
 	nextID  atomic.Uint64
 	waiters waitQueues
+	turns   turns
 
 	admitted, refused, overruns, failedOpen atomic.Int64
 }
@@ -211,6 +212,9 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	if !ok {
 		return l.refusal(r.batch.Charges)
 	}
+	if req.Turn != "" {
+		l.turns.admitted(r.batch.Charges, req.Identity.Key, req.Turn, now)
+	}
 	l.admitted.Add(1)
 	return nil
 }
@@ -277,6 +281,9 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		}
 		if !rule.hasTag {
 			c.Key.Subject = l.subjectOf(rule, id, charges[:len(charges)-1])
+			if req.Turn != "" && turnCounted(c) && l.turns.charged(c, id.Key, req.Turn, now) {
+				c.Amount = 0
+			}
 			continue
 		}
 		// One charge per distinct tag.

@@ -199,6 +199,14 @@ type Request struct {
 	// Timeout is the model deadline; leases and reservations expire at
 	// Timeout plus Options.ExpirySlack. Zero means Options.DefaultTimeout.
 	Timeout time.Duration
+	// Turn, when set, groups the calls of one turn of an agent (several
+	// model calls answering one user message): a rate rule on requests
+	// charges the turn's first call and not the next ones, per API key,
+	// within the rule's window and for at most MaxTurnCalls calls. Token and
+	// cost rules count every call. The Limiter remembers turns itself, so
+	// over several replicas a turn is charged once by each replica it
+	// reaches.
+	Turn string
 	// MaxWait lets the admission wait for rate and concurrency rules (never
 	// budgets), in arrival order per subject. Zero refuses at once.
 	MaxWait time.Duration

@@ -243,7 +243,9 @@ func (r *Reservation) begin(u *Usage, release bool) (time.Time, bool) {
 		switch {
 		case release:
 			c.Actual = 0
-		case !reported || c.Kind == KindConcurrency:
+		case !reported || c.Kind == KindConcurrency || c.rule.metric == MetricRequests:
+			// A call is one request whatever it used (or none, for a later
+			// call of a turn already counted).
 			c.Actual = c.Amount
 		default:
 			c.Actual = u.amountOf(c.rule.metric)

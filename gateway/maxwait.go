@@ -15,6 +15,27 @@ import (
 // not to wait. X-Sluice-Priority: batch alone waits up to the bound.
 const HeaderMaxWait = "X-Sluice-Max-Wait"
 
+// HeaderTurn groups the calls of one agent turn (the model calls that
+// answer one user message): a rate rule on requests charges the turn once
+// per key within its window (sluice.Request.Turn). Token and cost rules
+// count every call.
+const HeaderTurn = "X-Sluice-Turn"
+
+// turnOf reads the request's turn id: empty without the header, 400 when
+// it is not one short printable value.
+func turnOf(h *fasthttp.RequestHeader) (string, error) {
+	raw := h.Peek(HeaderTurn)
+	if raw == nil {
+		return "", nil
+	}
+	v, err := parseAssertedValue(raw)
+	if err != nil {
+		return "", &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "invalid_turn", param: HeaderTurn,
+			message: "The " + HeaderTurn + " header " + err.Error() + "; it must be one id of at most 256 bytes, without control characters."}
+	}
+	return v, nil
+}
+
 // maxWait returns how long the call may wait for rate and concurrency
 // rules: 0 unless it asks to, and never beyond its tier's bound.
 func (g *Gateway) maxWait(h *fasthttp.RequestHeader, tier string) (time.Duration, error) {

@@ -40,6 +40,7 @@ type call struct {
 	ownKey  string
 	tags    []string
 	maxWait time.Duration
+	turn    string // X-Sluice-Turn
 	// capPer is the output cap per completion sent to the provider.
 	capPer int64
 	event  Event
@@ -139,6 +140,9 @@ func (c *call) run() error {
 	c.ownKey = string(ctx.Request.Header.Peek(HeaderProviderKey))
 	c.tags = parseTags(ctx.Request.Header.Peek(HeaderTags))
 	if c.maxWait, err = g.maxWait(&ctx.Request.Header, who.Tier); err != nil {
+		return err
+	}
+	if c.turn, err = turnOf(&ctx.Request.Header); err != nil {
 		return err
 	}
 	candidates := append([]*model{m}, m.fallbacks...)
@@ -327,6 +331,7 @@ func (c *call) request(cand *model, capPer int64) sluice.Request {
 		OutputPrice: price.Output,
 		Timeout:     c.g.opts.RequestTimeout,
 		MaxWait:     c.maxWait,
+		Turn:        c.turn,
 	}
 }
 
