@@ -73,6 +73,7 @@ func TestGateway_AzureProvider(t *testing.T) {
 			gateway.Model{Name: "az-gpt", Provider: "azure-deployments", UpstreamName: "my gpt deployment", MaxOutputTokens: 1000},
 			gateway.Model{Name: "az-v1", Provider: "azure-v1", UpstreamName: "gpt-4o-mini", MaxOutputTokens: 1000})
 	})
+	calls := 0
 	for _, c := range []struct {
 		model, path, rawQuery, key string
 		stream                     bool
@@ -91,6 +92,10 @@ func TestGateway_AzureProvider(t *testing.T) {
 		if r.status != 200 {
 			t.Fatalf("%s: %d %s", c.model, r.status, r.body)
 		}
+		// Settled (a stream after its last byte): the budget holds the
+		// usage, not the reservation.
+		calls++
+		h.rec.waitUsage(t, calls)
 		req := shim.last()
 		if got := req.URL.EscapedPath(); got != c.path || req.URL.RawQuery != c.rawQuery {
 			t.Errorf("%s: sent to %s?%s, want %s?%s", c.model, got, req.URL.RawQuery, c.path, c.rawQuery)

@@ -11,9 +11,11 @@ package testenv
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
+	neturl "net/url"
 	"os"
 	"slices"
 	"strings"
@@ -43,14 +45,86 @@ func RedisURL(tb testing.TB) string {
 
 // PostgresURL returns SLUICE_TEST_POSTGRES_URL, after creating the database
 // it names when that does not exist yet, so that no test depends on the
-// database's name. Unset, tb is skipped, unless CI=true, where it fails.
+// database's name, with its search_path set to a schema of the test
+// process's own (made here, dropped by Run), so that the tests of packages
+// run at once, or of two checkouts of different versions, never share
+// tables. A URL that sets search_path itself keeps it. Unset, tb is
+// skipped, unless CI=true, where it fails.
 func PostgresURL(tb testing.TB) string {
 	tb.Helper()
 	url := lookup(tb, PostgresVar)
 	if err := ensureDatabase(url); err != nil {
 		tb.Fatalf("testenv: %s: %v", PostgresVar, err)
 	}
-	return url
+	own, err := processSchema(url)
+	if err != nil {
+		tb.Fatalf("testenv: %s: %v", PostgresVar, err)
+	}
+	return own
+}
+
+// schemas are the test process's own schemas, one per database URL, made
+// by the first PostgresURL for that URL.
+var schemas struct {
+	mu  sync.Mutex
+	own map[string]ownSchema // by base URL
+}
+
+type ownSchema struct{ name, url string }
+
+// processSchema returns base with search_path set to the process's schema
+// in base's database, making it the first time.
+func processSchema(base string) (string, error) {
+	schemas.mu.Lock()
+	defer schemas.mu.Unlock()
+	if s, ok := schemas.own[base]; ok {
+		return s.url, nil
+	}
+	u, err := neturl.Parse(base)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Query().Has("search_path") {
+		return base, nil // not a URL this can extend: used as it is
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := fmt.Sprintf("t_proc_%d_%x", os.Getpid(), b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return "", fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create schema %s: %w", name, err)
+	}
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	if schemas.own == nil {
+		schemas.own = map[string]ownSchema{}
+	}
+	schemas.own[base] = ownSchema{name: name, url: u.String()}
+	return u.String(), nil
+}
+
+// dropSchemas drops the schemas the process made.
+func dropSchemas() error {
+	schemas.mu.Lock()
+	defer schemas.mu.Unlock()
+	var errs []error
+	for base, s := range schemas.own {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		conn, err := pgx.Connect(ctx, base)
+		if err == nil {
+			_, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s.name}.Sanitize()+" CASCADE")
+			conn.Close(ctx)
+		}
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("drop the tests' schema %s: %w", s.name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func lookup(tb testing.TB, name string) string {
@@ -78,6 +152,9 @@ func example(name string) string {
 // calls os.Exit(testenv.Run(m)).
 func Run(m *testing.M) int {
 	code := m.Run()
+	if err := dropSchemas(); err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
+	}
 	skips.report(os.Stdout)
 	return code
 }
