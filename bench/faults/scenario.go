@@ -90,14 +90,14 @@ type result struct {
 	// holdsAfter is how long after the last answer the store's counters
 	// equalled what the clients were served, and the ledger the store, for
 	// both workspaces; -1 for never within the bound.
-	holdsAfter            time.Duration
-	storeUsed, served     [2]int64 // per workspace: cap, budget
-	ledger                [2]int64
-	othersRefused         int // 503s (or errors) from replicas that had no fault
-	othersServedDuring    int // their 200s during the fault
-	byStatus              map[string]int
-	noRetryAfter          int // 503 or 429 without Retry-After
-	errs                  []string
+	holdsAfter         time.Duration
+	storeUsed, served  [2]int64 // per workspace: cap, budget
+	ledger             [2]int64
+	othersRefused      int // 503s (or errors) from replicas that had no fault
+	othersServedDuring int // their 200s during the fault
+	byStatus           map[string]int
+	noRetryAfter       int // 503 or 429 without Retry-After
+	errs               []string
 }
 
 const (
