@@ -35,7 +35,7 @@ func (r *result) broken() []string {
 	if !r.budgetExhausted {
 		fail("the budget workspace was never refused by its budget (%d of %d tokens served)", r.budgetServed, tokenBudget)
 	}
-	if r.capFreeAfter < 0 || r.capFreeAfter > capFreeWithin {
+	if r.capFreeAfter < 0 || r.capFreeAfter > capFreeWithin+r.slack {
 		fail("concurrency cap not free within %s of the last answer", capFreeWithin)
 	}
 	if r.holdsAfter < 0 {
@@ -46,11 +46,11 @@ func (r *result) broken() []string {
 		if r.first503 < 0 {
 			fail("no call answered 503 during the fault")
 		}
-		if r.slowest503 > answer503Within {
+		if r.slowest503 > answer503Within+r.slack {
 			fail("a call answered 503 after %s, want within %s", r.slowest503.Round(time.Millisecond), answer503Within)
 		}
 	}
-	if r.recovered < 0 || r.recovered > recoverWithin {
+	if r.recovered < 0 || r.recovered > recoverWithin+r.slack {
 		fail("faulty replicas not serving again within %s of the fault's end", recoverWithin)
 	}
 	if r.sc.faulty > 0 {

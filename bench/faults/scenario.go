@@ -79,7 +79,7 @@ type answer struct {
 // result is what one scenario measured.
 type result struct {
 	sc              scenario
-	fault           time.Duration
+	fault, slack    time.Duration
 	first503        time.Duration // from the fault's start to the first 503; -1 for none
 	slowest503      time.Duration // the longest call answered 503
 	recovered       time.Duration // from the fault's end to the faulty replicas' first 200 sent after it; -1 for never
@@ -122,7 +122,7 @@ func (s *suite) run(ctx context.Context, sc scenario, fault time.Duration) (*res
 	if faulty == 0 {
 		faulty = sc.replicas
 	}
-	res := &result{sc: sc, fault: fault, byStatus: map[string]int{}}
+	res := &result{sc: sc, fault: fault, slack: s.slack, byStatus: map[string]int{}}
 	log := &answerLog{}
 	record := log.add
 	// Clients are stopped between calls, never in one: a call cancelled by

@@ -22,18 +22,26 @@ import (
 //
 // The first attempt waits one timeout: the server's statement_timeout is
 // the store's timeout, so by then a statement the server had received is
-// over, committed or cancelled. Limit: a statement held up in the network
-// for longer than that reaches the server after the release and commits;
-// the sweep settles what it holds at the batch's deadline.
+// over, committed or cancelled. But a statement held up in the network (a
+// congested or stalled link, bytes a proxy still holds) can reach the
+// server after the release and commit then. So the release, once taken, is
+// sent again, at pauses doubling from cancelRepeatMin to cancelRepeatMax,
+// until the batch's deadline (when the sweep settles what is left): a late
+// admission holds its places for about as long as it was late, at most
+// cancelRepeatMax. Releasing twice is harmless: the reservation row and
+// the leases are gone after the first.
 
 // maxCancels bounds the releases outstanding at once; past it, an
 // admission whose caller gave up is left to its lease expiry and the sweep.
 const maxCancels = 10_000
 
-// Retry pauses of a release that failed.
+// Pauses of a release: retries of one that failed, and repeats of one
+// taken.
 const (
-	cancelRetryMin = 50 * time.Millisecond
-	cancelRetryMax = time.Second
+	cancelRetryMin  = 50 * time.Millisecond
+	cancelRetryMax  = time.Second
+	cancelRepeatMin = 250 * time.Millisecond
+	cancelRepeatMax = 5 * time.Second
 )
 
 // mayHaveRun reports whether a call that failed with err may have been
@@ -48,8 +56,7 @@ func mayHaveRun(err error) bool {
 }
 
 // cancelLater releases, from a goroutine of its own, the admission of b
-// whose caller gave up, until the database takes it or the batch's
-// deadline passes.
+// whose caller gave up, again and again until the batch's deadline.
 func (s *Store) cancelLater(now time.Time, b *sluice.Batch) {
 	release := &sluice.Batch{ID: b.ID, Deadline: b.Deadline, Charges: make([]sluice.Charge, 0, len(b.Charges))}
 	known := false
@@ -76,7 +83,7 @@ func (s *Store) cancelLater(now time.Time, b *sluice.Batch) {
 	go func() {
 		defer s.cancels.Done()
 		defer s.pendingCancels.Add(-1)
-		pause, retry := s.timeout, cancelRetryMin
+		pause, retry, repeat := s.timeout, cancelRetryMin, cancelRepeatMin
 		for {
 			t := time.NewTimer(pause)
 			select {
@@ -88,10 +95,11 @@ func (s *Store) cancelLater(now time.Time, b *sluice.Batch) {
 			if time.Now().After(until) {
 				return
 			}
-			if err := s.Settle(context.Background(), time.Now(), release); err == nil {
-				return
+			if err := s.Settle(context.Background(), time.Now(), release); err != nil {
+				pause, retry = retry, min(2*retry, cancelRetryMax)
+				continue
 			}
-			pause, retry = retry, min(2*retry, cancelRetryMax)
+			pause, repeat, retry = repeat, min(2*repeat, cancelRepeatMax), cancelRetryMin
 		}
 	}()
 }
