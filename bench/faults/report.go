@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -88,12 +89,12 @@ func markdown(results []*result, fault time.Duration, command string) string {
 		"when the store cannot answer; serving again within %s of the fault's end; the cap free within %s of the last answer, "+
 		"the store's counters equal to the tokens served (nothing held or charged for a 503) and the ledger equal to the store.\n\n",
 		fault, concurrencyCap, tokenBudget, answer503Within, recoverWithin, capFreeWithin)
-	b.WriteString("| scenario | fault | first 503 after the fault began | slowest 503 | serving again after the fault | in flight, at most (cap 3) | budget served (limit 200000) | cap free / store = served = ledger, after the last answer | result |\n")
+	b.WriteString("| scenario | fault | first 503 after the fault began | 503 answered after: median / slowest | serving again after the fault | in flight, at most (cap 3) | budget served (limit 200000) | cap free / store = served = ledger, after the last answer | result |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range results {
 		first, slowest := "none", "none"
 		if r.first503 >= 0 {
-			first, slowest = ms(r.first503), ms(r.slowest503)
+			first, slowest = ms(r.first503), ms(r.median503())+" / "+ms(r.slowest503)
 		}
 		verdict := "holds"
 		if br := r.broken(); len(br) > 0 {
@@ -116,4 +117,14 @@ func markdown(results []*result, fault time.Duration, command string) string {
 	}
 	fmt.Fprintf(&b, "\n(`%s`)\n", command)
 	return b.String()
+}
+
+// median503 is the median time of the calls answered 503.
+func (r *result) median503() time.Duration {
+	d := slices.Clone(r.durations503)
+	if len(d) == 0 {
+		return -1
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
 }

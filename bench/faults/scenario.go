@@ -38,7 +38,11 @@ type scenario struct {
 
 // scenarios is the suite, each fault on Redis and on PostgreSQL, the cut
 // replica on Redis. Latency and the stall are above both stores' timeouts
-// (Redis 250 ms, the gateway's PostgreSQL store 400 ms).
+// (Redis 250 ms, the gateway's PostgreSQL store 400 ms). A stall is tried
+// two ways: bytes dropped (toxiproxy's timeout toxic: nothing arrives) and
+// bytes held, then delivered when it ends (a latency longer than the fault,
+// removed: toxiproxy delivers what it holds), where admissions reach the
+// store after their callers gave up.
 func scenarios() []scenario {
 	var all []scenario
 	for _, store := range []string{"redis", "postgres"} {
@@ -50,6 +54,10 @@ func scenarios() []scenario {
 				what: "connections held, no byte through either way (toxiproxy timeout 0)",
 				toxics: []string{`{"name":"stall_up","type":"timeout","stream":"upstream","attributes":{"timeout":0}}`,
 					`{"name":"stall_down","type":"timeout","stream":"downstream","attributes":{"timeout":0}}`}},
+			scenario{name: store + "-held", store: store, replicas: 1, expect503: true,
+				what: "every byte held both ways for the fault, then delivered (a paused server, a partition that heals)",
+				toxics: []string{`{"name":"held_up","type":"latency","stream":"upstream","attributes":{"latency":600000}}`,
+					`{"name":"held_down","type":"latency","stream":"downstream","attributes":{"latency":600000}}`}},
 			scenario{name: store + "-reset", store: store, replicas: 1, expect503: true,
 				what:   "every connection reset (RST) when the store answers: the call reached it",
 				toxics: []string{`{"name":"reset","type":"reset_peer","stream":"downstream","attributes":{"timeout":0}}`}},
@@ -82,6 +90,7 @@ type result struct {
 	fault, slack    time.Duration
 	first503        time.Duration // from the fault's start to the first 503; -1 for none
 	slowest503      time.Duration // the longest call answered 503
+	durations503    []time.Duration
 	recovered       time.Duration // from the fault's end to the faulty replicas' first 200 sent after it; -1 for never
 	capMax          int           // calls in flight at the provider at once, per workspace, at most
 	capFreeAfter    time.Duration // from the last answer to the cap free in the store; -1 for never
@@ -233,6 +242,7 @@ func (s *suite) run(ctx context.Context, sc scenario, fault time.Duration) (*res
 				res.first503 = d
 			}
 			res.slowest503 = max(res.slowest503, a.got.Sub(a.sent))
+			res.durations503 = append(res.durations503, a.got.Sub(a.sent))
 		}
 	}
 	res.budgetServed = res.served[1]
