@@ -137,7 +137,8 @@ func (s *suite) run(ctx context.Context, sc scenario, fault time.Duration) (*res
 	// Clients are stopped between calls, never in one: a call cancelled by
 	// its client is charged what the provider did, not what it answered.
 	var stopped atomic.Bool
-	var wg sync.WaitGroup
+	var wg, spenders sync.WaitGroup
+	defer func() { stopped.Store(true); wg.Wait(); spenders.Wait() }()
 	// The steady load: two clients per replica on the cap workspace, calls
 	// of 20 ms at the provider.
 	for i := range 2 * sc.replicas {
@@ -153,7 +154,6 @@ func (s *suite) run(ctx context.Context, sc scenario, fault time.Duration) (*res
 			}
 		})
 	}
-	defer func() { stopped.Store(true); wg.Wait() }()
 	logf := s.logf
 	logf("%s: warm-up %s", sc.name, warmup)
 	if !sleep(ctx, warmup) {
@@ -167,10 +167,9 @@ func (s *suite) run(ctx context.Context, sc scenario, fault time.Duration) (*res
 	// The spenders start with the fault, one per replica, and spend the
 	// budget workspace's budget to the end, through and after the fault.
 	spendUntil := time.Now().Add(fault + recoveryBound + 10*time.Second)
-	var spenders sync.WaitGroup
 	for replica := range sc.replicas {
 		spenders.Go(func() {
-			for time.Now().Before(spendUntil) && ctx.Err() == nil {
+			for time.Now().Before(spendUntil) && !stopped.Load() && ctx.Err() == nil {
 				a := s.call(ctx, g.addrs[replica], g.budKey,
 					fmt.Sprintf("spend [mock tokens=%d] [mock delay=20] ws=%s", spendTokens, g.budWS), spendTokens)
 				a.replica, a.budget = replica, true
