@@ -80,5 +80,8 @@ func runAll(ctx context.Context, o options, logf func(string, ...any)) ([]*resul
 		}
 		results = append(results, r)
 	}
+	if len(results) == 0 {
+		return nil, fmt.Errorf("no scenario's name contains %q", o.only)
+	}
 	return results, nil
 }

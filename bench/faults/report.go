@@ -80,9 +80,72 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds())
 }
 
-// markdown is the table of every scenario's figures and verdict.
+// summary is one row per promise: the worst figure over the scenarios.
+func summary(b *bytes.Buffer, results []*result, command string) {
+	var capMax int
+	var overshoot, heldAfter int64
+	var slowest, recovered, capFree, agree time.Duration
+	var worst503, worstRecovery, worstCapFree, worstAgree, others string
+	never := false
+	othersRefused, othersServed := 0, 0
+	for _, r := range results {
+		capMax = max(capMax, r.capMax)
+		overshoot = max(overshoot, r.budgetServed-tokenBudget, r.storeUsed[1]-tokenBudget)
+		for i := range r.served {
+			heldAfter = max(heldAfter, r.storeUsed[i]-r.served[i], r.ledger[i]-r.storeUsed[i], r.storeUsed[i]-r.ledger[i])
+		}
+		if r.sc.expect503 && r.slowest503 >= slowest {
+			slowest, worst503 = r.slowest503, r.sc.name
+		}
+		if r.recovered < 0 || r.capFreeAfter < 0 || r.holdsAfter < 0 {
+			never = true
+		}
+		if r.recovered >= recovered {
+			recovered, worstRecovery = r.recovered, r.sc.name
+		}
+		if r.capFreeAfter >= capFree {
+			capFree, worstCapFree = r.capFreeAfter, r.sc.name
+		}
+		if r.holdsAfter >= agree {
+			agree, worstAgree = r.holdsAfter, r.sc.name
+		}
+		if r.sc.faulty > 0 {
+			othersRefused += r.othersRefused
+			othersServed += r.othersServedDuring
+			others = r.sc.name
+		}
+	}
+	row := func(promise, measured string, ok bool) {
+		fmt.Fprintf(b, "| %s | %s | `%s` | %s |\n", promise, measured, command, verdictOf(ok))
+	}
+	b.WriteString("| promise | measured, the worst over the scenarios | command | result |\n| --- | --- | --- | --- |\n")
+	row(fmt.Sprintf("no overshoot of a concurrency cap (%d)", concurrencyCap), fmt.Sprintf("%d calls in flight at the provider at most", capMax), capMax <= concurrencyCap)
+	row(fmt.Sprintf("no overshoot of a hard budget (%d tokens)", tokenBudget), fmt.Sprintf("overshoot %d tokens (served and counted)", max(overshoot, 0)), overshoot <= 0)
+	row(fmt.Sprintf("a call is answered 503 within %s when the store cannot answer", answer503Within),
+		fmt.Sprintf("slowest 503 after %s (%s)", ms(slowest), worst503), slowest <= answer503Within)
+	row(fmt.Sprintf("serving again within %s of the fault's end", recoverWithin), fmt.Sprintf("%s (%s)", ms(recovered), worstRecovery), !never && recovered <= recoverWithin)
+	row(fmt.Sprintf("no phantom lease: the cap free within %s of the last answer", capFreeWithin), fmt.Sprintf("%s (%s)", ms(capFree), worstCapFree), !never && capFree <= capFreeWithin)
+	row("no phantom charge: the store counts exactly the tokens served, and the ledger equals the store",
+		fmt.Sprintf("largest difference %d tokens; agreeing %s after the last answer (%s)", heldAfter, ms(agree), worstAgree), !never && heldAfter == 0)
+	if others != "" {
+		row("one replica cut off from the store: the others go on", fmt.Sprintf("they served %d calls during the cut and refused %d (%s)", othersServed, othersRefused, others),
+			othersRefused == 0 && othersServed > 0)
+	}
+	b.WriteString("\n")
+}
+
+func verdictOf(ok bool) string {
+	if ok {
+		return "holds"
+	}
+	return "**BROKEN**"
+}
+
+// markdown is the summary and the table of every scenario's figures and
+// verdict.
 func markdown(results []*result, fault time.Duration, command string) string {
 	var b bytes.Buffer
+	summary(&b, results, command)
 	fmt.Fprintf(&b, "Each fault lasts %s under load (two clients per replica on a workspace with a concurrency cap of %d, "+
 		"one per replica spending a %d-token daily budget to the end through and after the fault). "+
 		"Promises: no overshoot of the cap (calls in flight at the provider) or of the budget; a call answered 503 within %s "+
@@ -113,7 +176,12 @@ func markdown(results []*result, fault time.Duration, command string) string {
 		for _, k := range sortedKeys(r.byStatus) {
 			parts = append(parts, fmt.Sprintf("%s: %d", k, r.byStatus[k]))
 		}
-		fmt.Fprintf(&b, "- %s: %s\n", r.sc.name, strings.Join(parts, ", "))
+		phantom := ""
+		if r.phantomRefused > 0 {
+			phantom = fmt.Sprintf("; %d calls refused by the cap though two clients cannot fill it (places held by admissions whose callers gave up), the last %s after the fault's end",
+				r.phantomRefused, r.lastPhantom.Round(time.Millisecond))
+		}
+		fmt.Fprintf(&b, "- %s: %s%s\n", r.sc.name, strings.Join(parts, ", "), phantom)
 	}
 	fmt.Fprintf(&b, "\n(`%s`)\n", command)
 	return b.String()

@@ -106,7 +106,13 @@ type result struct {
 	othersServedDuring int // their 200s during the fault
 	byStatus           map[string]int
 	noRetryAfter       int // 503 or 429 without Retry-After
-	errs               []string
+	// phantomRefused counts calls of the cap workspace refused by its cap
+	// though its clients alone cannot fill it (one replica: two clients,
+	// cap 3): places held by admissions whose callers gave up; lastPhantom
+	// is when the last of them was answered, from the fault's end.
+	phantomRefused int
+	lastPhantom    time.Duration
+	errs           []string
 }
 
 const (
@@ -225,6 +231,10 @@ func (s *suite) run(ctx context.Context, sc scenario, fault time.Duration) (*res
 		}
 		if a.status == 200 {
 			res.served[b2i(a.budget)] += a.tokens
+		}
+		if sc.replicas == 1 && !a.budget && a.status == 429 && a.code == "concurrency_limit_exceeded" {
+			res.phantomRefused++
+			res.lastPhantom = max(res.lastPhantom, a.got.Sub(faultEnd))
 		}
 		if a.budget && refusedByBudget(a) {
 			res.budgetExhausted = true
