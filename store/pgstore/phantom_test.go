@@ -71,7 +71,7 @@ func testPhantomReleased(t *testing.T, stream string) {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	if _, err := p.Toxics.AddToxicJson(strings.NewReader(
-		`{"name":"late","type":"latency","stream":"`+stream+`","attributes":{"latency":1000}}`)); err != nil {
+		`{"name":"late","type":"latency","stream":"` + stream + `","attributes":{"latency":1000}}`)); err != nil {
 		t.Fatal(err)
 	}
 	lease := sluice.Charge{Key: sluice.CounterKey{Rule: rule + 1, Subject: "w"}, Kind: sluice.KindConcurrency, Limit: 1, Amount: 1, Actual: 1}
