@@ -91,11 +91,12 @@ func openStore(cfg *config.Config) (sluice.Store, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		// An admission answers 503 within half a second of a stall, as
-		// Redis's 250 ms does. The server's statement_timeout is the
+		// Redis's 250 ms does (the bound covers its wait in the group
+		// commit's queue too). The server's statement_timeout is the
 		// same bound: a statement stalled at the server (a lock, a paused
 		// process) is cancelled rather than committed after the caller
-		// gave up. One held up in the network on its way there can still
-		// run late; the sweep ends what it holds.
+		// gave up. One that committed anyway (its answer lost or late, or
+		// held up in the network on its way) is released by the store.
 		return pgstore.Open(ctx, pgstore.Options{URL: url, Timeout: pgStoreTimeout})
 	}
 	return nil, fmt.Errorf("store %s: want sqlite://, memory://, redis://, redis-cluster:// or postgres://", redact(url))

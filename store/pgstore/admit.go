@@ -136,6 +136,9 @@ func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool
 	}
 	o := &op{now: now, b: b, order: sortedCharges(b, nil)}
 	if err := s.run(ctx, o); err != nil {
+		if o.sent && mayHaveRun(err) {
+			s.cancelLater(now, b)
+		}
 		return false, fmt.Errorf("pgstore: admit: %w", err)
 	}
 	return o.admitted, nil

@@ -14,3 +14,7 @@ func Queued(s *Store) int {
 	defer s.queue.mu.Unlock()
 	return len(s.queue.waiting)
 }
+
+// PendingCancels returns how many releases of admissions whose callers gave
+// up are still trying to reach the database.
+func PendingCancels(s *Store) int64 { return s.pendingCancels.Load() }

@@ -44,6 +44,9 @@ type op struct {
 	admitted bool
 	err      error
 	done     chan struct{}
+	// sent is set once the op is handed to a call to the database, after
+	// which its caller cannot know whether it committed.
+	sent bool
 }
 
 // queue holds the ops waiting for a call to end.
@@ -55,13 +58,20 @@ type queue struct {
 
 // run sends o alone if a call slot is free, or else queues it for the next
 // group and waits for that group's result or ctx.
+//
+// The store's timeout bounds the whole wait, in the queue and in the call:
+// an op queued behind a call that the database does not answer gives up
+// with it rather than one timeout later.
 func (s *Store) run(ctx context.Context, o *op) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	q := &s.queue
 	q.mu.Lock()
 	if q.inFlight < maxInFlight {
 		// With a slot free nothing is queued: a call that ends hands its
 		// slot to the queue.
 		q.inFlight++
+		o.sent = true
 		q.mu.Unlock()
 		s.exec(ctx, []*op{o})
 		s.next()
@@ -84,7 +94,7 @@ func (s *Store) run(ctx context.Context, o *op) error {
 	}
 	q.mu.Unlock()
 	// Already sent: its outcome is unknown to the caller, as with any call
-	// cut short. An admission committed anyway is charged by the sweep.
+	// cut short (Admit then cancels it).
 	return ctx.Err()
 }
 
@@ -101,6 +111,9 @@ func (s *Store) next() {
 	n := min(len(q.waiting), maxGroupOps)
 	g := slices.Clone(q.waiting[:n])
 	q.waiting = slices.Delete(q.waiting, 0, n)
+	for _, o := range g {
+		o.sent = true
+	}
 	q.mu.Unlock()
 	go func() {
 		s.exec(context.Background(), g)

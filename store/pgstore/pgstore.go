@@ -101,6 +101,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,6 +150,12 @@ type Store struct {
 	pinTime bool
 	queue   queue
 	stats   struct{ calls, ops atomic.Int64 }
+	// cancels are the releases of admissions whose callers gave up (see
+	// cancelLater); closing ends them.
+	cancels        sync.WaitGroup
+	pendingCancels atomic.Int64
+	closing        chan struct{}
+	closeOnce      sync.Once
 	// testHookExec, if set, is called before each group call with its
 	// number of operations.
 	testHookExec func(ops int)
@@ -168,7 +175,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: open: %w", err)
 	}
-	s := &Store{timeout: opts.Timeout, pinTime: opts.PinTime}
+	s := &Store{timeout: opts.Timeout, pinTime: opts.PinTime, closing: make(chan struct{})}
 	if s.timeout <= 0 {
 		s.timeout = 2 * time.Second
 	}
@@ -234,8 +241,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	})
 }
 
-// Close closes the pool; calls in flight finish first.
+// Close closes the pool; calls in flight finish first, releases of
+// admissions whose callers gave up are abandoned (their leases expire and
+// the sweep settles their budgets).
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.cancels.Wait()
 	s.pool.Close()
 	return nil
 }
