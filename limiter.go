@@ -37,6 +37,11 @@ type Options struct {
 	ExpirySlack time.Duration
 	// BusyRetryAfter caps the retry hint of a busy refusal (1 second).
 	BusyRetryAfter time.Duration
+	// RetryAfterBuffer is added to the hint (RetryAfter) of every rate and
+	// busy refusal, so that a client retrying exactly when told, whose
+	// timer fires a little early or whose retry races others for the same
+	// refill, is not refused again. Zero adds nothing.
+	RetryAfterBuffer time.Duration
 	// OnOverrun, if set, is called when settlement finds usage above the
 	// reservation. It must not block.
 	OnOverrun func(Overrun)
@@ -70,6 +75,7 @@ type Limiter struct {
 	defaultTimeout time.Duration
 	expirySlack    time.Duration
 	busyRetryAfter time.Duration
+	retryBuffer    time.Duration
 	onOverrun      func(Overrun)
 
 	policy  atomic.Pointer[compiledPolicy]
@@ -91,6 +97,7 @@ func New(opts Options) (*Limiter, error) {
 		defaultTimeout: opts.DefaultTimeout,
 		expirySlack:    opts.ExpirySlack,
 		busyRetryAfter: opts.BusyRetryAfter,
+		retryBuffer:    max(opts.RetryAfterBuffer, 0),
 		onOverrun:      opts.OnOverrun,
 	}
 	if l.clock == nil {
@@ -352,6 +359,9 @@ func (l *Limiter) refusal(charges []Charge) error {
 			}
 		}
 		c.RetryAfter = ceilMillisecond(c.RetryAfter)
+		if c.Kind != KindBudget {
+			c.RetryAfter += l.retryBuffer
+		}
 		switch {
 		case c.Kind == KindBudget:
 			if budget == nil || c.ResetAt.After(budget.ResetAt) {

@@ -147,6 +147,9 @@ func (v *checker) server() {
 		// its reservation already swept.
 		v.add("expiry_slack", "must be from 1s to 1h, got %v", c.ExpirySlack)
 	}
+	if c.RetryAfterBuffer < 0 || c.RetryAfterBuffer > 10*time.Second {
+		v.add("retry_after_buffer", "must be from 0 to 10s, got %v", c.RetryAfterBuffer)
+	}
 	if c.Env != EnvDevelopment && c.Env != EnvProduction {
 		v.add(v.top("env"), "must be development or production, not %q", c.Env)
 	}
