@@ -19,6 +19,8 @@ type ruleRequest struct {
 	Limit   *int64          `json:"limit"`
 	Window  sluice.Duration `json:"window"`
 	Enabled *bool           `json:"enabled"`
+	// BusyRetryAfter is a concurrency rule's busy hint, a duration string.
+	BusyRetryAfter sluice.Duration `json:"busy_retry_after"`
 }
 
 func (q *ruleRequest) rule() (catalog.Rule, error) {
@@ -26,7 +28,7 @@ func (q *ruleRequest) rule() (catalog.Rule, error) {
 		return catalog.Rule{}, errorf(http.StatusBadRequest, "invalid", "limit is required (0 disables the rule)")
 	}
 	r := q.Rule
-	r.Limit, r.Window = *q.Limit, time.Duration(q.Window)
+	r.Limit, r.Window, r.BusyRetryAfter = *q.Limit, time.Duration(q.Window), time.Duration(q.BusyRetryAfter)
 	r.Disabled = q.Enabled != nil && !*q.Enabled
 	return catalog.RuleOf(r), nil
 }
