@@ -290,6 +290,9 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		}
 		switch rule.Kind {
 		case KindRate:
+			if rule.metric == MetricRequests && !req.TurnStarted.IsZero() && now.Sub(req.TurnStarted) < rule.Window {
+				c.Amount = 0 // the turn's first call was charged
+			}
 			if checkFit && !c.Shadow && c.Amount > c.BurstOrLimit() {
 				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: c.BurstOrLimit()}
 			}

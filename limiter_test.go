@@ -184,3 +184,34 @@ func TestLimiter_RetryAfterBuffer(t *testing.T) {
 		t.Fatalf("Admit: %v, want a budget refusal without a hint", err)
 	}
 }
+
+// TestLimiter_TurnStartedChargesRequestsOnce: a call continuing a turn is
+// charged nothing by a requests rate rule within its window, every call by
+// a tokens rule, and again once the window has passed.
+func TestLimiter_TurnStartedChargesRequestsOnce(t *testing.T) {
+	l, clock := withRules(t, rpm(2), tpm(1000))
+	first := tokens("k", 10, 0)
+	settle(t, admit(t, l, first), sluice.Usage{InputTokens: 10})
+	started := clock.Now()
+	for range 5 {
+		req := tokens("k", 10, 0)
+		req.TurnStarted = started
+		settle(t, admit(t, l, req), sluice.Usage{InputTokens: 10})
+	}
+	eff, err := l.Effective(context.Background(), ident("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range eff {
+		if e.Rule == "rpm" && e.Used != 1 || e.Rule == "tpm" && e.Used != 60 {
+			t.Errorf("%s used %d", e.Rule, e.Used)
+		}
+	}
+	clock.Advance(time.Minute)
+	req := tokens("k", 10, 0)
+	req.TurnStarted = started
+	res := admit(t, l, req)
+	if c := res.Charges(); c[0].Amount != 1 {
+		t.Errorf("a turn older than the window was charged %d requests, want 1", c[0].Amount)
+	}
+}

@@ -202,6 +202,12 @@ type Request struct {
 	// MaxWait lets the admission wait for rate and concurrency rules (never
 	// budgets), in arrival order per subject. Zero refuses at once.
 	MaxWait time.Duration
+	// TurnStarted, when set, is when the first call of the turn this one
+	// continues was admitted (an agent's steps answering one message): a
+	// rate rule counting requests whose window has not passed since then
+	// charges the call nothing, so a turn is one request however many
+	// steps it takes. Every other rule charges every call.
+	TurnStarted time.Time
 }
 
 // Price is a model's price list in micro-dollars per million tokens.

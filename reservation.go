@@ -264,7 +264,9 @@ func (r *Reservation) begin(u *Usage, release bool) (time.Time, bool) {
 		switch {
 		case release:
 			c.Actual = 0
-		case !reported || c.Kind == KindConcurrency:
+		case !reported || c.Kind == KindConcurrency || c.rule.metric == MetricRequests:
+			// A request is what it was at admission: one, or none for a
+			// turn's later call.
 			c.Actual = c.Amount
 		default:
 			c.Actual = u.amountOf(c.rule.metric)

@@ -238,6 +238,7 @@ type Gateway struct {
 	providers map[string]*provider
 	log       *slog.Logger
 	inFlight  inFlight
+	turns     turns
 	draining  atomic.Bool
 	ready     readiness
 	// preAuth counts requests per client address before authentication;

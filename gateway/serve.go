@@ -66,6 +66,10 @@ type call struct {
 	// asserted are the attributes of who that a service key set from the
 	// request's headers.
 	asserted attrSet
+	// turn is the X-Sluice-Turn id; turnStarted when its first call was
+	// admitted, zero for the first.
+	turn        string
+	turnStarted time.Time
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
@@ -141,6 +145,10 @@ func (c *call) run() error {
 	if bytes.EqualFold(ctx.Request.Header.Peek(HeaderPriority), []byte("batch")) {
 		c.maxWait = g.opts.BatchMaxWait
 	}
+	if t := ctx.Request.Header.Peek(HeaderTurn); len(t) > 0 && len(t) <= maxTurnID {
+		c.turn = string(t)
+		c.turnStarted = g.turns.startedAt(who.KeyID, c.turn, time.Now())
+	}
 	candidates := append([]*model{m}, m.fallbacks...)
 	var last error
 	for i, cand := range candidates {
@@ -170,6 +178,9 @@ func (c *call) run() error {
 				continue
 			}
 			return err
+		}
+		if c.turn != "" && c.turnStarted.IsZero() {
+			c.g.turns.start(who.KeyID, c.turn, time.Now())
 		}
 		if c.session.id != "" {
 			if err := c.chargeSession(c.request(cand, capPer)); err != nil {
@@ -327,6 +338,7 @@ func (c *call) request(cand *model, capPer int64) sluice.Request {
 		OutputPrice: price.Output,
 		Timeout:     c.g.opts.RequestTimeout,
 		MaxWait:     c.maxWait,
+		TurnStarted: c.turnStarted,
 	}
 }
 
