@@ -43,6 +43,10 @@ type Refusal struct {
 	// ResetAt is when the rule's counter resets: the next period for a
 	// budget, a full bucket for a rate rule.
 	ResetAt time.Time
+	// Result is the room of every rule the refused admission looked at,
+	// for the response's rate-limit header fields; nil when the refusal
+	// was not made by Admit.
+	Result *Result
 }
 
 // RateLimitError is a refusal by a rate rule. Retry after RetryAfter.
@@ -93,6 +97,10 @@ type TooLargeError struct {
 	Metric   Metric
 	Estimate int64
 	Limit    int64
+	// Result is the room of every rule that applies, read from the store
+	// without charging, for the response's rate-limit header fields; nil
+	// when the store did not answer.
+	Result *Result
 }
 
 func (e *TooLargeError) Error() string {

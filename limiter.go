@@ -37,6 +37,11 @@ type Options struct {
 	ExpirySlack time.Duration
 	// BusyRetryAfter caps the retry hint of a busy refusal (1 second).
 	BusyRetryAfter time.Duration
+	// RetryAfterBuffer is added to the hint (RetryAfter) of every rate and
+	// busy refusal, so that a client retrying exactly when told, whose
+	// timer fires a little early or whose retry races others for the same
+	// refill, is not refused again. Zero adds nothing.
+	RetryAfterBuffer time.Duration
 	// OnOverrun, if set, is called when settlement finds usage above the
 	// reservation. It must not block.
 	OnOverrun func(Overrun)
@@ -70,6 +75,7 @@ type Limiter struct {
 	defaultTimeout time.Duration
 	expirySlack    time.Duration
 	busyRetryAfter time.Duration
+	retryBuffer    time.Duration
 	onOverrun      func(Overrun)
 
 	policy  atomic.Pointer[compiledPolicy]
@@ -92,6 +98,7 @@ func New(opts Options) (*Limiter, error) {
 		defaultTimeout: opts.DefaultTimeout,
 		expirySlack:    opts.ExpirySlack,
 		busyRetryAfter: opts.BusyRetryAfter,
+		retryBuffer:    max(opts.RetryAfterBuffer, 0),
 		onOverrun:      opts.OnOverrun,
 	}
 	if l.clock == nil {
@@ -161,6 +168,9 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	now := l.clock.Now()
 	if err := l.build(l.policy.Load(), &req, now, r, true); err != nil {
 		l.refused.Add(1)
+		if tl, ok := err.(*TooLargeError); ok {
+			tl.Result = l.roomFor(ctx, &req, now)
+		}
 		return nil, err
 	}
 	if req.MaxWait > 0 && l.waiters.active() {
@@ -217,6 +227,21 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	}
 	l.admitted.Add(1)
 	return nil
+}
+
+// roomFor reads, without charging, the room of every rule that applies to
+// req, for the header fields of a request that never fits; nil when the
+// store does not answer (the refusal stands without them).
+func (l *Limiter) roomFor(ctx context.Context, req *Request, now time.Time) *Result {
+	r := &Reservation{l: l}
+	if err := l.build(l.policy.Load(), req, now, r, false); err != nil || len(r.batch.Charges) == 0 {
+		return nil
+	}
+	if err := l.peek(ctx, now, r); err != nil {
+		return nil
+	}
+	res := resultOf(r.batch.Charges)
+	return &res
 }
 
 // inZones puts each budget's ResetAt in its rule's time zone, as
@@ -341,6 +366,9 @@ func (l *Limiter) refusal(charges []Charge) error {
 			}
 		}
 		c.RetryAfter = ceilMillisecond(c.RetryAfter)
+		if c.Kind != KindBudget {
+			c.RetryAfter += l.retryBuffer
+		}
 		switch {
 		case c.Kind == KindBudget:
 			if budget == nil || c.ResetAt.After(budget.ResetAt) {
@@ -350,25 +378,26 @@ func (l *Limiter) refusal(charges []Charge) error {
 			wait = c
 		}
 	}
-	if budget != nil {
-		return &BudgetError{refusalOf(budget)}
-	}
-	if wait == nil {
+	if budget == nil && wait == nil {
 		return &StoreError{Op: "admit", Err: errors.New("store refused a batch without saying which charge")}
 	}
-	if wait.Kind == KindConcurrency {
-		return &BusyError{refusalOf(wait)}
+	room := resultOf(charges)
+	switch {
+	case budget != nil:
+		return &BudgetError{refusalOf(budget, &room)}
+	case wait.Kind == KindConcurrency:
+		return &BusyError{refusalOf(wait, &room)}
 	}
-	return &RateLimitError{refusalOf(wait)}
+	return &RateLimitError{refusalOf(wait, &room)}
 }
 
-func refusalOf(c *Charge) Refusal {
+func refusalOf(c *Charge, room *Result) Refusal {
 	rule := c.rule
 	return Refusal{
 		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
 		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining, Requested: c.Amount,
 		Window: rule.Window, Period: rule.Period,
-		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt,
+		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt, Result: room,
 	}
 }
 

@@ -158,3 +158,30 @@ func TestLimiter_ChargesNameTheirRulesSubjects(t *testing.T) {
 		settle(t, r, sluice.Usage{})
 	}
 }
+
+// TestLimiter_RetryAfterBuffer: the buffer is added to rate and busy hints,
+// never to a budget (which has none).
+func TestLimiter_RetryAfterBuffer(t *testing.T) {
+	l, _ := newLimiter(t, sluice.Options{Rules: []sluice.Rule{rpm(1), inFlight(1)}, RetryAfterBuffer: 250 * time.Millisecond})
+	admit(t, l, byKey("k"))
+	_, err := l.Admit(context.Background(), byKey("k"))
+	var rl *sluice.RateLimitError
+	if !errors.As(err, &rl) || rl.RetryAfter != time.Minute+250*time.Millisecond {
+		t.Fatalf("Admit: %v, want a rate limit with a hint of 1m0.25s", err)
+	}
+	l, _ = newLimiter(t, sluice.Options{Rules: []sluice.Rule{inFlight(1)}, RetryAfterBuffer: 250 * time.Millisecond})
+	admit(t, l, byKey("k"))
+	_, err = l.Admit(context.Background(), byKey("k"))
+	var bz *sluice.BusyError
+	if !errors.As(err, &bz) || bz.RetryAfter != time.Second+250*time.Millisecond {
+		t.Fatalf("Admit: %v, want busy with a hint of 1.25s", err)
+	}
+	l, _ = newLimiter(t, sluice.Options{Rules: []sluice.Rule{daily(sluice.MetricRequests, 1)}, RetryAfterBuffer: time.Second})
+	admit(t, l, byKey("k"))
+	_, err = l.Admit(context.Background(), byKey("k"))
+	var bu *sluice.BudgetError
+	if !errors.As(err, &bu) || bu.RetryAfter != 0 {
+		t.Fatalf("Admit: %v, want a budget refusal without a hint", err)
+	}
+}
+

@@ -118,6 +118,10 @@ type HTTPRefusal struct {
 	// refusal is the deciding rule's figures for the X-RateLimit fields;
 	// nil for too large and store errors.
 	refusal *Refusal
+	// result is the room of every rule the refused admission looked at,
+	// for the fields of the rules with the least; nil when the store was
+	// not asked.
+	result *Result
 }
 
 // RefusalLimit is the limit object of a refusal body.
@@ -165,7 +169,8 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 		r = HTTPRefusal{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large",
 			Message:  "This request can never fit: " + tl.Error() + ". Lower max_tokens or shorten the prompt.",
 			Terminal: true,
-			Limit:    &RefusalLimit{Rule: tl.Rule, Subject: tl.Subject, Metric: string(tl.Metric), Limit: tl.Limit, Requested: tl.Estimate}}
+			Limit:    &RefusalLimit{Rule: tl.Rule, Subject: tl.Subject, Metric: string(tl.Metric), Limit: tl.Limit, Requested: tl.Estimate},
+			result:   tl.Result}
 	case errors.As(err, &se):
 		r = HTTPRefusal{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
 			Message:    "The limit store is unavailable; the request was not admitted. Retry shortly.",
@@ -180,7 +185,7 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 }
 
 func (r *HTTPRefusal) setRefusal(ref Refusal) {
-	r.refusal = &ref
+	r.refusal, r.result = &ref, ref.Result
 	r.Limit = &RefusalLimit{Rule: ref.Rule, Subject: ref.Subject, Metric: string(ref.Metric), Limit: ref.Limit,
 		Used: ref.Used, Remaining: ref.Remaining, Requested: ref.Requested, RetryAfterMS: ref.RetryAfter.Milliseconds()}
 	if !ref.ResetAt.IsZero() {
@@ -201,8 +206,17 @@ type HeaderSetter interface {
 // counted from now. It is the one place a refusal's headers are made, for
 // the middleware, the SDK wrappers and the gateway.
 func (r *HTTPRefusal) SetHeaders(h HeaderSetter, now time.Time) {
-	if ref := r.refusal; ref != nil {
-		setLimitHeaders(h, ref.Rule, ref.Limit, ref.Remaining, ref.ResetAt, now)
+	switch {
+	case r.refusal != nil:
+		setLimitHeaders(h, r.refusal.headroom(), now)
+	case r.result != nil && r.result.Rule != "":
+		// Never fits: the deciding rule may have room to spare; the
+		// fields describe the rule with the least, as on an admission.
+		setLimitHeaders(h, r.result.least(), now)
+	}
+	if r.result != nil {
+		setOpenAILimitHeaders(h, "requests", r.result.Requests, now)
+		setOpenAILimitHeaders(h, "tokens", r.result.Tokens, now)
 	}
 	if r.RetryAfter > 0 {
 		secs := (r.RetryAfter + time.Second - 1) / time.Second
@@ -221,7 +235,7 @@ func (r *HTTPRefusal) SetHeaders(h HeaderSetter, now time.Time) {
 // X-Sluice-Budget-Warning per warning.
 func (r Result) SetHeaders(h HeaderSetter, now time.Time) {
 	if r.Rule != "" {
-		setLimitHeaders(h, r.Rule, r.Limit, r.Remaining, r.ResetAt, now)
+		setLimitHeaders(h, r.least(), now)
 	}
 	setOpenAILimitHeaders(h, "requests", r.Requests, now)
 	setOpenAILimitHeaders(h, "tokens", r.Tokens, now)
@@ -234,39 +248,6 @@ func (r Result) SetHeaders(h HeaderSetter, now time.Time) {
 		}
 		h.Add("X-Sluice-Budget-Warning", v)
 	}
-}
-
-// setOpenAILimitHeaders writes OpenAI's x-ratelimit-{limit,remaining,
-// reset}-<unit> for the rule of that unit with the least room, so that a
-// client (or another Sluice pacing from these headers) reads Sluice as it
-// reads OpenAI; the reset is a duration ("1s", "6m0s").
-func setOpenAILimitHeaders(h HeaderSetter, unit string, r Headroom, now time.Time) {
-	if r.Rule == "" {
-		return
-	}
-	reset := max(r.ResetAt.Sub(now), 0)
-	if reset > time.Second {
-		reset = reset.Round(time.Second)
-	} else {
-		reset = reset.Round(time.Millisecond)
-	}
-	h.Set("x-ratelimit-limit-"+unit, strconv.FormatInt(r.Limit, 10))
-	h.Set("x-ratelimit-remaining-"+unit, strconv.FormatInt(max(r.Remaining, 0), 10))
-	h.Set("x-ratelimit-reset-"+unit, reset.String())
-}
-
-func setLimitHeaders(h HeaderSetter, rule string, limit, remaining int64, resetAt, now time.Time) {
-	reset := int64(0)
-	if d := resetAt.Sub(now); d > 0 {
-		reset = int64((d + time.Second - 1) / time.Second)
-	}
-	remaining = max(0, remaining)
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
-	name := strconv.Quote(rule)
-	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(limit, 10))
-	h.Set("RateLimit", name+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(reset, 10))
 }
 
 // WriteRefusal is Middleware's default answer to a request Admit did not

@@ -85,7 +85,7 @@ func TestMiddleware_RefusalAnswers(t *testing.T) {
 		},
 		{
 			name: "never fits", rules: []sluice.Rule{daily(sluice.MetricTokens, 120)}, key: "k1",
-			status: 413, code: "request_too_large", rule: "daily", noRetry: true,
+			status: 413, code: "request_too_large", rule: "daily", noRetry: true, rateLimit: true,
 		},
 		{
 			name: "store unavailable", rules: []sluice.Rule{rpm(10)}, key: "k1",
@@ -266,7 +266,7 @@ func TestMiddleware_AdmittedHeadersAndContext(t *testing.T) {
 		"X-RateLimit-Limit":     "1000",
 		"X-RateLimit-Remaining": "850",
 		"X-RateLimit-Reset":     "50400", // 14h to midnight UTC from 10:00
-		"RateLimit-Policy":      `"daily";q=1000`,
+		"RateLimit-Policy":      `"daily";q=1000;qu="tokens";w=86400`,
 		"RateLimit":             `"daily";r=850;t=50400`,
 	}
 	for k, v := range want {

@@ -15,6 +15,11 @@ type Result struct {
 	Limit     int64
 	Remaining int64
 	ResetAt   time.Time
+	// Kind, Metric and Window describe that rule for the RateLimit-Policy
+	// field (see Headroom.Window).
+	Kind   Kind
+	Metric Metric
+	Window time.Duration
 	// Warnings lists the budget thresholds and soft limits reached.
 	Warnings []Warning
 	// Shadowed names the shadow rules that would have refused.
@@ -33,9 +38,14 @@ type Result struct {
 // Headroom is one rule's room after an admission.
 type Headroom struct {
 	Rule      string
+	Kind      Kind
+	Metric    Metric
 	Limit     int64
 	Remaining int64
 	ResetAt   time.Time
+	// Window is the rule's time window: a rate rule's refill window, the
+	// length of a budget's current period; zero for concurrency.
+	Window time.Duration
 }
 
 // Warning is a budget past one of its warning thresholds or its soft limit.
@@ -86,11 +96,19 @@ func (r *Reservation) Deadline() time.Time { return r.batch.Deadline }
 // Result returns what the admission found: the rule with the least room,
 // the budget warnings reached, the shadow rules that would have refused.
 func (r *Reservation) Result() Result {
-	res := Result{FailedOpen: r.failedOpen}
+	res := resultOf(r.batch.Charges)
+	res.FailedOpen = r.failedOpen
+	return res
+}
+
+// resultOf is what the charges of an admission, admitted or refused, say
+// about its rules' room.
+func resultOf(charges []Charge) Result {
+	var res Result
 	var least, leastRequests, leastTokens *Charge
 	var leastRoom, requestsRoom, tokensRoom float64
-	for i := range r.batch.Charges {
-		c := &r.batch.Charges[i]
+	for i := range charges {
+		c := &charges[i]
 		if c.Shadow {
 			if !c.Allowed {
 				res.Shadowed = append(res.Shadowed, c.rule.Name)
@@ -122,7 +140,9 @@ func (r *Reservation) Result() Result {
 		}
 	}
 	if least != nil {
-		res.Rule, res.Limit, res.Remaining, res.ResetAt = least.rule.Name, least.Limit, least.Remaining, least.ResetAt
+		h := headroomOf(least)
+		res.Rule, res.Limit, res.Remaining, res.ResetAt = h.Rule, h.Limit, h.Remaining, h.ResetAt
+		res.Kind, res.Metric, res.Window = h.Kind, h.Metric, h.Window
 	}
 	res.Requests, res.Tokens = headroomOf(leastRequests), headroomOf(leastTokens)
 	return res
@@ -132,7 +152,8 @@ func headroomOf(c *Charge) Headroom {
 	if c == nil {
 		return Headroom{}
 	}
-	return Headroom{Rule: c.rule.Name, Limit: c.Limit, Remaining: c.Remaining, ResetAt: c.ResetAt}
+	return Headroom{Rule: c.rule.Name, Kind: c.Kind, Metric: c.rule.metric, Limit: c.Limit, Remaining: c.Remaining,
+		ResetAt: c.ResetAt, Window: policyWindow(c)}
 }
 
 // Charges returns a copy of the reservation's charges, each with its

@@ -159,7 +159,7 @@ type Rule struct {
 	// BusyRetryAfter is, for a concurrency rule, the most its busy
 	// refusals tell a client to wait (the earliest of its calls to end may
 	// be far off: a call's deadline). Zero means Options.BusyRetryAfter.
-	// The config file takes it; stored rules do not yet.
+	// The config file takes it, and the admin API as a duration string.
 	BusyRetryAfter time.Duration `json:"-" yaml:"busy_retry_after,omitempty"`
 	// Disabled rules are not checked and count nothing. The config file
 	// and the catalog write it as enabled (true by default).

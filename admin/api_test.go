@@ -399,7 +399,7 @@ func TestAPI_BudgetsWithLiveUsageAndReserved(t *testing.T) {
 	e := newEnv(t)
 	e.createKey("acme", "ada")
 	e.must(http.StatusCreated, "POST", "/admin/v1/budgets", rootToken, map[string]any{
-		"name": "acme_cost", "subject": "workspace", "metric": "cost", "limit": 5_000_000, "period": "month"})
+		"name": "acme_cost", "subject": "workspace", "metric": "cost", "limit": "$5", "period": "month"})
 	id := sluice.Identity{Workspace: "acme", User: "ada"}
 	if err := e.admit(id, 300); err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func seedConsole(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	e.must(http.StatusCreated, "POST", "/admin/v1/budgets", rootToken, map[string]any{
-		"name": "workspace_monthly_cost", "subject": "workspace", "metric": "cost", "limit": 50_000_000, "period": "month", "warn_at": []float64{0.8}})
+		"name": "workspace_monthly_cost", "subject": "workspace", "metric": "cost", "limit": "$50", "period": "month", "warn_at": []float64{0.8}})
 	e.must(http.StatusCreated, "POST", "/admin/v1/rules", rootToken, map[string]any{
 		"name": "key_tpm", "kind": "rate", "subject": "key", "metric": "tokens", "limit": 100_000, "window": "1m", "mode": "shadow"})
 	for range 12 {

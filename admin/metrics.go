@@ -26,7 +26,7 @@ type MetricsOptions struct {
 
 // The label values Metrics accepts; anything else is "other".
 var (
-	knownRoutes   = []string{"chat", "responses", "embeddings", "messages", "models", "sessions"}
+	knownRoutes   = []string{"chat", "responses", "embeddings", "messages", "count_tokens", "models", "sessions"}
 	knownOutcomes = []string{"admitted", "rate_limited", "busy", "budget_exceeded", "too_large", "store_error",
 		"upstream_error", "bad_request", "unauthorized", "client_gone", "session_ceiling", "too_many_sessions"}
 	knownClasses  = []string{"throttled", "terminal", "transient"}

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -16,17 +18,34 @@ type sluiceRule = sluice.Rule
 // true by default.
 type ruleRequest struct {
 	sluice.Rule
-	Limit   *int64          `json:"limit"`
-	Window  sluice.Duration `json:"window"`
-	Enabled *bool           `json:"enabled"`
+	// Limit, SoftLimit and ReserveAmount are counts, or, on a cost rule,
+	// dollars (see amountOf).
+	Limit         json.RawMessage `json:"limit"`
+	SoftLimit     json.RawMessage `json:"soft_limit"`
+	ReserveAmount json.RawMessage `json:"reserve_amount"`
+	Window        sluice.Duration `json:"window"`
+	Enabled       *bool           `json:"enabled"`
+	// BusyRetryAfter is a concurrency rule's busy hint, a duration string.
+	BusyRetryAfter sluice.Duration `json:"busy_retry_after"`
 }
 
 func (q *ruleRequest) rule() (catalog.Rule, error) {
-	if q.Limit == nil {
+	if isNull(q.Limit) {
 		return catalog.Rule{}, errorf(http.StatusBadRequest, "invalid", "limit is required (0 disables the rule)")
 	}
 	r := q.Rule
-	r.Limit, r.Window = *q.Limit, time.Duration(q.Window)
+	cost := r.Metric == sluice.MetricCost
+	var err error
+	if r.Limit, err = amountOf("limit", q.Limit, cost); err != nil {
+		return catalog.Rule{}, err
+	}
+	if r.SoftLimit, err = amountOf("soft_limit", q.SoftLimit, cost); err != nil {
+		return catalog.Rule{}, err
+	}
+	if r.ReserveAmount, err = amountOf("reserve_amount", q.ReserveAmount, cost); err != nil {
+		return catalog.Rule{}, err
+	}
+	r.Window, r.BusyRetryAfter = time.Duration(q.Window), time.Duration(q.BusyRetryAfter)
 	r.Disabled = q.Enabled != nil && !*q.Enabled
 	return catalog.RuleOf(r), nil
 }
@@ -39,6 +58,16 @@ type policyRule struct {
 
 func policyRuleOf(r sluice.Rule) policyRule {
 	return policyRule{Rule: catalog.RuleOf(r), Source: r.Source}
+}
+
+// MarshalJSON writes the rule as ruleOut does, then its source.
+func (p policyRule) MarshalJSON() ([]byte, error) {
+	b, err := ruleOutOf(p.Rule).MarshalJSON()
+	if err != nil || len(b) < 2 {
+		return b, err
+	}
+	src, _ := json.Marshal(p.Source)
+	return fmt.Appendf(b[:len(b)-1], `,"source":%s}`, src), nil
 }
 
 // policyRules returns the rules in force, every layer resolved.
@@ -94,7 +123,7 @@ func (h *Handler) listRules(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rules": nonNilSlice(stored), "policy": h.policyRulesOf(org)})
+	writeJSON(w, http.StatusOK, map[string]any{"rules": rulesOut(stored), "policy": h.policyRulesOf(org)})
 	return nil
 }
 
@@ -116,7 +145,7 @@ func (h *Handler) getRule(w http.ResponseWriter, r *http.Request, p *principal) 
 	if !p.isAdmin() && org == "" {
 		// A viewer's rule of that name, else the deployment's.
 		if rule, err := h.cat.GetRule(r.Context(), p.org, r.PathValue("name")); err == nil {
-			writeJSON(w, http.StatusOK, map[string]any{"rule": rule})
+			writeJSON(w, http.StatusOK, map[string]any{"rule": ruleOutOf(rule)})
 			return nil
 		}
 	}
@@ -124,7 +153,7 @@ func (h *Handler) getRule(w http.ResponseWriter, r *http.Request, p *principal) 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rule": rule})
+	writeJSON(w, http.StatusOK, map[string]any{"rule": ruleOutOf(rule)})
 	return nil
 }
 
@@ -151,7 +180,7 @@ func (h *Handler) createRule(kind sluice.Kind) apiHandler {
 			return err
 		}
 		h.changed()
-		writeJSON(w, http.StatusCreated, map[string]any{"rule": created})
+		writeJSON(w, http.StatusCreated, map[string]any{"rule": ruleOutOf(created)})
 		return nil
 	}
 }
@@ -180,7 +209,7 @@ func (h *Handler) updateRule(w http.ResponseWriter, r *http.Request, p *principa
 		return err
 	}
 	h.changed()
-	writeJSON(w, http.StatusOK, map[string]any{"rule": updated})
+	writeJSON(w, http.StatusOK, map[string]any{"rule": ruleOutOf(updated)})
 	return nil
 }
 
@@ -200,7 +229,7 @@ func (h *Handler) enableRule(enabled bool) apiHandler {
 			return err
 		}
 		h.changed()
-		writeJSON(w, http.StatusOK, map[string]any{"rule": rule})
+		writeJSON(w, http.StatusOK, map[string]any{"rule": ruleOutOf(rule)})
 		return nil
 	}
 }

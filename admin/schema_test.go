@@ -43,8 +43,8 @@ func TestRuleRequest_Decode(t *testing.T) {
 		r, err := q.rule()
 		return r.Sluice(), r.Enabled, err
 	}
-	full := `{"name":"n","org":"acme","kind":"budget","subject":"workspace+user","metric":"cost","limit":10,"burst":3,"window":"90s",` +
-		`"period":"month","time_zone":"Europe/Paris","soft_limit":8,"warn_at":[0.5,0.9],"reserve":"fixed","reserve_amount":2,` +
+	full := `{"name":"n","org":"acme","kind":"budget","subject":"workspace+user","metric":"cost","limit":"$0.00001","burst":3,"window":"90s",` +
+		`"period":"month","time_zone":"Europe/Paris","soft_limit":"$0.000008","warn_at":[0.5,0.9],"reserve":"fixed","reserve_amount":0.000002,` +
 		`"on_expiry":"release","on_store_error":"open","fit":"clamp","min_output_tokens":5,` +
 		`"match":{"models":["a"],"tiers":["t"],"routes":["/v1/x"]},"mode":"shadow","enabled":false}`
 	want := sluice.Rule{

@@ -56,9 +56,12 @@ type Rule struct {
 	MinOutputTokens int64                   `json:"min_output_tokens,omitempty"`
 	Match           sluice.Match            `json:"match,omitzero"`
 	Mode            sluice.Mode             `json:"mode,omitempty"`
-	Enabled         bool                    `json:"enabled"`
-	CreatedAt       time.Time               `json:"created_at,omitzero"`
-	UpdatedAt       time.Time               `json:"updated_at,omitzero"`
+	// BusyRetryAfter is a concurrency rule's busy hint ("5s"), kept in
+	// the rule's JSON definition: no column, no migration.
+	BusyRetryAfter sluice.Duration `json:"busy_retry_after,omitempty"`
+	Enabled        bool            `json:"enabled"`
+	CreatedAt      time.Time       `json:"created_at,omitzero"`
+	UpdatedAt      time.Time       `json:"updated_at,omitzero"`
 }
 
 // Sluice returns r as the engine's rule: a rule that is not enabled is
@@ -77,8 +80,9 @@ func (r Rule) Sluice() sluice.Rule {
 			Tiers:  slices.Clone(r.Match.Tiers),
 			Routes: slices.Clone(r.Match.Routes),
 		},
-		Mode:     r.Mode,
-		Disabled: !r.Enabled,
+		Mode:           r.Mode,
+		BusyRetryAfter: time.Duration(r.BusyRetryAfter),
+		Disabled:       !r.Enabled,
 	}
 }
 
@@ -92,7 +96,7 @@ func RuleOf(r sluice.Rule) Rule {
 		WarnAt: r.WarnAt, Reserve: r.Reserve, ReserveAmount: r.ReserveAmount,
 		OnExpiry: r.OnExpiry, OnStoreError: r.OnStoreError,
 		Fit: r.Fit, MinOutputTokens: r.MinOutputTokens,
-		Match: r.Match, Mode: r.Mode, Enabled: !r.Disabled,
+		Match: r.Match, Mode: r.Mode, BusyRetryAfter: sluice.Duration(r.BusyRetryAfter), Enabled: !r.Disabled,
 	}
 }
 

@@ -65,6 +65,12 @@ type Config struct {
 	// its concurrency leases expire (30s): how long after request_timeout
 	// the places of a replica that died with calls in flight come back.
 	ExpirySlack time.Duration `yaml:"expiry_slack"`
+	// RetryAfterBuffer is added to the hint of every rate and busy refusal
+	// (Retry-After, retry-after-ms, retry_after_ms), a margin for clients
+	// whose retry on the hint would otherwise arrive a little early. 0, the
+	// default: measured with the official SDKs, a retry on Sluice's exact
+	// hint is not refused again (BENCHMARKS.md). At most 10s.
+	RetryAfterBuffer time.Duration `yaml:"retry_after_buffer,omitempty"`
 	// Env is "development" (the default) or "production".
 	Env string `yaml:"env"`
 	// UpstreamRetries bounds the retries of a provider's 429 or 5xx before

@@ -303,3 +303,15 @@ func TestParse_ExpirySlack(t *testing.T) {
 		}
 	}
 }
+
+// TestParse_RetryAfterBuffer: 0 unless set.
+func TestParse_RetryAfterBuffer(t *testing.T) {
+	c, err := Parse(nil, nil)
+	if err != nil || c.RetryAfterBuffer != 0 {
+		t.Fatalf("default: %v, %v", c.RetryAfterBuffer, err)
+	}
+	c, err = Parse([]byte("retry_after_buffer: 250ms\n"), nil)
+	if err != nil || c.RetryAfterBuffer != 250*time.Millisecond {
+		t.Fatalf("250ms: %v, %v", c.RetryAfterBuffer, err)
+	}
+}

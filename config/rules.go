@@ -118,6 +118,12 @@ func (c *Config) Warnings() []string {
 			why = fmt.Sprintf("its limit is 0 in the %s rules", r.Source)
 		case r.Disabled:
 			why = fmt.Sprintf("enabled: false in the %s rules", r.Source)
+		case r.Metric == sluice.MetricCost && r.Limit < 10_000:
+			// Under a cent is a cap no call fits: most likely micro-dollars
+			// written where dollars were meant.
+			out = append(out, fmt.Sprintf("limit %q is $%s per %s, under a cent: write dollars (limit: $500 for five hundred dollars)",
+				r.Name, Dollars(r.Limit).Cents(), perOf(r)))
+			continue
 		default:
 			continue
 		}
@@ -141,4 +147,13 @@ func (c *Config) knobVariable(rule string) string {
 		}
 	}
 	return rule
+}
+
+// perOf names what a rule's limit is per: a budget's period, a rate rule's
+// window.
+func perOf(r sluice.Rule) string {
+	if r.Kind == sluice.KindBudget {
+		return string(r.Period)
+	}
+	return r.Window.String()
 }

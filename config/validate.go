@@ -150,6 +150,9 @@ func (v *checker) server() {
 	if c.MaxWait < 0 || c.MaxWait > time.Hour {
 		v.add("max_wait", "must be from 1ms to 1h, got %v", c.MaxWait)
 	}
+	if c.RetryAfterBuffer < 0 || c.RetryAfterBuffer > 10*time.Second {
+		v.add("retry_after_buffer", "must be from 0 to 10s, got %v", c.RetryAfterBuffer)
+	}
 	if c.Env != EnvDevelopment && c.Env != EnvProduction {
 		v.add(v.top("env"), "must be development or production, not %q", c.Env)
 	}

@@ -87,7 +87,7 @@ func (r *recorder) waitEvents(t *testing.T, n int) []gateway.Event {
 }
 
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	mock    *mockprovider.Server
 	limiter *sluice.Limiter
 	store   sluice.Store
@@ -116,10 +116,12 @@ type setup struct {
 	mock  mockprovider.Options
 	store sluice.Store
 	tweak []func(*gateway.Options)
+	// limiter, if set, edits the limiter's options.
+	limiter func(*sluice.Options)
 }
 
 // startHarness starts the mock provider and a gateway as s says.
-func startHarness(t *testing.T, s setup) *harness {
+func startHarness(t testing.TB, s setup) *harness {
 	t.Helper()
 	h := &harness{t: t, mock: mockprovider.New(s.mock), rec: &recorder{}}
 	upstream := httptest.NewServer(h.mock)
@@ -129,7 +131,11 @@ func startHarness(t *testing.T, s setup) *harness {
 	if h.store == nil {
 		h.store = memstore.New(memstore.Options{})
 	}
-	l, err := sluice.New(sluice.Options{Store: h.store, Rules: s.rules})
+	lopts := sluice.Options{Store: h.store, Rules: s.rules}
+	if s.limiter != nil {
+		s.limiter(&lopts)
+	}
+	l, err := sluice.New(lopts)
 	if err != nil {
 		t.Fatal(err)
 	}

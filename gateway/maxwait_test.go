@@ -71,26 +71,15 @@ func TestGateway_MaxWaitHeader(t *testing.T) {
 	})
 }
 
-// A six-step agent turn sent with X-Sluice-Turn uses 1 of 20 requests a
-// minute; the token budget counts every step.
-func TestGateway_TurnHeader(t *testing.T) {
-	rpm := sluice.Rule{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 20, Window: time.Minute}
-	tokens := sluice.Rule{Name: "tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}
-	h := newHarness(t, []sluice.Rule{rpm, tokens})
-	body := `{"model":"mock-small","max_tokens":20,"messages":[{"role":"user","content":"hi [mock tokens=5]"}]}`
-	for i := range 6 {
-		if r := h.post("/v1/chat/completions", body, map[string]string{gateway.HeaderTurn: "turn-42"}); r.status != 200 {
-			t.Fatalf("step %d: %d %s", i, r.status, r.body)
-		}
-	}
-	h.rec.waitUsage(t, 6)
-	if got := h.used("rpm"); got != 1 {
-		t.Fatalf("a six-step turn used %d of the 20 requests a minute, want 1", got)
-	}
-	if got := h.used("tokens"); got < 6*5 {
-		t.Fatalf("tokens %d: every step's output is counted", got)
-	}
+// A turn id that is not one short printable value is refused 400 (the
+// six-step turn is TestGateway_TurnChargedOnceByRequestRules).
+func TestGateway_TurnHeaderMalformed(t *testing.T) {
+	h := newHarness(t, nil)
+	body := `{"model":"mock-small","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`
 	if r := h.post("/v1/chat/completions", body, map[string]string{gateway.HeaderTurn: strings.Repeat("t", 300)}); r.status != 400 || !bytes.Contains(r.body, []byte("invalid_turn")) {
 		t.Fatalf("a turn id of 300 bytes: %d %s", r.status, r.body)
+	}
+	if n := h.mockCalls(); n != 0 {
+		t.Errorf("provider called %d times", n)
 	}
 }

@@ -38,8 +38,9 @@ func checkLimitHeaders(t *testing.T, r reply, rule string, limit, remaining int6
 		t.Errorf("X-RateLimit-Reset %q, want seconds up to %v", h.Get("X-RateLimit-Reset"), maxReset)
 	}
 	q := strconv.Quote(rule)
-	if want := q + ";q=" + strconv.FormatInt(limit, 10); h.Get("RateLimit-Policy") != want {
-		t.Errorf("RateLimit-Policy %q, want %q", h.Get("RateLimit-Policy"), want)
+	// The policy's quota, then its unit and window (draft-11 §3.1).
+	if want := q + ";q=" + strconv.FormatInt(limit, 10); h.Get("RateLimit-Policy") != want && !strings.HasPrefix(h.Get("RateLimit-Policy"), want+";") {
+		t.Errorf("RateLimit-Policy %q, want %q and its parameters", h.Get("RateLimit-Policy"), want)
 	}
 	if want := q + ";r=" + strconv.FormatInt(remaining, 10) + ";t=" + h.Get("X-RateLimit-Reset"); h.Get("RateLimit") != want {
 		t.Errorf("RateLimit %q, want %q", h.Get("RateLimit"), want)

@@ -51,6 +51,24 @@ var routes = map[string]*route{
 		parse: anthropic.ParseMessages, setCap: anthropic.SetMaxTokens, usage: anthropic.MessageUsage,
 		stream: func(bool) streamReader { return &anthropic.MessagesStream{} },
 	},
+	// Counting a prompt's tokens runs no model: request rules count the
+	// call, token and cost rules are charged nothing.
+	"/v1/messages/count_tokens": {
+		path: "/v1/messages/count_tokens", name: "count_tokens", anthropic: true,
+		parse: parseCountTokens,
+		usage: func([]byte) (llm.Usage, bool) { return llm.Usage{}, true },
+	},
+}
+
+// parseCountTokens bounds a POST /v1/messages/count_tokens body (a
+// Messages request without max_tokens) at no tokens and no output.
+func parseCountTokens(body []byte) (llm.Bound, error) {
+	b, err := anthropic.ParseMessages(body)
+	if err != nil {
+		return b, err
+	}
+	b.InputTokens, b.NoOutput, b.HasMaxOutput, b.MaxOutputTokens, b.Stream = 0, true, false, 0, false
+	return b, nil
 }
 
 // streamError is the event that ends a stream the gateway cannot go on

@@ -379,15 +379,20 @@ func (c *call) admit(cand *model) (*sluice.Reservation, int64, bool, error) {
 	perCompletion := fit / c.bound.N
 	// Below the request's own floor (16 for Responses, above the thinking
 	// budget for Anthropic) the provider would refuse the clamped call.
-	if perCompletion < max(1, rule.MinOutputTokens, c.bound.MinOutputTokens) {
-		return nil, capPer, false, err
+	if floor := min(capPer, max(1, rule.MinOutputTokens, c.bound.MinOutputTokens)); perCompletion < floor {
+		// Even the floor does not fit now. The answer is the refusal of
+		// the smallest call the rule would clamp to: a spent budget's
+		// (terminal, with its reset) or a bucket's (retry later), and 413
+		// only when no period could ever hold it. A clamp rule never
+		// answers 413 to a call it would clamp another day.
+		perCompletion = floor
 	}
 	req = c.request(cand, perCompletion)
 	res, err2 := c.g.limiter.Admit(ctx, req)
 	if err2 != nil {
 		return nil, capPer, false, err2
 	}
-	return res, perCompletion, true, nil
+	return res, perCompletion, perCompletion < capPer, nil
 }
 
 // clampRule returns the rule behind a refusal when it lets the gateway

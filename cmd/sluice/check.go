@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -13,7 +14,9 @@ import (
 )
 
 // check validates a config and prints the effective limits and warnings.
-func check(args []string) error {
+func check(args []string) error { return checkTo(os.Stdout, args) }
+
+func checkTo(out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	var c common
 	c.register(fs)
@@ -24,16 +27,10 @@ func check(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("config is valid")
-	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "RULE\tKIND\tSUBJECT\tMETRIC\tLIMIT\tPER\tSOURCE\tSTATE")
+	fmt.Fprintln(out, "config is valid")
+	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "RULE\tKIND\tSUBJECT\tLIMIT\tSOURCE\tSTATE")
 	for _, r := range cfg.EffectiveRules() {
-		per := r.Window.String()
-		if r.Kind == "budget" {
-			per = string(r.Period)
-		} else if r.Kind == "concurrency" {
-			per = "in flight"
-		}
 		state := "enforce"
 		switch {
 		case r.Disabled || r.Limit == 0:
@@ -41,26 +38,22 @@ func check(args []string) error {
 		case r.Mode == "shadow":
 			state = "shadow"
 		}
-		metric := string(r.Metric)
-		if metric == "" {
-			metric = "requests"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Name, r.Kind, r.Subject, metric, r.Limit, per, r.Source, state)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Kind, r.Subject, limitWithUnit(r), r.Source, state)
 	}
 	_ = w.Flush()
-	fmt.Println()
+	fmt.Fprintln(out)
 	for _, m := range cfg.Models {
-		fmt.Printf("model %s (provider %s): max output %d tokens\n", m.Name, m.Provider, m.MaxOutputTokens)
+		fmt.Fprintf(out, "model %s (provider %s): max output %d tokens\n", m.Name, m.Provider, m.MaxOutputTokens)
 	}
 	for _, t := range cfg.TenantModels {
-		fmt.Printf("tenant model %s: %s\n", t.Name, describeTenantModel(t))
+		fmt.Fprintf(out, "tenant model %s: %s\n", t.Name, describeTenantModel(t))
 	}
 	for _, t := range cfg.Tiers {
-		fmt.Printf("tier %s: %d%% of each limit", t.Name, t.Percent)
+		fmt.Fprintf(out, "tier %s: %d%% of each limit", t.Name, t.Percent)
 		if t.Promote != nil {
-			fmt.Printf(", promoted to %s once a key is %v old", t.Promote.To, t.Promote.After)
+			fmt.Fprintf(out, ", promoted to %s once a key is %v old", t.Promote.To, t.Promote.After)
 		}
-		fmt.Println()
+		fmt.Fprintln(out)
 	}
 	tiers := []string{""}
 	for _, t := range cfg.Tiers {
@@ -72,17 +65,25 @@ func check(args []string) error {
 		if tier != "" {
 			who = "sessions of tier " + tier
 		}
-		fmt.Printf("%s: model %s, at most %v, %s turns, %s tokens, %s micro-dollars, %s input tokens per call; %d open per user\n",
-			who, t.Model, t.MaxDuration, ceiling(t.MaxTurns), ceiling(t.MaxTokens), ceiling(t.MaxCost), ceiling(t.MaxContext),
+		fmt.Fprintf(out, "%s: model %s, at most %v, %s turns, %s tokens, %s, %s input tokens per call; %d open per user\n",
+			who, t.Model, t.MaxDuration, ceiling(t.MaxTurns), ceiling(t.MaxTokens), costCeiling(t.MaxCost), ceiling(t.MaxContext),
 			cfg.Sessions.MaxOpenPerUser)
 	}
 	if cfg.PreAuthPerMinute > 0 {
-		fmt.Printf("before authentication: %d requests per minute per client address, per replica\n", cfg.PreAuthPerMinute)
+		fmt.Fprintf(out, "before authentication: %d requests per minute per client address, per replica\n", cfg.PreAuthPerMinute)
 	}
 	for _, warning := range cfg.Warnings() {
-		fmt.Println("warning:", warning)
+		fmt.Fprintln(out, "warning:", warning)
 	}
 	return nil
+}
+
+// costCeiling writes a session's cost ceiling in dollars, 0 being none.
+func costCeiling(micro int64) string {
+	if micro == 0 {
+		return "unlimited"
+	}
+	return "$" + config.Dollars(micro).Cents()
 }
 
 // ceiling writes a session ceiling, 0 being none.

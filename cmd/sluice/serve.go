@@ -67,7 +67,7 @@ func serve(args []string) error {
 	defer requestLines.Flush()
 	obs := newObservability(cfg, newLoggerTo(cfg, requestLines))
 	limiter, err := sluice.New(sluice.Options{Store: obs.metrics.Store(store), Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
-		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, OnOverrun: obs.metrics.OnOverrun})
+		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, RetryAfterBuffer: cfg.RetryAfterBuffer, OnOverrun: obs.metrics.OnOverrun})
 	if err != nil {
 		return err
 	}

@@ -61,10 +61,15 @@ const (
 	RouteEmbeddings
 	RouteMessages
 	RouteModels
+	// RouteCountTokens is Anthropic's POST /v1/messages/count_tokens.
+	RouteCountTokens
 	numRoutes
 )
 
-var routeNames = [numRoutes]string{"chat", "responses", "embeddings", "messages", "models"}
+// anthropic reports a route of Anthropic's API, answered in its shapes.
+func (r Route) anthropic() bool { return r == RouteMessages || r == RouteCountTokens }
+
+var routeNames = [numRoutes]string{"chat", "responses", "embeddings", "messages", "models", "count_tokens"}
 
 // String returns the route's short name.
 func (r Route) String() string {
@@ -175,6 +180,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = RouteEmbeddings
 	case "/v1/messages":
 		route = RouteMessages
+	case "/v1/messages/count_tokens":
+		route = RouteCountTokens
 	case "/v1/models":
 		if r.Method != http.MethodGet {
 			writeError(w, RouteModels, http.StatusMethodNotAllowed, "Method not allowed.", "", "")
@@ -216,6 +223,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case c.quota:
 		writeQuota(w, route)
+	case route == RouteCountTokens && c.status == 0:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(appendInt([]byte(`{"input_tokens":`), c.input))
+		_, _ = io.WriteString(w, "}")
 	case c.status != 0:
 		writeError(w, route, c.status, "Mock error requested with status "+strconv.Itoa(c.status)+".", "", "")
 	case c.stream:
@@ -252,7 +263,7 @@ func (s *Server) rateLimit(w http.ResponseWriter, route Route) bool {
 	remaining := limit - int64(math.Ceil(used))
 	reset := now.Add(time.Duration(used * perCall)) // when the bucket is full again
 	h := w.Header()
-	if route == RouteMessages {
+	if route.anthropic() {
 		h.Set("anthropic-ratelimit-requests-limit", strconv.FormatInt(limit, 10))
 		h.Set("anthropic-ratelimit-requests-remaining", strconv.FormatInt(remaining, 10))
 		h.Set("anthropic-ratelimit-requests-reset", reset.UTC().Format(time.RFC3339Nano))
@@ -333,13 +344,13 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, route Route) (c c
 		return c, http.StatusBadRequest, err.Error(), "", ""
 	}
 	if !knownModel(b.Model) {
-		if route == RouteMessages {
+		if route.anthropic() {
 			return c, http.StatusNotFound, "model: " + b.Model, "", ""
 		}
 		return c, http.StatusNotFound, "The model `" + b.Model + "` does not exist or you do not have access to it.", "", "model_not_found"
 	}
 	c = call{
-		route: route, model: b.Model, stream: b.Stream && route != RouteEmbeddings,
+		route: route, model: b.Model, stream: b.Stream && route != RouteEmbeddings && route != RouteCountTokens,
 		includeUsage: b.IncludeUsage, n: b.N, cap: s.opts.DefaultMaxTokens,
 		delay: d.delay, status: d.status, quota: d.quota, cut: d.cut, body: body,
 		created: time.Now().Unix(),

@@ -272,3 +272,21 @@ func TestServer_OwnRateLimit(t *testing.T) {
 		t.Fatalf("right after: %d", r.StatusCode)
 	}
 }
+
+func TestServer_CountTokens(t *testing.T) {
+	s := New(Options{})
+	rec := httptest.NewRecorder()
+	body := `{"model":"mock-small","messages":[{"role":"user","content":"twelve bytes"}]}`
+	s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader(body)))
+	if rec.Code != 200 || rec.Body.String() != `{"input_tokens":3}` {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if got := s.Stats().Requests[RouteCountTokens]; got != 1 {
+		t.Errorf("Requests[RouteCountTokens] %d", got)
+	}
+	rec = httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader(`{"model":"nope","messages":[{"role":"user","content":"x"}]}`)))
+	if rec.Code != 404 || !strings.Contains(rec.Body.String(), `"type":"error"`) {
+		t.Errorf("unknown model: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -264,7 +264,7 @@ func (s *Server) models(w http.ResponseWriter, anthropicShape bool) {
 // writeError answers status in the error shape of the route's provider.
 func writeError(w http.ResponseWriter, route Route, status int, msg, param, code string) {
 	var body []byte
-	if route == RouteMessages {
+	if route.anthropic() {
 		body = anthropic.ErrorBody(anthropicErrorType(status), msg, nil)
 	} else {
 		typ := "invalid_request_error"
@@ -323,7 +323,7 @@ const OpenAIQuotaMessage = "You exceeded your current quota, please check your p
 func writeQuota(w http.ResponseWriter, route Route) {
 	var body []byte
 	status := http.StatusTooManyRequests
-	if route == RouteMessages {
+	if route.anthropic() {
 		status = http.StatusBadRequest
 		body = anthropic.ErrorBody("invalid_request_error", anthropic.CreditBalanceMessage, nil)
 	} else {

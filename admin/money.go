@@ -1,0 +1,110 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/config"
+)
+
+// amountOf reads a rule's limit, soft_limit or reserve_amount. On a cost
+// rule it is money in dollars, as in the config file: a string ("$500",
+// "0.25") or a number with a point (12.5), converted exactly to the
+// micro-dollars the engine counts. A bare whole number on a cost rule is
+// refused rather than read: it meant micro-dollars before, so either
+// reading is a factor of a million from the other; the message gives both.
+// Other rules' amounts are whole numbers. Absent or null is 0.
+func amountOf(field string, raw json.RawMessage, cost bool) (int64, error) {
+	if isNull(raw) {
+		return 0, nil
+	}
+	raw = bytes.TrimSpace(raw)
+	if !cost {
+		var n int64
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return 0, errorf(http.StatusBadRequest, "invalid_field", "field %q: want an integer, got %s", field, jsonKind(raw))
+		}
+		return n, nil
+	}
+	var text string
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return 0, errorf(http.StatusBadRequest, "invalid", "%s: %v", field, err)
+		}
+		text = strings.TrimPrefix(strings.TrimSpace(text), "$")
+	} else {
+		text = string(raw)
+		if !strings.ContainsAny(text, ".eE") && text != "0" {
+			var n int64
+			if err := json.Unmarshal(raw, &n); err == nil {
+				return 0, errorf(http.StatusBadRequest, "invalid",
+					"a cost rule's %s is money in dollars: send \"%s\": \"$%d\" for %d dollars; as micro-dollars, as it was read before, %d is \"%s\": \"$%s\"",
+					field, field, n, n, n, field, config.Dollars(n).Cents())
+			}
+		}
+	}
+	d, err := config.ParseDollars(strings.ReplaceAll(text, ",", ""))
+	if err != nil {
+		return 0, errorf(http.StatusBadRequest, "invalid", "%s: %v", field, err)
+	}
+	return int64(d), nil
+}
+
+// jsonKind names the JSON type of raw, as decode's messages do.
+func jsonKind(raw json.RawMessage) string {
+	switch raw[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	}
+	return "number"
+}
+
+func isNull(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// ruleOut is a rule as the admin API writes it: a cost rule's amounts in
+// dollars ("$500"), as they are sent; other rules' as counts.
+type ruleOut struct{ catalog.Rule }
+
+func ruleOutOf(r catalog.Rule) ruleOut { return ruleOut{r} }
+
+// costAmounts matches the amounts of a rule's JSON. encoding/json writes
+// a string's quotes escaped, so these never match inside one.
+var costAmounts = regexp.MustCompile(`"(limit|soft_limit|reserve_amount)":(\d+)`)
+
+// MarshalJSON writes the catalog's JSON, in its order, with a cost rule's
+// amounts in dollars.
+func (r ruleOut) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(r.Rule)
+	if err != nil || r.Metric != sluice.MetricCost {
+		return b, err
+	}
+	return costAmounts.ReplaceAllFunc(b, func(m []byte) []byte {
+		sub := costAmounts.FindSubmatch(m)
+		n, _ := strconv.ParseInt(string(sub[2]), 10, 64)
+		return fmt.Appendf(nil, `"%s":"$%s"`, sub[1], config.Dollars(n))
+	}), nil
+}
+
+func rulesOut(rules []catalog.Rule) []ruleOut {
+	out := make([]ruleOut, 0, len(rules))
+	for _, r := range rules {
+		out = append(out, ruleOutOf(r))
+	}
+	return out
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+)
+
+// limitWithUnit writes a rule's limit with its unit and what it is per:
+// "$500.00 per month", "2,000,000 tokens per day", "20 requests per
+// minute", "16 calls in flight".
+func limitWithUnit(r sluice.Rule) string {
+	if r.Limit == 0 {
+		return "0 (disabled)"
+	}
+	var amount string
+	switch r.Metric {
+	case sluice.MetricCost:
+		amount = "$" + config.Dollars(r.Limit).Cents()
+	case "", sluice.MetricRequests:
+		amount = count(r.Limit) + " requests"
+		if r.Kind == sluice.KindConcurrency {
+			amount = count(r.Limit) + " calls"
+		}
+	case sluice.MetricConcurrency:
+		amount = count(r.Limit) + " calls"
+	case sluice.MetricTokens:
+		amount = count(r.Limit) + " tokens"
+	case sluice.MetricInputTokens:
+		amount = count(r.Limit) + " input tokens"
+	case sluice.MetricOutputTokens:
+		amount = count(r.Limit) + " output tokens"
+	default:
+		amount = count(r.Limit) + " " + string(r.Metric)
+	}
+	switch r.Kind {
+	case sluice.KindBudget:
+		return amount + " per " + string(r.Period)
+	case sluice.KindConcurrency:
+		return amount + " in flight"
+	}
+	return amount + " per " + window(r.Window)
+}
+
+// window names a rate window: "minute" for 1m, "90s" otherwise.
+func window(d time.Duration) string {
+	switch d {
+	case time.Second:
+		return "second"
+	case time.Minute:
+		return "minute"
+	case time.Hour:
+		return "hour"
+	case 24 * time.Hour:
+		return "day"
+	}
+	return d.String()
+}

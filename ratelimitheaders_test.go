@@ -1,0 +1,84 @@
+package sluice_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+)
+
+// TestHTTPRefusal_EveryRefusalCarriesRateLimitFields: rate, busy, budget
+// and never-fits refusals all carry X-RateLimit-*, the IETF RateLimit and
+// RateLimit-Policy fields (with the unit and window of draft-11) and
+// OpenAI's x-ratelimit-*-requests and -tokens.
+func TestHTTPRefusal_EveryRefusalCarriesRateLimitFields(t *testing.T) {
+	monthlyCost := sluice.Rule{Name: "spend", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricCost, Limit: 1_000_000, Period: sluice.PeriodMonth}
+	tests := []struct {
+		name   string
+		rules  []sluice.Rule
+		before sluice.Request // admitted first, unless zero
+		req    sluice.Request
+		status int
+		want   map[string]string
+	}{
+		{"rate", []sluice.Rule{rpm(1), tpm(1000)}, tokens("k", 10, 10), tokens("k", 10, 10), 429, map[string]string{
+			"RateLimit-Policy": `"rpm";q=1;w=60`, "RateLimit": `"rpm";r=0;t=60`, "X-RateLimit-Limit": "1",
+			"x-ratelimit-limit-requests": "1", "x-ratelimit-remaining-requests": "0", "x-ratelimit-limit-tokens": "1000",
+		}},
+		{"busy", []sluice.Rule{inFlight(1)}, byKey("k"), byKey("k"), 429, map[string]string{
+			"RateLimit-Policy": `"inflight";q=1;qu="concurrent-requests"`, "X-RateLimit-Remaining": "0",
+		}},
+		{"budget", []sluice.Rule{daily(sluice.MetricTokens, 1000), rpm(10)}, tokens("k", 500, 450), tokens("k", 10, 100), 429, map[string]string{
+			"RateLimit-Policy": `"daily";q=1000;qu="tokens";w=86400`, "RateLimit": `"daily";r=50;t=50400`,
+			"x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "50", "x-ratelimit-limit-requests": "10",
+		}},
+		{"cost per month", []sluice.Rule{monthlyCost}, sluice.Request{Identity: ident("k"), Max: sluice.Usage{Cost: 999_999}},
+			sluice.Request{Identity: ident("k"), Max: sluice.Usage{Cost: 2}}, 429, map[string]string{
+				// March 2026 has 31 days.
+				"RateLimit-Policy": `"spend";q=1000000;qu="micro-dollars";w=2678400`,
+			}},
+		// The deciding rule has room; the fields describe the rule with
+		// the least, as on an admission.
+		{"never fits", []sluice.Rule{daily(sluice.MetricTokens, 1000), rpm(2)}, byKey("k"), tokens("k", 100, 5000), 413, map[string]string{
+			"RateLimit-Policy": `"rpm";q=2;w=60`, "X-RateLimit-Remaining": "1",
+			"x-ratelimit-limit-requests": "2", "x-ratelimit-remaining-requests": "1",
+			"x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "1000",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, clock := withRules(t, tt.rules...)
+			admit(t, l, tt.before)
+			_, err := l.Admit(context.Background(), tt.req)
+			hr, ok := sluice.HTTPRefusalOf(err)
+			if !ok || hr.Status != tt.status {
+				t.Fatalf("Admit: %v, status %d, want %d", err, hr.Status, tt.status)
+			}
+			h := http.Header{}
+			hr.SetHeaders(h, clock.Now())
+			for k, v := range tt.want {
+				if got := h.Get(k); got != v {
+					t.Errorf("%s %q, want %q", k, got, v)
+				}
+			}
+			for _, k := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "RateLimit-Policy"} {
+				if h.Get(k) == "" {
+					t.Errorf("%s missing: %v", k, h)
+				}
+			}
+		})
+	}
+}
+
+// TestResult_PolicyUnitAndWindow: an admission's fields name the unit and
+// window of the rule with the least room.
+func TestResult_PolicyUnitAndWindow(t *testing.T) {
+	l, clock := withRules(t, tpm(1000), rpm(100))
+	res := admit(t, l, tokens("k", 400, 100))
+	h := http.Header{}
+	res.Result().SetHeaders(h, clock.Now())
+	if got, want := h.Get("RateLimit-Policy"), `"tpm";q=1000;qu="tokens";w=60`; got != want {
+		t.Errorf("RateLimit-Policy %q, want %q", got, want)
+	}
+}
