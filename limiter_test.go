@@ -184,4 +184,3 @@ func TestLimiter_RetryAfterBuffer(t *testing.T) {
 		t.Fatalf("Admit: %v, want a budget refusal without a hint", err)
 	}
 }
-
