@@ -52,7 +52,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { cat.Close() })
 	e.cat = cat
-	e.metrics = NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small", "small": "mock-small"}})
+	e.metrics = NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small", "small": "mock-small"}, Providers: []string{"mock"}})
 	l, err := sluice.New(sluice.Options{Store: e.metrics.Store(memstore.New(memstore.Options{})), Rules: baseRules,
 		OnOverrun: e.metrics.OnOverrun, ServerID: "test", Clock: e.clock})
 	if err != nil {
