@@ -163,11 +163,16 @@ func (h *Handler) effective(w http.ResponseWriter, r *http.Request, p *principal
 }
 
 // listBudgets answers GET /admin/v1/budgets: the budgets that apply to the
-// subject, with live usage, reserved amount, remaining and reset time.
+// subject, with live usage, reserved amount, remaining and reset time. A
+// query that names no subject is refused: every per-subject budget would
+// read as a row of zeros for the empty subject.
 func (h *Handler) listBudgets(w http.ResponseWriter, r *http.Request, p *principal) error {
 	id, err := h.identityOf(r.Context(), r.URL.Query(), p)
 	if err != nil {
 		return err
+	}
+	if id.Workspace == "" && id.User == "" && id.Team == "" && id.Key == "" && r.URL.Query().Get("org") == "" {
+		return errorf(http.StatusBadRequest, "subject_required", "name a subject: workspace, user, team, key or org (for example ?workspace=acme)")
 	}
 	limits, err := h.limitsOf(r.Context(), id)
 	if err != nil {

@@ -74,6 +74,7 @@ func serve(args []string) error {
 	if err := refreshOverrides(ctx, limiter, cat, cfg); err != nil {
 		return err
 	}
+	obs.watchHeadroom(limiter, cfg)
 	go limiter.RunSweeper(ctx, 5*time.Second, func(err error) { log.Error("sweep", "err", err) })
 	go everyInterval(ctx, 2*time.Second, func() {
 		if err := refreshOverrides(ctx, limiter, cat, cfg); err != nil {
