@@ -213,6 +213,16 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	})
 	for op, name := range storeOpNames {
 		m.storeTimeOf[op] = m.storeTime.WithLabelValues(name)
+		m.storeErrors.WithLabelValues(name)
+	}
+	// The series of known label values start at 0, so that rate() and the
+	// shipped alerts see their first increase.
+	m.sessions.WithLabelValues("opened", "none")
+	m.sessions.WithLabelValues("closed", "none")
+	m.sweptBudget.WithLabelValues("charged")
+	m.sweptBudget.WithLabelValues("released")
+	for _, h := range knownIdentity {
+		m.ignoredID.WithLabelValues(h)
 	}
 	reg.MustRegister(m.requests, m.tokens, m.cost, m.decision, m.attempts, m.attemptsSum, m.storeTime,
 		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sweptBudget, m.sessions, m.sessionCost, m.sessionTurn, m.ignoredID,
