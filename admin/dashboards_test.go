@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -30,6 +31,7 @@ import (
 const (
 	dashboardFile = "../deploy/grafana/sluice.json"
 	alertsFile    = "../deploy/prometheus/alerts.yml"
+	readmeFile    = "../README.md"
 )
 
 type oneKey struct{}
@@ -126,7 +128,7 @@ func TestDeploy_DashboardAndAlertsNameScrapedSeries(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	names := map[string][]string{} // series name -> files naming it
-	for _, file := range []string{dashboardFile, alertsFile} {
+	for _, file := range []string{dashboardFile, alertsFile, readmeFile} {
 		for _, expr := range expressions(t, file) {
 			for _, n := range seriesName.FindAllString(expr, -1) {
 				if !slices.Contains(names[n], file) {
@@ -166,6 +168,9 @@ func expressions(t *testing.T, file string) []string {
 		t.Fatal(err)
 	}
 	var out []string
+	if strings.HasSuffix(file, ".md") {
+		return readmeQueries(string(data))
+	}
 	if strings.HasSuffix(file, ".json") {
 		var d struct {
 			Panels []struct {
@@ -244,4 +249,53 @@ func promtool(t *testing.T, args ...string) {
 func TestDeploy_PromtoolChecksAndTestsTheAlertRules(t *testing.T) {
 	promtool(t, "check", "rules", alertsFile)
 	promtool(t, "test", "rules", filepath.Join(filepath.Dir(alertsFile), "alerts_test.yml"))
+}
+
+// readmeQueries returns the queries of a document's promql code blocks,
+// one per line not a comment, a line indented under it continuing it.
+func readmeQueries(doc string) []string {
+	var out []string
+	for _, block := range strings.Split(doc, "```promql\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		for _, line := range strings.Split(block, "\n") {
+			switch {
+			case strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#"):
+			case strings.HasPrefix(line, " ") && len(out) > 0:
+				out[len(out)-1] += " " + strings.TrimSpace(line)
+			default:
+				out = append(out, line)
+			}
+		}
+	}
+	return out
+}
+
+// The README's queries are valid PromQL: promtool checks them as
+// recording rules.
+func TestDeploy_ReadmeQueriesArePromQL(t *testing.T) {
+	data, err := os.ReadFile(readmeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries := readmeQueries(string(data))
+	if len(queries) < 5 {
+		t.Fatalf("found %d queries in the README: %q", len(queries), queries)
+	}
+	type rule struct {
+		Record string `yaml:"record"`
+		Expr   string `yaml:"expr"`
+	}
+	var rules []rule
+	for i, q := range queries {
+		rules = append(rules, rule{Record: fmt.Sprintf("readme:query_%d", i), Expr: q})
+	}
+	out, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "readme", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "readme.yml")
+	if err := os.WriteFile(file, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	promtool(t, "check", "rules", file)
 }
