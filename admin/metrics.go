@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"net/http"
 	"runtime"
 	"runtime/debug"
@@ -274,13 +275,28 @@ func (m *Metrics) storesSnapshot() []*instrumentedStore {
 	return slices.Clone(m.stores)
 }
 
-// reserved is what open reservations hold on one counter.
-func (m *Metrics) reserved(key sluice.CounterKey) int64 {
-	var sum int64
+// reservedOf returns what open reservations hold on each budget counter
+// of keys: read from the store when it is a sluice.ReservedReader (the
+// reservations of every replica sharing it), else those open in this
+// process.
+func (m *Metrics) reservedOf(ctx context.Context, keys []sluice.CounterKey) ([]int64, error) {
+	sum := make([]int64, len(keys))
 	for _, s := range m.storesSnapshot() {
-		sum += s.reserved(key)
+		if rr, ok := s.Store.(sluice.ReservedReader); ok {
+			got, err := rr.Reserved(ctx, keys)
+			if err != nil {
+				return nil, &sluice.StoreError{Op: "reserved", Err: err}
+			}
+			for i := range sum {
+				sum[i] += got[i]
+			}
+			continue
+		}
+		for i, k := range keys {
+			sum[i] += s.reserved(k)
+		}
 	}
-	return sum
+	return sum, nil
 }
 
 // OnOverrun counts an overrun; pass it as sluice.Options.OnOverrun.
