@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -425,8 +424,10 @@ func statusClass(status int) string {
 	if status < 100 || status > 599 {
 		return "none"
 	}
-	return strconv.Itoa(status/100) + "xx"
+	return statusClasses[status/100-1]
 }
+
+var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
 
 func bounded(v string, known []string) string {
 	if slices.Contains(known, v) {
