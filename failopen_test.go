@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,6 +50,9 @@ func TestLimiter_OnStoreErrorOpenAdmitsUncharged(t *testing.T) {
 			}
 			if !r.Result().FailedOpen || len(r.Charges()) != 0 || l.Stats().FailedOpen != 1 {
 				t.Fatalf("result %+v, charges %d, stats %+v", r.Result(), len(r.Charges()), l.Stats())
+			}
+			if got := r.Result().FailedOpenRules; !slices.Equal(got, []string{"open"}) {
+				t.Fatalf("FailedOpenRules = %v, want [open] (the shadow rule is not one)", got)
 			}
 			if err := r.Settle(context.Background(), sluice.Usage{InputTokens: 5}); err != nil {
 				t.Fatalf("settle of an uncharged admission: %v", err)

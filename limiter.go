@@ -211,7 +211,12 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 			return &StoreError{Op: "admit", Err: err}
 		}
 		// Every rule in play says on_store_error: open: admit, charge
-		// nothing, and say so.
+		// nothing, and say so, naming the rules that let it through.
+		for i := range r.batch.Charges {
+			if c := &r.batch.Charges[i]; !c.Shadow {
+				r.failedOpenRules = append(r.failedOpenRules, c.rule.Name)
+			}
+		}
 		r.batch.Charges = r.batch.Charges[:0]
 		r.failedOpen = true
 		l.admitted.Add(1)

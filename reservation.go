@@ -28,6 +28,8 @@ type Result struct {
 	// was admitted uncharged, every rule in play saying
 	// on_store_error: open.
 	FailedOpen bool
+	// FailedOpenRules names the enforced rules of a FailedOpen admission.
+	FailedOpenRules []string
 	// Requests and Tokens are the applicable rules with the least room
 	// among those counting requests, and those counting tokens (input,
 	// output or both): what OpenAI's x-ratelimit-*-requests and
@@ -73,7 +75,8 @@ type Reservation struct {
 	admittedAt time.Time
 	// failedOpen marks an admission let through uncharged (see
 	// Result.FailedOpen).
-	failedOpen bool
+	failedOpen      bool
+	failedOpenRules []string
 	// inline holds the charges of most admissions.
 	inline [3]Charge
 
@@ -97,7 +100,7 @@ func (r *Reservation) Deadline() time.Time { return r.batch.Deadline }
 // the budget warnings reached, the shadow rules that would have refused.
 func (r *Reservation) Result() Result {
 	res := resultOf(r.batch.Charges)
-	res.FailedOpen = r.failedOpen
+	res.FailedOpen, res.FailedOpenRules = r.failedOpen, r.failedOpenRules
 	return res
 }
 

@@ -41,6 +41,15 @@ type AsyncSettler interface {
 	SettleAsync(ctx context.Context, now time.Time, b *Batch, done func(error))
 }
 
+// ReservedReader is a Store that can say what open reservations hold on
+// budget counters, as every process sharing the store sees them: the part
+// of a budget's Used that calls in flight hold, on any replica.
+type ReservedReader interface {
+	// Reserved returns, for each key of a budget counter, the amount its
+	// open reservations hold; 0 for a counter the store does not hold.
+	Reserved(ctx context.Context, keys []CounterKey) ([]int64, error)
+}
+
 // SweepResult counts what a sweep did.
 type SweepResult struct {
 	// Reservations settled by the sweep.

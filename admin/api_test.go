@@ -118,6 +118,8 @@ func TestAPI_BadInput(t *testing.T) {
 		{"token with a bad role", "POST", "/admin/v1/tokens", `{"role":"owner"}`, 400, "invalid", "role must be"},
 		{"usage grouped by user", "GET", "/admin/v1/usage?group_by=user", nil, 400, "invalid", `cannot group by "user"`},
 		{"usage with a bad date", "GET", "/admin/v1/usage?from=yesterday", nil, 400, "invalid", "from: want a date"},
+		{"budgets of no subject", "GET", "/admin/v1/budgets", nil, 400, "subject_required", "name a subject"},
+		{"budgets of a model only", "GET", "/admin/v1/budgets?model=mock-small", nil, 400, "subject_required", "workspace, user, team, key or org"},
 		{"effective with a typo", "GET", "/admin/v1/effective?worksapce=acme", nil, 400, "unknown_parameter", "worksapce"},
 		{"effective of a missing key", "GET", "/admin/v1/effective?key=nokey", nil, 404, "unknown_key", "unknown API key"},
 		{"audit with a bad limit", "GET", "/admin/v1/audit?limit=0", nil, 400, "invalid", "limit"},

@@ -47,9 +47,10 @@ func BenchmarkAdmitSettle(b *testing.B) {
 
 // BenchmarkMetricsObserve is the metrics' cost per finished request.
 func BenchmarkMetricsObserve(b *testing.B) {
-	m := NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small"}})
-	ev := gateway.Event{Route: "chat", Model: "mock-small", Outcome: "admitted", Status: 200, Attempts: 1,
-		Decision: 200 * time.Microsecond, Usage: sluice.Usage{InputTokens: 100, OutputTokens: 50, Cost: 42}}
+	m := NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small"}, Providers: []string{"mock"}})
+	ev := gateway.Event{Route: "chat", Model: "mock-small", Provider: "mock", Outcome: "admitted", Status: 200, UpstreamStatus: 200,
+		Attempts: 1, Decision: 200 * time.Microsecond, Duration: 300 * time.Millisecond, Upstream: 290 * time.Millisecond,
+		Usage: sluice.Usage{InputTokens: 100, OutputTokens: 50, Cost: 42}}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

@@ -35,6 +35,9 @@ type env struct {
 	cat     *catalog.Catalog
 	limiter *sluice.Limiter
 	metrics *Metrics
+	// mem is the limit store under metrics' instrumentation, which other
+	// replicas may share.
+	mem     *memstore.Store
 	handler *Handler
 	srv     *httptest.Server
 	clock   *fakeClock
@@ -52,8 +55,9 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { cat.Close() })
 	e.cat = cat
-	e.metrics = NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small", "small": "mock-small"}})
-	l, err := sluice.New(sluice.Options{Store: e.metrics.Store(memstore.New(memstore.Options{})), Rules: baseRules,
+	e.metrics = NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small", "small": "mock-small"}, Providers: []string{"mock"}})
+	e.mem = memstore.New(memstore.Options{})
+	l, err := sluice.New(sluice.Options{Store: e.metrics.Store(e.mem), Rules: baseRules,
 		OnOverrun: e.metrics.OnOverrun, ServerID: "test", Clock: e.clock})
 	if err != nil {
 		t.Fatal(err)

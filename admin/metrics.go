@@ -1,7 +1,10 @@
 package admin
 
 import (
+	"context"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -16,9 +19,14 @@ import (
 // MetricsOptions configures Metrics.
 type MetricsOptions struct {
 	// Models maps every model name and alias a client may use to the
-	// model's name. The model label takes only these names; any other is
-	// "other", so a client cannot grow the label set.
+	// model's name. The model label takes only these names; any other (and
+	// a request that named none) is "other", so a client cannot grow the
+	// label set.
 	Models map[string]string
+	// Providers are the configured providers' names, which the provider
+	// label takes; any other is "other", and "none" means no provider was
+	// called.
+	Providers []string
 	// Registry receives the collectors; nil means a new registry with the
 	// Go and process collectors.
 	Registry *prometheus.Registry
@@ -34,13 +42,25 @@ var (
 	knownIdentity = []string{event.HeaderWorkspace, event.HeaderUser, event.HeaderTeam}
 )
 
+// latencyBuckets suit LLM calls: a refusal answers in well under 10 ms, a
+// short completion in hundreds of milliseconds, a long generation or an
+// agent's stream in minutes.
+var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600}
+
+// maxRuleLabels bounds the rule label: rule names come from the policy,
+// which the operator controls, but a catalog may hold many orgs' rules.
+// Past this many names the rest count as "other".
+const maxRuleLabels = 500
+
 // Metrics holds Sluice's Prometheus series, named sluice_*. Labels are
-// bounded: route, model (from the configured list), outcome, class,
-// direction, operation; never a user, key or workspace. It is safe for
-// concurrent use.
+// bounded: route, model (from the configured list), provider (likewise),
+// outcome, class, upstream status class, direction, operation, rule;
+// never a user, key or workspace (but for the workspaces an operator lists
+// for headroom gauges). It is safe for concurrent use.
 type Metrics struct {
-	reg    *prometheus.Registry
-	models map[string]string
+	reg       *prometheus.Registry
+	models    map[string]string
+	providers []string
 
 	requests    *prometheus.CounterVec
 	tokens      *prometheus.CounterVec
@@ -53,7 +73,13 @@ type Metrics struct {
 	storeTimeOf [len(storeOpNames)]prometheus.Observer
 	overruns    prometheus.Counter
 	sweeps      prometheus.Counter
-	swept       *prometheus.CounterVec
+	swept       prometheus.Counter
+	sweptBudget *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	upstream    *prometheus.HistogramVec
+	firstToken  *prometheus.HistogramVec
+	failedOpen  *prometheus.CounterVec
+	shadowed    *prometheus.CounterVec
 	sessions    *prometheus.CounterVec
 	sessionCost prometheus.Histogram
 	sessionTurn prometheus.Histogram
@@ -64,6 +90,7 @@ type Metrics struct {
 
 	mu     sync.Mutex
 	stores []*instrumentedStore
+	rules  map[string]bool // rule label values in use
 }
 
 // NewMetrics registers Sluice's series and returns them.
@@ -73,7 +100,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	m := &Metrics{reg: reg, models: map[string]string{}}
+	m := &Metrics{reg: reg, models: map[string]string{}, providers: slices.Clone(opts.Providers), rules: map[string]bool{}}
 	for alias, name := range opts.Models {
 		m.models[alias] = name
 	}
@@ -95,14 +122,38 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 	}, []string{"route"})
 	m.attempts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "sluice_upstream_attempts",
-		Help:    "Upstream attempts per client request that reached a provider (retry amplification; 1 means no retry).",
+		Name:    "sluice_upstream_attempts_per_request",
+		Help:    "Upstream attempts per client request that reached a provider (retry amplification, _sum over _count; 1 means no retry).",
 		Buckets: []float64{1, 2, 3, 4, 5, 8},
 	}, []string{"route"})
 	m.attemptsSum = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_upstream_attempts_total",
-		Help: "Upstream attempts made; divided by sluice_requests_total it is the retry amplification.",
-	}, []string{"route"})
+		Help: "Upstream attempts made, with the labels of sluice_requests_total: divided by it, series by series, it is the attempts per request.",
+	}, []string{"route", "model", "outcome", "class"})
+	requestLabels := []string{"route", "model", "provider", "outcome", "upstream_status"}
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_request_duration_seconds",
+		Help:    "Time from a client request's arrival to the end of its answer (a stream's last event), by route, model, provider, outcome and the provider's status class (2xx, 4xx, 5xx; none when no provider answered).",
+		Buckets: latencyBuckets,
+	}, requestLabels)
+	m.upstream = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_upstream_duration_seconds",
+		Help:    "Time spent on the provider that served (or last failed) a request: from its first attempt to the end of its answer, retries included.",
+		Buckets: latencyBuckets,
+	}, requestLabels)
+	m.firstToken = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_time_to_first_token_seconds",
+		Help:    "Streams: time from the request's arrival to the provider's first event.",
+		Buckets: latencyBuckets,
+	}, requestLabels)
+	m.failedOpen = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_fail_open_admissions_total",
+		Help: "Requests admitted uncharged because the limit store did not answer, by rule (each rule in play says on_store_error: open).",
+	}, []string{"rule"})
+	m.shadowed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_shadow_refusals_total",
+		Help: "Admitted requests that a shadow rule would have refused, by rule.",
+	}, []string{"rule"})
 	m.storeTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sluice_store_seconds",
 		Help:    "Latency of store operations (admit, settle, peek, sweep).",
@@ -120,9 +171,13 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		Name: "sluice_sweeps_total",
 		Help: "Sweeps of expired reservations run.",
 	})
-	m.swept = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.swept = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_swept_reservations_total",
-		Help: "Reservations settled by a sweep, by what happened to their budget charges (charged, released; reservations for all).",
+		Help: "Reservations settled by a sweep (past their deadline without a settlement).",
+	})
+	m.sweptBudget = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_swept_budget_charges_total",
+		Help: "Budget charges of swept reservations, by what the rule's on_expiry did with them: charged or released.",
 	}, []string{"result"})
 	m.sessions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_sessions_total",
@@ -158,10 +213,44 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	})
 	for op, name := range storeOpNames {
 		m.storeTimeOf[op] = m.storeTime.WithLabelValues(name)
+		m.storeErrors.WithLabelValues(name)
+	}
+	// The series of known label values start at 0, so that rate() and the
+	// shipped alerts see their first increase.
+	m.sessions.WithLabelValues("opened", "none")
+	m.sessions.WithLabelValues("closed", "none")
+	m.sweptBudget.WithLabelValues("charged")
+	m.sweptBudget.WithLabelValues("released")
+	for _, h := range knownIdentity {
+		m.ignoredID.WithLabelValues(h)
 	}
 	reg.MustRegister(m.requests, m.tokens, m.cost, m.decision, m.attempts, m.attemptsSum, m.storeTime,
-		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sessions, m.sessionCost, m.sessionTurn, m.ignoredID, m.impossible, inFlight)
+		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sweptBudget, m.sessions, m.sessionCost, m.sessionTurn, m.ignoredID,
+		m.impossible, inFlight, m.duration, m.upstream, m.firstToken, m.failedOpen, m.shadowed, buildInfo())
 	return m
+}
+
+// buildInfo is sluice_build_info, always 1, labelled with the binary's
+// module version, VCS revision and Go version.
+func buildInfo() prometheus.Collector {
+	version, revision, goVersion := "unknown", "unknown", runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				revision = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "sluice_build_info",
+		Help:        "Always 1; its labels name the running build: version (the module's), revision (the VCS commit) and goversion.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	})
+	g.Set(1)
+	return g
 }
 
 // Handler serves the registry in the Prometheus text format.
@@ -185,26 +274,43 @@ func (m *Metrics) storesSnapshot() []*instrumentedStore {
 	return slices.Clone(m.stores)
 }
 
-// reserved is what open reservations hold on one counter.
-func (m *Metrics) reserved(key sluice.CounterKey) int64 {
-	var sum int64
+// reservedOf returns what open reservations hold on each budget counter
+// of keys: read from the store when it is a sluice.ReservedReader (the
+// reservations of every replica sharing it), else those open in this
+// process.
+func (m *Metrics) reservedOf(ctx context.Context, keys []sluice.CounterKey) ([]int64, error) {
+	sum := make([]int64, len(keys))
 	for _, s := range m.storesSnapshot() {
-		sum += s.reserved(key)
+		if rr, ok := s.Store.(sluice.ReservedReader); ok {
+			got, err := rr.Reserved(ctx, keys)
+			if err != nil {
+				return nil, &sluice.StoreError{Op: "reserved", Err: err}
+			}
+			for i := range sum {
+				sum[i] += got[i]
+			}
+			continue
+		}
+		for i, k := range keys {
+			sum[i] += s.reserved(k)
+		}
 	}
-	return sum
+	return sum, nil
 }
 
 // OnOverrun counts an overrun; pass it as sluice.Options.OnOverrun.
 func (m *Metrics) OnOverrun(sluice.Overrun) { m.overruns.Inc() }
 
 // seriesKey is the bounded label set of one request's series.
-type seriesKey struct{ route, model, outcome, class string }
+type seriesKey struct{ route, model, provider, outcome, class, upstreamStatus string }
 
 // requestSeries are the series one kind of request touches, resolved once:
 // a label lookup hashes every value, and Observe runs on every request.
 type requestSeries struct {
 	requests              prometheus.Counter
 	decision, attempts    prometheus.Observer
+	duration, upstream    prometheus.Observer
+	firstToken            prometheus.Observer
 	attemptsSum           prometheus.Counter
 	input, output, cached prometheus.Counter
 	cost                  prometheus.Counter
@@ -218,7 +324,10 @@ func (m *Metrics) series(k seriesKey) *requestSeries {
 		requests:    m.requests.WithLabelValues(k.route, k.model, k.outcome, k.class),
 		decision:    m.decision.WithLabelValues(k.route),
 		attempts:    m.attempts.WithLabelValues(k.route),
-		attemptsSum: m.attemptsSum.WithLabelValues(k.route),
+		attemptsSum: m.attemptsSum.WithLabelValues(k.route, k.model, k.outcome, k.class),
+		duration:    m.duration.WithLabelValues(k.route, k.model, k.provider, k.outcome, k.upstreamStatus),
+		upstream:    m.upstream.WithLabelValues(k.route, k.model, k.provider, k.outcome, k.upstreamStatus),
+		firstToken:  m.firstToken.WithLabelValues(k.route, k.model, k.provider, k.outcome, k.upstreamStatus),
 		input:       m.tokens.WithLabelValues("input", k.model),
 		output:      m.tokens.WithLabelValues("output", k.model),
 		cached:      m.tokens.WithLabelValues("cached_input", k.model),
@@ -231,8 +340,24 @@ func (m *Metrics) series(k seriesKey) *requestSeries {
 // Observe counts one finished client request; pass it (or a function
 // calling it) as gateway.Options.Observer.
 func (m *Metrics) Observe(e event.Event) {
-	s := m.series(seriesKey{bounded(e.Route, knownRoutes), m.model(e.Model), bounded(e.Outcome, knownOutcomes), boundedClass(e.Class)})
+	s := m.series(seriesKey{bounded(e.Route, knownRoutes), m.model(e.Model), bounded(e.Provider, m.providers),
+		bounded(e.Outcome, knownOutcomes), boundedClass(e.Class), statusClass(e.UpstreamStatus)})
 	s.requests.Inc()
+	if e.Duration > 0 {
+		s.duration.Observe(e.Duration.Seconds())
+	}
+	if e.Upstream > 0 {
+		s.upstream.Observe(e.Upstream.Seconds())
+	}
+	if e.FirstToken > 0 {
+		s.firstToken.Observe(e.FirstToken.Seconds())
+	}
+	for _, r := range e.FailedOpen {
+		m.failedOpen.WithLabelValues(m.rule(r)).Inc()
+	}
+	for _, r := range e.Shadowed {
+		m.shadowed.WithLabelValues(m.rule(r)).Inc()
+	}
 	switch e.Session {
 	case "opened":
 		m.sessions.WithLabelValues("opened", "none").Inc()
@@ -272,14 +397,37 @@ func (m *Metrics) Observe(e event.Event) {
 }
 
 func (m *Metrics) model(name string) string {
-	if name == "" {
-		return "none"
-	}
 	if canonical, ok := m.models[name]; ok {
 		return canonical
 	}
 	return "other"
 }
+
+// rule returns the rule label for name: the name, while fewer than
+// maxRuleLabels are in use.
+func (m *Metrics) rule(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rules[name] {
+		return name
+	}
+	if len(m.rules) >= maxRuleLabels {
+		return "other"
+	}
+	m.rules[name] = true
+	return name
+}
+
+// statusClass is an HTTP status's class, "2xx" to "5xx"; "none" when no
+// provider answered.
+func statusClass(status int) string {
+	if status < 100 || status > 599 {
+		return "none"
+	}
+	return statusClasses[status/100-1]
+}
+
+var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
 
 func bounded(v string, known []string) string {
 	if slices.Contains(known, v) {
@@ -319,7 +467,7 @@ func (m *Metrics) observeStore(op storeOp, start time.Time, err error) {
 
 func (m *Metrics) observeSweep(res sluice.SweepResult) {
 	m.sweeps.Inc()
-	m.swept.WithLabelValues("reservations").Add(float64(res.Reservations))
-	m.swept.WithLabelValues("charged").Add(float64(res.Charged))
-	m.swept.WithLabelValues("released").Add(float64(res.Released))
+	m.swept.Add(float64(res.Reservations))
+	m.sweptBudget.WithLabelValues("charged").Add(float64(res.Charged))
+	m.sweptBudget.WithLabelValues("released").Add(float64(res.Released))
 }

@@ -100,19 +100,31 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 	}
 
 	events := []gateway.Event{
-		{Route: "chat", Model: "mock-small", Outcome: "admitted", Status: 200, Attempts: 1, Decision: 300 * time.Microsecond,
+		{Route: "chat", Model: "mock-small", Provider: "mock", Outcome: "admitted", Status: 200, UpstreamStatus: 200, Attempts: 1,
+			Decision: 300 * time.Microsecond, Duration: 700 * time.Millisecond, Upstream: 650 * time.Millisecond,
 			Usage: sluice.Usage{InputTokens: 12, OutputTokens: 30, CachedInputTokens: 4, Cost: 25}},
-		{Route: "chat", Model: "small", Outcome: "admitted", Status: 200, Attempts: 3, Decision: time.Millisecond,
+		{Route: "chat", Model: "small", Provider: "mock", Outcome: "admitted", Status: 200, UpstreamStatus: 200, Attempts: 3,
+			Decision: time.Millisecond, Duration: 40 * time.Second, Upstream: 39 * time.Second, FirstToken: 1500 * time.Millisecond,
 			Usage: sluice.Usage{InputTokens: 8, OutputTokens: 2, Cost: 5}},
+		// Admitted with a shadow rule over its limit; admitted uncharged
+		// with the store down.
+		{Route: "chat", Model: "mock-small", Provider: "mock", Outcome: "admitted", Status: 200, UpstreamStatus: 200, Attempts: 1,
+			Duration: time.Second, Shadowed: []string{"trial_budget"}},
+		{Route: "chat", Model: "mock-small", Provider: "mock", Outcome: "admitted", Status: 200, UpstreamStatus: 200, Attempts: 1,
+			Duration: time.Second, FailedOpen: []string{"rate_per_minute", "daily_token_budget"}},
 		{Route: "chat", Model: "mock-small", Outcome: "rate_limited", Class: "throttled", Status: 429, Decision: 100 * time.Microsecond},
 		{Route: "messages", Model: "mock-small", Outcome: "busy", Class: "throttled", Status: 429},
 		{Route: "chat", Model: "mock-small", Outcome: "budget_exceeded", Class: "terminal", Status: 429},
 		{Route: "chat", Model: "mock-small", Outcome: "too_large", Class: "terminal", Status: 413},
 		{Route: "chat", Model: "mock-small", Outcome: "store_error", Class: "transient", Status: 503},
-		{Route: "chat", Model: "mock-small", Outcome: "upstream_error", Class: "transient", Status: 502, Attempts: 3},
-		// A client naming a model that is not configured, and values no
-		// release knows: they fold into "other".
+		{Route: "chat", Model: "mock-small", Provider: "mock", Outcome: "upstream_error", Class: "transient", Status: 502, UpstreamStatus: 503,
+			Attempts: 3, Duration: 3 * time.Second, Upstream: 3 * time.Second},
+		// A provider no configuration names folds into "other".
+		{Route: "chat", Model: "mock-small", Provider: "elsewhere", Outcome: "upstream_error", Class: "transient", Status: 502, Duration: time.Second},
+		// A client naming a model that is not configured, or none, and
+		// values no release knows: they fold into "other".
 		{Route: "chat", Model: "user-ada-secret-model", Outcome: "bad_request", Class: "terminal", Status: 400},
+		{Route: "chat", Outcome: "unauthorized", Class: "terminal", Status: 401, Duration: time.Millisecond},
 		{Route: "/v1/../etc", Model: "mock-small", Outcome: "weird", Class: "odd", Status: 400},
 		// Sessions: two opened, one refused by a ceiling, one closed.
 		{Route: "sessions", Model: "mock-small", Outcome: "admitted", Status: 201, Session: "opened"},
@@ -136,26 +148,39 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 		labels []string
 		want   float64
 	}{
-		{"sluice_requests_total", []string{"route", "chat", "model", "mock-small", "outcome", "admitted", "class", ""}, 4},
+		{"sluice_requests_total", []string{"route", "chat", "model", "mock-small", "outcome", "admitted", "class", ""}, 6},
 		{"sluice_requests_total", []string{"outcome", "rate_limited", "class", "throttled"}, 1},
 		{"sluice_requests_total", []string{"route", "messages", "outcome", "busy", "class", "throttled"}, 1},
 		{"sluice_requests_total", []string{"outcome", "budget_exceeded", "class", "terminal"}, 1},
 		{"sluice_requests_total", []string{"outcome", "too_large", "class", "terminal"}, 1},
 		{"sluice_requests_total", []string{"outcome", "store_error", "class", "transient"}, 1},
-		{"sluice_requests_total", []string{"outcome", "upstream_error", "class", "transient"}, 1},
+		{"sluice_requests_total", []string{"outcome", "upstream_error", "class", "transient"}, 2},
 		{"sluice_requests_total", []string{"model", "other", "outcome", "bad_request"}, 1},
+		{"sluice_requests_total", []string{"model", "other", "outcome", "unauthorized"}, 1},
 		{"sluice_requests_total", []string{"route", "other", "outcome", "other", "class", "other"}, 1},
 		{"sluice_tokens_total", []string{"direction", "input", "model", "mock-small"}, 20},
 		{"sluice_tokens_total", []string{"direction", "output", "model", "mock-small"}, 32},
 		{"sluice_tokens_total", []string{"direction", "cached_input", "model", "mock-small"}, 4},
 		{"sluice_cost_microdollars_total", []string{"model", "mock-small"}, 30},
 		{"sluice_decision_seconds", []string{"route", "chat"}, 3},
-		{"sluice_upstream_attempts", []string{"route", "chat"}, 3},
-		{"sluice_upstream_attempts_total", []string{"route", "chat"}, 7},
+		{"sluice_upstream_attempts_per_request", []string{"route", "chat"}, 5},
+		{"sluice_upstream_attempts_total", []string{"route", "chat", "model", "mock-small", "outcome", "admitted", "class", ""}, 6},
+		{"sluice_upstream_attempts_total", []string{"route", "chat", "model", "mock-small", "outcome", "upstream_error", "class", "transient"}, 3},
+		{"sluice_request_duration_seconds", []string{"route", "chat", "model", "mock-small", "provider", "mock", "outcome", "admitted", "upstream_status", "2xx"}, 4},
+		{"sluice_request_duration_seconds", []string{"provider", "mock", "outcome", "upstream_error", "upstream_status", "5xx"}, 1},
+		{"sluice_request_duration_seconds", []string{"provider", "other", "outcome", "upstream_error", "upstream_status", "none"}, 1},
+		{"sluice_request_duration_seconds", []string{"model", "other", "provider", "none", "outcome", "unauthorized", "upstream_status", "none"}, 1},
+		{"sluice_upstream_duration_seconds", []string{"outcome", "admitted", "upstream_status", "2xx"}, 2},
+		{"sluice_upstream_duration_seconds", []string{"outcome", "upstream_error", "upstream_status", "5xx"}, 1},
+		{"sluice_time_to_first_token_seconds", []string{"route", "chat", "model", "mock-small", "provider", "mock"}, 1},
+		{"sluice_shadow_refusals_total", []string{"rule", "trial_budget"}, 1},
+		{"sluice_fail_open_admissions_total", []string{"rule", "rate_per_minute"}, 1},
+		{"sluice_fail_open_admissions_total", []string{"rule", "daily_token_budget"}, 1},
 		{"sluice_in_flight", nil, 1},
 		{"sluice_reservation_overruns_total", nil, 1},
 		{"sluice_sweeps_total", nil, 1},
-		{"sluice_swept_reservations_total", []string{"result", "reservations"}, 1},
+		{"sluice_swept_reservations_total", nil, 1},
+		{"sluice_swept_budget_charges_total", []string{"result", "charged"}, 1},
 		{"sluice_store_seconds", []string{"operation", "admit"}, 3},
 		{"sluice_store_seconds", []string{"operation", "settle"}, 1},
 		{"sluice_store_seconds", []string{"operation", "sweep"}, 1},
@@ -186,7 +211,7 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 				case "user", "key", "workspace", "org", "team", "subject":
 					t.Errorf("%s has an identity label %q", name, l.GetName())
 				case "model":
-					if v := l.GetValue(); v != "mock-small" && v != "other" && v != "none" {
+					if v := l.GetValue(); v != "mock-small" && v != "other" {
 						t.Errorf("%s has model label %q", name, v)
 					}
 				}

@@ -105,8 +105,10 @@ type limitView struct {
 	Mode   string `json:"mode"`
 	// Used counts usage settled and reserved.
 	Used int64 `json:"used"`
-	// Reserved is the part of Used held by calls in flight in this
-	// process; absent when the server does not track reservations.
+	// Reserved is the part of Used held by calls in flight, on every
+	// replica sharing the store (a budget's open reservations; a
+	// concurrency rule's leases); absent for rate rules, and for budgets
+	// when the server does not track reservations.
 	Reserved  *int64    `json:"reserved,omitempty"`
 	Remaining int64     `json:"remaining"`
 	ResetAt   time.Time `json:"reset_at,omitzero"`
@@ -130,6 +132,26 @@ func (h *Handler) limitsOf(ctx context.Context, id sluice.Identity) ([]limitView
 	for _, r := range h.limiter.Policy().Rules {
 		byName[r.Name] = r
 	}
+	// What budgets hold in open reservations, read in one call for all.
+	var budgetKeys []sluice.CounterKey
+	var budgetAt []int
+	if len(keys) == len(eff) {
+		for i, e := range eff {
+			if e.Kind == sluice.KindBudget {
+				budgetKeys, budgetAt = append(budgetKeys, keys[i]), append(budgetAt, i)
+			}
+		}
+	}
+	reserved := map[int]int64{}
+	if len(budgetKeys) > 0 {
+		got, err := h.opts.Metrics.reservedOf(ctx, budgetKeys)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range budgetAt {
+			reserved[i] = got[j]
+		}
+	}
 	out := make([]limitView, 0, len(eff))
 	for i, e := range eff {
 		v := limitView{Rule: e.Rule, Kind: string(e.Kind), Subject: e.Subject, Metric: string(e.Metric), Limit: e.Limit,
@@ -140,9 +162,14 @@ func (h *Handler) limitsOf(ctx context.Context, id sluice.Identity) ([]limitView
 			}
 			v.Period = string(r.Period)
 		}
-		if len(keys) == len(eff) && e.Kind != sluice.KindRate {
-			reserved := h.opts.Metrics.reserved(keys[i])
-			v.Reserved = &reserved
+		switch {
+		case e.Kind == sluice.KindConcurrency:
+			// A lease is held by a call in flight, on whichever replica.
+			leases := e.Used
+			v.Reserved = &leases
+		case e.Kind == sluice.KindBudget && len(keys) == len(eff):
+			r := reserved[i]
+			v.Reserved = &r
 		}
 		out = append(out, v)
 	}
@@ -163,11 +190,16 @@ func (h *Handler) effective(w http.ResponseWriter, r *http.Request, p *principal
 }
 
 // listBudgets answers GET /admin/v1/budgets: the budgets that apply to the
-// subject, with live usage, reserved amount, remaining and reset time.
+// subject, with live usage, reserved amount, remaining and reset time. A
+// query that names no subject is refused: every per-subject budget would
+// read as a row of zeros for the empty subject.
 func (h *Handler) listBudgets(w http.ResponseWriter, r *http.Request, p *principal) error {
 	id, err := h.identityOf(r.Context(), r.URL.Query(), p)
 	if err != nil {
 		return err
+	}
+	if id.Workspace == "" && id.User == "" && id.Team == "" && id.Key == "" && r.URL.Query().Get("org") == "" {
+		return errorf(http.StatusBadRequest, "subject_required", "name a subject: workspace, user, team, key or org (for example ?workspace=acme)")
 	}
 	limits, err := h.limitsOf(r.Context(), id)
 	if err != nil {

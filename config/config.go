@@ -96,6 +96,8 @@ type Config struct {
 	TenantModels []TenantModel `yaml:"tenant_models,omitempty"`
 	// Auth lists the trusted identity records besides API keys.
 	Auth Auth `yaml:"auth,omitempty"`
+	// Metrics shapes what /metrics exports.
+	Metrics Metrics `yaml:"metrics,omitempty"`
 
 	// Knobs holds the quick knobs that were set in the environment, by
 	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.

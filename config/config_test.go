@@ -94,6 +94,9 @@ func TestLoad_FullExample(t *testing.T) {
 		c.MaxBodyBytes != 1<<20 || c.RequestTimeout != 150*time.Second || c.ExpirySlack != 45*time.Second || c.MaxWait != time.Minute || c.Tiers[0].MaxWait != 5*time.Second || !c.IsProduction() || *c.UpstreamRetries != 0 {
 		t.Errorf("server fields = %+v", c)
 	}
+	if got, want := c.HeadroomWorkspaces(), []WorkspaceRef{{"default", "research"}, {"partner-co", "support"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("HeadroomWorkspaces() = %v, want %v", got, want)
+	}
 	wantPrefixes := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("fd00::/8")}
 	if got := c.TrustedPrefixes(); !reflect.DeepEqual(got, wantPrefixes) {
 		t.Errorf("TrustedPrefixes() = %v, want %v", got, wantPrefixes)

@@ -41,9 +41,12 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		})
 	}
 	streaming := false
+	c.upstreamStart = time.Time{}
+	c.event.UpstreamStatus, c.event.Upstream = 0, 0
 	defer func() {
 		if !streaming { // a stream gives both back when its body closes
 			p.conns.put(uc, watch.stop())
+			c.upstreamDone()
 		}
 	}()
 	req := fasthttp.AcquireRequest()
@@ -70,7 +73,14 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 			}
 		}
 		c.event.Attempts++
+		if c.upstreamStart.IsZero() {
+			c.upstreamStart = time.Now()
+		}
 		err = uc.client.DoDeadline(req, resp, deadline)
+		c.event.UpstreamStatus = 0
+		if err == nil {
+			c.event.UpstreamStatus = resp.StatusCode()
+		}
 		if err != nil && c.gone.Load() {
 			c.cut = true // the client left while the provider worked
 		}
@@ -178,6 +188,14 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	fasthttp.ReleaseResponse(resp)
 	c.settle = func() { c.finish(cand, res, u, ok) }
 	return true, nil
+}
+
+// upstreamDone records the time spent on the provider, once its answer
+// has been read (or has failed).
+func (c *call) upstreamDone() {
+	if !c.upstreamStart.IsZero() {
+		c.event.Upstream = time.Since(c.upstreamStart)
+	}
 }
 
 func (c *call) lastCandidate() *model {

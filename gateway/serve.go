@@ -67,6 +67,9 @@ type call struct {
 	// asserted are the attributes of who that a service key set from the
 	// request's headers.
 	asserted attrSet
+	// upstreamStart is when the first attempt of the provider that serves
+	// (or last failed) was sent.
+	upstreamStart time.Time
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
@@ -521,6 +524,9 @@ func (c *call) settleUsage(cand *model, u llm.Usage) sluice.Usage {
 // later, on the store's goroutine: nothing there may touch c.ctx, which
 // serves the connection's next request by then.
 func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reported bool) {
+	// The answer is out (a stream has ended): the request's duration stops
+	// here, before the settlement's commit.
+	c.event.Duration = time.Since(c.start)
 	var su sluice.Usage // zero: nothing reported, the reservation is charged
 	if reported && c.impossible(cand, u) {
 		// A provider that reports more than the call could produce is
@@ -554,7 +560,6 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 				InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags})
 		}
 		if c.g.opts.Observer != nil {
-			c.event.Duration = time.Since(c.start)
 			c.g.opts.Observer(c.event)
 		}
 		c.g.inFlight.done()
@@ -564,6 +569,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 // setResultHeaders writes the admission's headers on a response.
 func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sluice.Reservation, capPer int64, clamped bool) {
 	r := res.Result()
+	c.event.Shadowed, c.event.FailedOpen = r.Shadowed, r.FailedOpenRules
 	r.SetHeaders(h, time.Now())
 	h.Set("X-Sluice-Model", cand.Name)
 	if r.FailedOpen {

@@ -41,6 +41,7 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 		s.next()
 	}
 	if s.upstreamErr != nil && !s.endCleanly {
+		c.upstreamDone()
 		err := s.upstreamErr
 		s.deadline.Stop()
 		s.watch.stop()
@@ -51,6 +52,7 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 		upstreamReaders.Put(s.br)
 		return err
 	}
+	c.event.FirstToken = time.Since(c.start)
 	c.ctx.SetStatusCode(200)
 	c.ctx.Response.Header.Set("Cache-Control", "no-cache")
 	c.g.inFlight.add() // until the stream is settled; done by finish
@@ -228,6 +230,7 @@ func (s *streamBody) CloseWithError(werr error) error {
 		reported = true
 	}
 	c.event.Status = 200
+	c.upstreamDone()
 	c.whenAnswered(func() { c.finish(s.cand, s.res, u, reported) })
 	return nil
 }

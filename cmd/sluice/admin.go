@@ -35,7 +35,21 @@ func newObservability(cfg *config.Config, log *slog.Logger) *observability {
 			models[a] = m.Name
 		}
 	}
-	return &observability{metrics: admin.NewMetrics(admin.MetricsOptions{Models: models}), log: log}
+	var providers []string
+	for _, p := range cfg.Providers {
+		providers = append(providers, p.Name)
+	}
+	return &observability{metrics: admin.NewMetrics(admin.MetricsOptions{Models: models, Providers: providers}), log: log}
+}
+
+// watchHeadroom exports the headroom of the deployment's rules and of the
+// workspaces cfg lists under metrics.headroom_workspaces.
+func (o *observability) watchHeadroom(l *sluice.Limiter, cfg *config.Config) {
+	var workspaces []admin.HeadroomWorkspace
+	for _, w := range cfg.HeadroomWorkspaces() {
+		workspaces = append(workspaces, admin.HeadroomWorkspace{Org: w.Org, Workspace: w.Workspace})
+	}
+	o.metrics.WatchHeadroom(l, workspaces)
 }
 
 // Observe counts a finished request and logs one line for it; it is the

@@ -74,6 +74,7 @@ func serve(args []string) error {
 	if err := refreshOverrides(ctx, limiter, cat, cfg); err != nil {
 		return err
 	}
+	obs.watchHeadroom(limiter, cfg)
 	go limiter.RunSweeper(ctx, 5*time.Second, func(err error) { log.Error("sweep", "err", err) })
 	// Rules and overrides changed in the catalog, by any replica or
 	// straight in the database, apply at once: the catalog says when they

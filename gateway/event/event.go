@@ -57,6 +57,24 @@ type Event struct {
 	// the call could produce: it was not believed, and the reservation was
 	// charged instead.
 	ImpossibleUsage bool
+	// UpstreamStatus is the HTTP status of the provider's last answer; 0
+	// when no provider answered (refused before, or a connection error).
+	UpstreamStatus int
+	// Upstream is the time spent on the provider that served (or last
+	// failed): from its first attempt to the end of its answer (a stream's
+	// last event), retries and their waits included; 0 when none was
+	// called.
+	Upstream time.Duration
+	// FirstToken is, for a stream, the time from the request's arrival to
+	// the provider's first event, ready to forward; 0 otherwise.
+	FirstToken time.Duration
+	// Shadowed names the shadow rules that would have refused the request
+	// (admitted all the same).
+	Shadowed []string
+	// FailedOpen names the rules that admitted the request uncharged
+	// because the limit store did not answer (each says
+	// on_store_error: open).
+	FailedOpen []string
 }
 
 // SessionUsage is what a session used.

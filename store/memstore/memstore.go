@@ -380,6 +380,21 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	return nil
 }
 
+// Reserved returns what open reservations hold on each budget counter of
+// keys.
+func (s *Store) Reserved(_ context.Context, keys []sluice.CounterKey) ([]int64, error) {
+	out := make([]int64, len(keys))
+	for i, k := range keys {
+		sh := &s.shards[s.shardOf(k.Subject)]
+		sh.mu.Lock()
+		if st := sh.find(k); st != nil && st.kind == sluice.KindBudget {
+			out[i] = st.budget.Reserved
+		}
+		sh.mu.Unlock()
+	}
+	return out, nil
+}
+
 // Close does nothing; it exists to satisfy sluice.Store.
 func (s *Store) Close() error { return nil }
 

@@ -286,6 +286,12 @@ func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch,
 	s.enqueue(op{kind: opSettle, batch: b, done: done})
 }
 
+// Reserved reads the in-memory counters: this process is the only one
+// serving them.
+func (s *Store) Reserved(ctx context.Context, keys []sluice.CounterKey) ([]int64, error) {
+	return s.mem.Reserved(ctx, keys)
+}
+
 // Peek reads the in-memory counters.
 func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
 	return s.mem.Peek(ctx, now, b)
