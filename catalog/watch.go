@@ -10,7 +10,7 @@ import (
 // WatchPolicy calls changed soon after a rule or an override changes in the
 // database, however it was changed: through this Catalog, another process,
 // or a statement run against the database directly. On PostgreSQL it
-// listens for the notifications a trigger sends (migration 0006),
+// listens for the notifications a trigger sends (migration 0007),
 // reconnecting after a failure; on SQLite it polls PRAGMA data_version,
 // which changes when another connection commits, every poll (100 ms when
 // zero). Calls to changed may come in bursts and for changes to other
