@@ -116,7 +116,7 @@ func TestAPI_BadInput(t *testing.T) {
 		{"delete of a missing override", "DELETE", "/admin/v1/overrides/daily_token_budget/workspace/acme", nil, 404, "unknown_override", "unknown override"},
 		{"viewer token without workspaces", "POST", "/admin/v1/tokens", `{"role":"viewer"}`, 400, "invalid", "needs the workspaces"},
 		{"token with a bad role", "POST", "/admin/v1/tokens", `{"role":"owner"}`, 400, "invalid", "role must be"},
-		{"usage grouped by user", "GET", "/admin/v1/usage?group_by=user", nil, 400, "invalid", `cannot group by "user"`},
+		{"usage grouped by prompt", "GET", "/admin/v1/usage?group_by=prompt", nil, 400, "invalid", `cannot group by "prompt"`},
 		{"usage with a bad date", "GET", "/admin/v1/usage?from=yesterday", nil, 400, "invalid", "from: want a date"},
 		{"effective with a typo", "GET", "/admin/v1/effective?worksapce=acme", nil, 400, "unknown_parameter", "worksapce"},
 		{"effective of a missing key", "GET", "/admin/v1/effective?key=nokey", nil, 404, "unknown_key", "unknown API key"},
