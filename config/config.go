@@ -86,6 +86,8 @@ type Config struct {
 	TenantModels []TenantModel `yaml:"tenant_models,omitempty"`
 	// Auth lists the trusted identity records besides API keys.
 	Auth Auth `yaml:"auth,omitempty"`
+	// Usage is what the usage ledger keeps beside its daily sums.
+	Usage Usage `yaml:"usage,omitempty"`
 
 	// Knobs holds the quick knobs that were set in the environment, by
 	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.

@@ -100,6 +100,7 @@ func (c *Config) problems() []*FieldError {
 	v.sessions()
 	v.tenantModels()
 	v.auth()
+	v.usage()
 	return v.problems
 }
 

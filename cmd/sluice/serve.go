@@ -286,6 +286,15 @@ type ledger struct{ cat *catalog.Catalog }
 
 func (l ledger) RecordUsage(u gateway.UsageRecord) {
 	l.cat.RecordUsage(catalog.UsageEntry{Org: u.Org, Workspace: u.Workspace, Route: u.Route, Model: u.Model, At: u.At, Requests: 1,
+		KeyID: u.KeyID, User: u.User, Team: u.Team, Tags: u.Tags,
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost})
+	outcome := catalog.OutcomeReported
+	if u.Estimated {
+		outcome = catalog.OutcomeEstimated
+	}
+	l.cat.RecordCall(catalog.CallRecord{At: u.At, RequestID: u.RequestID, Org: u.Org, Workspace: u.Workspace, KeyID: u.KeyID, User: u.User,
+		Route: u.Route, Model: u.Model, Outcome: outcome,
+		ReservedTokens: u.Reserved.InputTokens + u.Reserved.OutputTokens, ReservedCost: u.Reserved.Cost,
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost})
 }
 
