@@ -293,8 +293,14 @@ func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error 
 
 // Sweep settles expired reservations in memory and journals them.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
+	res, _, err := s.SweepReport(ctx, now)
+	return res, err
+}
+
+// SweepReport is Sweep, and tells what it settled once that is journaled.
+func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
 	if err := s.failed(); err != nil {
-		return sluice.SweepResult{}, err
+		return sluice.SweepResult{}, nil, err
 	}
 	expired, res := s.mem.SweepExpired(now)
 	var last uint64
@@ -306,10 +312,10 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 	}
 	if len(expired) > 0 {
 		if err := s.wait(ctx, last); err != nil {
-			return res, err
+			return res, nil, err
 		}
 	}
-	return res, nil
+	return res, memstore.Report(expired), nil
 }
 
 func hasBudget(b *sluice.Batch) bool {
