@@ -178,3 +178,23 @@ func TestCatalog_CallRecordsOff(t *testing.T) {
 		t.Fatalf("Calls = %v, %v; want none kept", rs, err)
 	}
 }
+
+func TestCatalog_CallRecordsManyInOneFlush(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		const n = 2*callsPerInsert + 3
+		for i := range n {
+			c.RecordCall(CallRecord{Workspace: "w", Outcome: OutcomeReported, InputTokens: int64(i)})
+		}
+		if err := c.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var count, sum int64
+		if err := c.db.QueryRow(`SELECT COUNT(*), SUM(input_tokens) FROM call_records`).Scan(&count, &sum); err != nil {
+			t.Fatal(err)
+		}
+		if count != n || sum != n*(n-1)/2 {
+			t.Fatalf("%d records summing %d, want %d summing %d", count, sum, n, n*(n-1)/2)
+		}
+	})
+}

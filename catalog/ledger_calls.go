@@ -100,24 +100,35 @@ func (l *ledger) requeueCalls(calls []CallRecord) {
 	l.calls = merged
 }
 
+// callsPerInsert is the most call records one INSERT carries: one round
+// trip per few hundred calls, well under either database's limit on
+// statement parameters (15 a record).
+const callsPerInsert = 500
+
+// writeCalls inserts calls in multi-row statements: a record at a time,
+// the round trips of a busy gateway's records (hundreds a flush) would
+// keep the ledger's write, and so its crash window, long.
 func (c *Catalog) writeCalls(ctx context.Context, tx *sql.Tx, calls []CallRecord) error {
-	if len(calls) == 0 {
-		return nil
-	}
-	stmt, err := tx.PrepareContext(ctx, c.d.q(`INSERT INTO call_records
-		(at, request_id, org, workspace, key_id, user_id, route, model, outcome,
-			reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`))
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
-	for i := range calls {
-		r := &calls[i]
-		if _, err := stmt.ExecContext(ctx, r.At.UnixNano(), r.RequestID, r.Org, r.Workspace, r.KeyID, r.User, r.Route, r.Model, r.Outcome,
-			r.ReservedTokens, r.ReservedCost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CostMicros); err != nil {
+	const cols = 15
+	for len(calls) > 0 {
+		n := min(len(calls), callsPerInsert)
+		var b strings.Builder
+		b.WriteString(`INSERT INTO call_records (at, request_id, org, workspace, key_id, user_id, route, model, outcome,
+			reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros) VALUES `)
+		args := make([]any, 0, n*cols)
+		for i := range calls[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			r := &calls[i]
+			args = append(args, r.At.UnixNano(), r.RequestID, r.Org, r.Workspace, r.KeyID, r.User, r.Route, r.Model, r.Outcome,
+				r.ReservedTokens, r.ReservedCost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CostMicros)
+		}
+		if _, err := tx.ExecContext(ctx, c.d.q(b.String()), args...); err != nil {
 			return err
 		}
+		calls = calls[n:]
 	}
 	return nil
 }
