@@ -257,32 +257,54 @@ func (c *Catalog) Flush(ctx context.Context) error {
 	return nil
 }
 
+// rowsPerUpsert is the most ledger rows one upsert carries (16 parameters
+// a row, under either database's limit).
+const rowsPerUpsert = 500
+
+// writeUsage adds batch to the ledger's rows, many rows per statement: a
+// flush is a few round trips however many rows it writes, so that its
+// write, the window a crash can lose, stays short. A batch holds each key
+// once, as one upsert statement requires.
 func (c *Catalog) writeUsage(ctx context.Context, tx *sql.Tx, batch map[usageKey]*usageSums) error {
-	if len(batch) == 0 {
-		return nil
-	}
-	stmt, err := tx.PrepareContext(ctx, c.d.q(`INSERT INTO usage_ledger
+	const head = `INSERT INTO usage_ledger
 		(org, workspace, day, route, model, key_id, user_id, team, tags, kind,
-			requests, input_tokens, output_tokens, cached_input_tokens, tokens, cost_micros)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (org, workspace, day, route, model, key_id, user_id, team, tags, kind) DO UPDATE SET
+			requests, input_tokens, output_tokens, cached_input_tokens, tokens, cost_micros) VALUES `
+	const tail = ` ON CONFLICT (org, workspace, day, route, model, key_id, user_id, team, tags, kind) DO UPDATE SET
 			requests = usage_ledger.requests + excluded.requests,
 			input_tokens = usage_ledger.input_tokens + excluded.input_tokens,
 			output_tokens = usage_ledger.output_tokens + excluded.output_tokens,
 			cached_input_tokens = usage_ledger.cached_input_tokens + excluded.cached_input_tokens,
 			tokens = usage_ledger.tokens + excluded.tokens,
-			cost_micros = usage_ledger.cost_micros + excluded.cost_micros`))
-	if err != nil {
+			cost_micros = usage_ledger.cost_micros + excluded.cost_micros`
+	var b strings.Builder
+	var args []any
+	rows := 0
+	write := func() error {
+		if rows == 0 {
+			return nil
+		}
+		b.WriteString(tail)
+		_, err := tx.ExecContext(ctx, c.d.q(b.String()), args...)
+		b.Reset()
+		args, rows = args[:0], 0
 		return err
 	}
-	defer stmt.Close()
 	for k, s := range batch {
-		if _, err := stmt.ExecContext(ctx, k.org, k.workspace, k.day, k.route, k.model, k.key, k.user, k.team, k.tags, k.kind,
-			s.requests, s.input, s.output, s.cached, s.tokens, s.cost); err != nil {
-			return err
+		if rows == 0 {
+			b.WriteString(head)
+		} else {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		args = append(args, k.org, k.workspace, k.day, k.route, k.model, k.key, k.user, k.team, k.tags, k.kind,
+			s.requests, s.input, s.output, s.cached, s.tokens, s.cost)
+		if rows++; rows == rowsPerUpsert {
+			if err := write(); err != nil {
+				return err
+			}
 		}
 	}
-	return nil
+	return write()
 }
 
 // ledgerGroupDelay is how long the flusher lets entries gather before a

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -195,6 +196,34 @@ func TestCatalog_CallRecordsManyInOneFlush(t *testing.T) {
 		}
 		if count != n || sum != n*(n-1)/2 {
 			t.Fatalf("%d records summing %d, want %d summing %d", count, sum, n, n*(n-1)/2)
+		}
+	})
+}
+
+func TestCatalog_ManyLedgerRowsInOneFlush(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		const n = rowsPerUpsert + 7
+		for round := range 2 { // the second adds to the rows of the first
+			for i := range n {
+				c.RecordUsage(UsageEntry{Workspace: "w", Route: "chat", Model: "m", KeyID: fmt.Sprint("k", i), Requests: 1, InputTokens: int64(i)})
+			}
+			if err := c.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := c.Usage(context.Background(), UsageQuery{Workspace: "w", GroupBy: []string{"key"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var requests, input int64
+			for _, r := range rows {
+				requests += r.Requests
+				input += r.InputTokens
+			}
+			want := int64(round + 1)
+			if len(rows) != n || requests != want*n || input != want*n*(n-1)/2 {
+				t.Fatalf("round %d: %d rows, %d requests, %d input; want %d, %d, %d", round, len(rows), requests, input, n, want*n, want*n*(n-1)/2)
+			}
 		}
 	})
 }

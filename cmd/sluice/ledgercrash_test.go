@@ -170,7 +170,8 @@ func ledgerSurvivesKill9(t *testing.T, stores []string) {
 	restarted := startServe(t, serveCmd(bin, env))
 	defer func() {
 		if t.Failed() {
-			t.Logf("serve after the restart said:\n%s", restarted.Stderr())
+			t.Logf("serve before the kill said (requests left out):\n%s", withoutRequests(serve.Stderr()))
+			t.Logf("serve after the restart said:\n%s", withoutRequests(restarted.Stderr()))
 		}
 	}()
 	get := func(path string) map[string]any {
@@ -226,12 +227,25 @@ func ledgerSurvivesKill9(t *testing.T, stores []string) {
 		gap := s.budget - s.ledger
 		t.Logf("%s after restart and sweep: budget used %v, ledger %v tokens (%v of them swept), gap %v", ws, s.budget, s.ledger, s.swept, gap)
 		// The ledger writes after the store's settlement is durable: it may
-		// miss the last group commit's calls (5 ms gathered, then one
-		// write; counted at 20 ms of calls, for a loaded machine), never
-		// count more than the store.
+		// miss the calls of its last group commit (5 ms gathered, then one
+		// transaction of a few statements), never count more than the
+		// store. Allowed: 250 ms of calls, for a loaded CI machine (at a
+		// load average of 25 on 2 CPUs one such transaction on PostgreSQL
+		// has taken 75 ms); measured figures are in the README.
 		rate := float64(done.Load()) / 1.5 / float64(len(workspaces))
-		if limit := 0.020 * rate * callTokens; gap < 0 || gap > limit {
+		if limit := 0.250 * rate * callTokens; gap < 0 || gap > limit {
 			t.Errorf("%s: budget %v and ledger %v differ by %v tokens, want 0 to %v", ws, s.budget, s.ledger, gap, limit)
 		}
 	}
+}
+
+// withoutRequests drops a log's request lines.
+func withoutRequests(log string) string {
+	var keep []string
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, "msg=request") && !strings.Contains(line, `"msg":"request"`) {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
