@@ -45,6 +45,10 @@ type Options struct {
 	// OnOverrun, if set, is called when settlement finds usage above the
 	// reservation. It must not block.
 	OnOverrun func(Overrun)
+	// OnSwept, if set, is called by Sweep for each reservation the sweep
+	// settled, when the store can describe them (a SweepReporter), so
+	// that what the sweep charged reaches a ledger. It must not block.
+	OnSwept func(SweptReservation)
 }
 
 // Overrun is a settlement that charged more than was reserved.
@@ -77,6 +81,7 @@ type Limiter struct {
 	busyRetryAfter time.Duration
 	retryBuffer    time.Duration
 	onOverrun      func(Overrun)
+	onSwept        func(SweptReservation)
 
 	policy  atomic.Pointer[compiledPolicy]
 	nextID  atomic.Uint64
@@ -100,6 +105,7 @@ func New(opts Options) (*Limiter, error) {
 		busyRetryAfter: opts.BusyRetryAfter,
 		retryBuffer:    max(opts.RetryAfterBuffer, 0),
 		onOverrun:      opts.OnOverrun,
+		onSwept:        opts.OnSwept,
 	}
 	if l.clock == nil {
 		l.clock = realClock{}
@@ -417,7 +423,17 @@ func ceilMillisecond(d time.Duration) time.Duration {
 // Sweep settles the reservations past their deadline (see Store.Sweep).
 // Run it periodically, or use RunSweeper.
 func (l *Limiter) Sweep(ctx context.Context) (SweepResult, error) {
-	res, err := l.store.Sweep(ctx, l.clock.Now())
+	var res SweepResult
+	var err error
+	if r, ok := l.store.(SweepReporter); ok && l.onSwept != nil {
+		var expired []ExpiredReservation
+		res, expired, err = r.SweepReport(ctx, l.clock.Now())
+		for _, s := range sweptOf(l.policy.Load(), expired) {
+			l.onSwept(s)
+		}
+	} else {
+		res, err = l.store.Sweep(ctx, l.clock.Now())
+	}
 	if err != nil {
 		return res, &StoreError{Op: "sweep", Err: err}
 	}

@@ -59,6 +59,27 @@ type SweepResult struct {
 	Released int
 }
 
+// SweepReporter is a Store whose sweep can also tell what it settled: each
+// reservation with what its charges were settled at. Limiter.Sweep uses it
+// when the store has it, for Options.OnSwept.
+type SweepReporter interface {
+	SweepReport(ctx context.Context, now time.Time) (SweepResult, []ExpiredReservation, error)
+}
+
+// ExpiredReservation is a reservation a sweep settled.
+type ExpiredReservation struct {
+	Charges []ExpiredCharge
+}
+
+// ExpiredCharge is one charge of an ExpiredReservation: Charged is what a
+// budget charge was settled at (its Amount, or 0 when released); other
+// kinds charge nothing at expiry.
+type ExpiredCharge struct {
+	Key     CounterKey
+	Kind    Kind
+	Charged int64
+}
+
 // CounterKey names one counter.
 type CounterKey struct {
 	// Rule is the fingerprint of the rule's name and counting shape.

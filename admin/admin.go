@@ -134,6 +134,7 @@ func (h *Handler) routes() {
 
 	m.Handle("GET "+v1+"effective", h.read(h.effective))
 	m.Handle("GET "+v1+"usage", h.read(h.usage))
+	m.Handle("GET "+v1+"calls", h.read(h.calls))
 	m.Handle("GET "+v1+"audit", h.read(h.audit))
 	m.Handle("GET "+v1+"reservations", h.adminRead(h.reservations))
 	m.Handle("GET "+v1+"sessions", h.read(h.listSessions))
@@ -145,7 +146,7 @@ func (h *Handler) routes() {
 
 	m.Handle("POST "+v1+"reload", h.write(h.reload))
 	m.Handle(v1, h.read(func(http.ResponseWriter, *http.Request, *principal) error {
-		return errorf(http.StatusNotFound, "not_found", "no such admin route; see /admin/v1/keys, rules, budgets, overrides, effective, usage, audit, reservations, sessions, tokens, reload")
+		return errorf(http.StatusNotFound, "not_found", "no such admin route; see /admin/v1/keys, rules, budgets, overrides, effective, usage, calls, audit, reservations, sessions, tokens, reload")
 	}))
 }
 

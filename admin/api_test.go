@@ -116,7 +116,7 @@ func TestAPI_BadInput(t *testing.T) {
 		{"delete of a missing override", "DELETE", "/admin/v1/overrides/daily_token_budget/workspace/acme", nil, 404, "unknown_override", "unknown override"},
 		{"viewer token without workspaces", "POST", "/admin/v1/tokens", `{"role":"viewer"}`, 400, "invalid", "needs the workspaces"},
 		{"token with a bad role", "POST", "/admin/v1/tokens", `{"role":"owner"}`, 400, "invalid", "role must be"},
-		{"usage grouped by user", "GET", "/admin/v1/usage?group_by=user", nil, 400, "invalid", `cannot group by "user"`},
+		{"usage grouped by prompt", "GET", "/admin/v1/usage?group_by=prompt", nil, 400, "invalid", `cannot group by "prompt"`},
 		{"usage with a bad date", "GET", "/admin/v1/usage?from=yesterday", nil, 400, "invalid", "from: want a date"},
 		{"budgets of no subject", "GET", "/admin/v1/budgets", nil, 400, "subject_required", "name a subject"},
 		{"budgets of a model only", "GET", "/admin/v1/budgets?model=mock-small", nil, 400, "subject_required", "workspace, user, team, key or org"},

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -53,6 +54,11 @@ func seedConsole(t *testing.T, e *env) {
 			Requests: int64(40 + day*3%17), InputTokens: int64(9000 + (day*7919)%12000), OutputTokens: int64(3000 + (day*104729)%5000), CostMicros: int64(2500 + day*37)})
 		e.cat.RecordUsage(catalog.UsageEntry{Workspace: "globex", Route: "messages", Model: "mock-large", At: at,
 			Requests: 5, InputTokens: 2000, OutputTokens: 800, CostMicros: 9000})
+	}
+	for i, ws := range []string{"acme", "globex", "acme"} {
+		e.cat.RecordCall(catalog.CallRecord{At: now.Add(time.Duration(i-3) * time.Minute), RequestID: fmt.Sprintf("req-%s-%d", ws, i), Workspace: ws,
+			KeyID: "key-" + ws, User: "u", Route: "chat", Model: "mock-small", Outcome: catalog.OutcomeReported,
+			ReservedTokens: 400, InputTokens: 120, OutputTokens: int64(30 + i), CostMicros: 1500})
 	}
 	if err := e.cat.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -179,6 +185,27 @@ func TestConsole_InABrowser(t *testing.T) {
 	shot("rules")
 	run("open overrides", chromedp.Navigate(base+"/ui/overrides"), chromedp.WaitVisible(chromedp.ID("all-overrides")))
 	shot("overrides")
+	// Every settled call is listed, newest first, and filtered by key.
+	run("open calls", chromedp.Navigate(base+"/ui/calls"), chromedp.WaitVisible(chromedp.ID("calls")))
+	if first := text("#calls tbody tr:first-child"); !strings.Contains(first, "req-acme-2") || !strings.Contains(first, "32") || !strings.Contains(first, "$0.00") {
+		t.Fatalf("newest call row = %q", first)
+	}
+	if all := text("#calls tbody"); !strings.Contains(all, "req-globex-1") {
+		t.Fatalf("calls = %q, want globex's too", all)
+	}
+	shot("calls")
+	run("filter calls by key", chromedp.SendKeys(chromedp.CSS(`input[name="key"]`), "key-globex"),
+		chromedp.Submit(chromedp.CSS(`input[name="key"]`)), chromedp.WaitVisible(chromedp.ID("calls")))
+	// The filtered page may not have replaced the one the form was on yet.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		all := text("#calls tbody")
+		if strings.Contains(all, "req-globex-1") && !strings.Contains(all, "req-acme") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls of key-globex = %q", all)
+		}
+	}
 
 	// A viewer sees the same page read-only.
 	run("sign out", chromedp.Click(chromedp.CSS(".who button")), chromedp.WaitVisible(chromedp.ID("token")))
@@ -202,6 +229,10 @@ func TestConsole_InABrowser(t *testing.T) {
 		t.Fatalf("viewer sees daily limit %q", got)
 	}
 	shot("workspace-viewer")
+	run("viewer's calls", chromedp.Navigate(base+"/ui/calls"), chromedp.WaitVisible(chromedp.ID("calls")))
+	if all := text("#calls tbody"); !strings.Contains(all, "req-acme-0") || strings.Contains(all, "globex") {
+		t.Fatalf("the viewer's calls = %q, want acme's only", all)
+	}
 	run("viewer on another workspace", chromedp.Navigate(base+"/ui/workspaces/globex"), chromedp.WaitVisible(chromedp.ID("error")))
 	if status := text("#error"); !strings.Contains(status, "may not read workspace") {
 		t.Fatalf("viewer on globex: %q", status)

@@ -130,6 +130,7 @@ func (c *console) routes(m *http.ServeMux) {
 	m.Handle("GET /ui/sessions", c.page(c.sessionsPage))
 	m.Handle("POST /ui/sessions/{id}/end", c.page(c.endSessionForm))
 	m.Handle("GET /ui/audit", c.page(c.audit))
+	m.Handle("GET /ui/calls", c.page(c.callsPage))
 	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusSeeOther) })
 }
 

@@ -20,8 +20,9 @@ type instrumentedStore struct {
 }
 
 var (
-	_ sluice.Store        = (*instrumentedStore)(nil)
-	_ sluice.AsyncSettler = (*instrumentedStore)(nil)
+	_ sluice.Store         = (*instrumentedStore)(nil)
+	_ sluice.AsyncSettler  = (*instrumentedStore)(nil)
+	_ sluice.SweepReporter = (*instrumentedStore)(nil)
 )
 
 // openBatch is an admitted batch, its charges copied.
@@ -106,8 +107,22 @@ func (s *instrumentedStore) Peek(ctx context.Context, now time.Time, b *sluice.B
 }
 
 func (s *instrumentedStore) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
+	res, _, err := s.SweepReport(ctx, now)
+	return res, err
+}
+
+// SweepReport passes on what the store's sweep settled when the store can
+// tell (a sluice.SweepReporter), and nothing otherwise.
+func (s *instrumentedStore) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
 	start := time.Now()
-	res, err := s.Store.Sweep(ctx, now)
+	var res sluice.SweepResult
+	var expired []sluice.ExpiredReservation
+	var err error
+	if r, ok := s.Store.(sluice.SweepReporter); ok {
+		res, expired, err = r.SweepReport(ctx, now)
+	} else {
+		res, err = s.Store.Sweep(ctx, now)
+	}
 	s.m.observeStore(opSweep, start, err)
 	if err == nil {
 		s.m.observeSweep(res)
@@ -119,7 +134,7 @@ func (s *instrumentedStore) Sweep(ctx context.Context, now time.Time) (sluice.Sw
 		}
 		s.mu.Unlock()
 	}
-	return res, err
+	return res, expired, err
 }
 
 func (s *instrumentedStore) inFlight() int {

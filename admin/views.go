@@ -235,7 +235,7 @@ func parseDay(name, s string) (time.Time, error) {
 	return time.Time{}, errorf(http.StatusBadRequest, "invalid", "%s: want a date (2006-01-02) or an RFC 3339 time, got %q", name, s)
 }
 
-// usage answers GET /admin/v1/usage?org=&workspace=&from=&to=&group_by=org,workspace,day,route,model.
+// usage answers GET /admin/v1/usage?org=&workspace=&from=&to=&group_by=org,workspace,day,route,model,key,user,team,tag,kind.
 // A viewer reads its own org's workspaces only.
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request, p *principal) error {
 	q := r.URL.Query()

@@ -15,6 +15,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -62,6 +63,10 @@ type Options struct {
 	// OnFlushError is told when a background flush fails (the sums are kept
 	// and retried at the next flush). Nil logs with slog.Default.
 	OnFlushError func(error)
+	// CallRetention is how long call records (RecordCall) are kept before
+	// the background pruner deletes them. Zero means DefaultCallRetention;
+	// a negative value keeps no call records at all.
+	CallRetention time.Duration
 }
 
 // Catalog is the gateway's store of keys, overrides, usage and audit
@@ -78,11 +83,14 @@ type Catalog struct {
 	// WatchPolicy; nil on SQLite.
 	pgConfig *pgx.ConnConfig
 
-	onFlushError func(error)
-	stop         chan struct{}
-	stopped      chan struct{}
-	closeOnce    sync.Once
-	closeErr     error
+	onFlushError  func(error)
+	callRetention time.Duration
+	stop          chan struct{}
+	stopped       chan struct{}
+	// pruned is closed when the call records' pruner has stopped.
+	pruned    chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Sentinel errors, usable with errors.Is.
@@ -226,14 +234,16 @@ func openContext(ctx context.Context, db *sql.DB, d *dialect, opts Options) (*Ca
 		size = DefaultCacheSize
 	}
 	c := &Catalog{
-		db:           db,
-		d:            d,
-		now:          now,
-		cache:        newKeyCache(ttl, size),
-		led:          newLedger(),
-		onFlushError: opts.OnFlushError,
-		stop:         make(chan struct{}),
-		stopped:      make(chan struct{}),
+		db:            db,
+		d:             d,
+		now:           now,
+		cache:         newKeyCache(ttl, size),
+		led:           newLedger(),
+		onFlushError:  opts.OnFlushError,
+		callRetention: cmp.Or(opts.CallRetention, DefaultCallRetention),
+		stop:          make(chan struct{}),
+		stopped:       make(chan struct{}),
+		pruned:        make(chan struct{}),
 	}
 	if c.onFlushError == nil {
 		c.onFlushError = func(err error) { slog.Default().Error("catalog: usage flush failed", "err", err) }
@@ -244,8 +254,10 @@ func openContext(ctx context.Context, db *sql.DB, d *dialect, opts Options) (*Ca
 	}
 	if interval > 0 {
 		go c.flushLoop(interval)
+		go c.pruneLoop()
 	} else {
 		close(c.stopped)
+		close(c.pruned)
 	}
 	return c, nil
 }
@@ -265,6 +277,7 @@ func (c *Catalog) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.stop)
 		<-c.stopped
+		<-c.pruned
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		flushErr := c.Flush(ctx)

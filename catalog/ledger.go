@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -11,21 +12,34 @@ import (
 )
 
 // UsageEntry is what one request (or several) used, as counted by the
-// gateway after settlement. It carries counters only: never a prompt or an
-// answer.
+// gateway after settlement, or what the sweep charged for a reservation
+// left unsettled. It carries counters only: never a prompt or an answer.
 type UsageEntry struct {
 	// Org is the org of Workspace; empty means "default".
 	Org       string
 	Workspace string
 	Route     string
 	Model     string
+	// KeyID, User and Team attribute the usage to the key that made the
+	// call and the user and team it was made for.
+	KeyID string
+	User  string
+	Team  string
+	// Tags are the request's X-Sluice-Tags; their order does not count.
+	Tags []string
+	// Swept marks a charge the sweep made for a reservation that was never
+	// settled (a crash, a settlement that never reached the store).
+	Swept bool
 	// At places the entry on a UTC day; zero means now.
 	At                time.Time
 	Requests          int64
 	InputTokens       int64
 	OutputTokens      int64
 	CachedInputTokens int64
-	CostMicros        int64
+	// Tokens is what token budgets counted; zero means InputTokens plus
+	// OutputTokens. A swept entry knows only this total.
+	Tokens     int64
+	CostMicros int64
 }
 
 // UsageQuery selects and groups ledger rows.
@@ -38,47 +52,77 @@ type UsageQuery struct {
 	// From and To bound the UTC days kept, both inclusive; only their date
 	// (in UTC) counts. Zero leaves that side open.
 	From, To time.Time
-	// GroupBy names the columns rows are grouped by: any of "org",
-	// "workspace", "day", "route", "model". Empty sums everything into one
-	// row.
+	// GroupBy names the columns rows are grouped by: any of UsageGroups.
+	// Empty sums everything into one row. Grouped by "tag", a call with
+	// several tags counts in each of their rows (and one without in the
+	// row of tag ""), so those rows may sum to more than the total.
 	GroupBy []string
 }
+
+// UsageGroups are the groupings UsageQuery accepts.
+var UsageGroups = []string{"org", "workspace", "day", "route", "model", "key", "user", "team", "tag", "kind"}
 
 // UsageRow is a sum of ledger rows. Columns not grouped by are empty,
 // except Org and Workspace when the query named them.
 type UsageRow struct {
-	Org               string `json:"org,omitempty"`
-	Workspace         string `json:"workspace,omitempty"`
-	Day               string `json:"day,omitempty"`
-	Route             string `json:"route,omitempty"`
-	Model             string `json:"model,omitempty"`
+	Org       string `json:"org,omitempty"`
+	Workspace string `json:"workspace,omitempty"`
+	Day       string `json:"day,omitempty"`
+	Route     string `json:"route,omitempty"`
+	Model     string `json:"model,omitempty"`
+	Key       string `json:"key,omitempty"`
+	User      string `json:"user,omitempty"`
+	Team      string `json:"team,omitempty"`
+	Tag       string `json:"tag,omitempty"`
+	// Kind is "settled" or "swept" when grouped by kind.
+	Kind              string `json:"kind,omitempty"`
 	Requests          int64  `json:"requests"`
 	InputTokens       int64  `json:"input_tokens"`
 	OutputTokens      int64  `json:"output_tokens"`
 	CachedInputTokens int64  `json:"cached_input_tokens"`
-	CostMicros        int64  `json:"cost_micros"`
+	// Tokens is what token budgets counted: input plus output tokens of
+	// settled calls, and the whole charge of swept reservations.
+	Tokens     int64 `json:"tokens"`
+	CostMicros int64 `json:"cost_micros"`
+	// SweptRequests counts the reservations among Requests that the sweep
+	// charged.
+	SweptRequests int64 `json:"swept_requests"`
 }
 
 const dayLayout = "2006-01-02"
 
-type usageKey struct{ org, workspace, day, route, model string }
+// Ledger row kinds.
+const (
+	kindSettled = "settled"
+	kindSwept   = "swept"
+)
 
-type usageSums struct{ requests, input, output, cached, cost int64 }
+type usageKey struct {
+	org, workspace, day, route, model string
+	key, user, team, tags, kind       string
+}
+
+type usageSums struct{ requests, input, output, cached, tokens, cost int64 }
 
 func (s *usageSums) add(o usageSums) {
 	s.requests += o.requests
 	s.input += o.input
 	s.output += o.output
 	s.cached += o.cached
+	s.tokens += o.tokens
 	s.cost += o.cost
 }
 
-// ledger sums usage in memory between flushes.
+// ledger sums usage in memory, and queues call records, between flushes.
 type ledger struct {
 	flushMu sync.Mutex // one flush at a time
 
 	mu      sync.Mutex
 	pending map[usageKey]*usageSums
+	calls   []CallRecord
+	// droppedCalls counts call records not kept because too many were
+	// waiting for a database that did not answer.
+	droppedCalls int64
 	// wake tells the flusher that entries are pending.
 	wake chan struct{}
 	// The day string of the last entry, so most entries format no date.
@@ -91,10 +135,11 @@ func newLedger() *ledger {
 }
 
 // RecordUsage adds e to the ledger. It never touches the database: entries
-// are summed in memory per (org, workspace, day, route, model) and written by
-// the background flusher within a few milliseconds (ledgerGroupDelay; the
-// entries recorded while it writes go in its next write), by Flush, or by
-// Close. Entries recorded after Close are lost.
+// are summed in memory per (org, workspace, day, route, model, key, user,
+// team, tags, kind) and written by the background flusher within a few
+// milliseconds (ledgerGroupDelay; the entries recorded while it writes go
+// in its next write), by Flush, or by Close. Entries recorded after Close
+// are lost.
 func (c *Catalog) RecordUsage(e UsageEntry) {
 	at := e.At
 	if at.IsZero() {
@@ -102,17 +147,26 @@ func (c *Catalog) RecordUsage(e UsageEntry) {
 	}
 	l := c.led
 	day := floorDiv(at.Unix(), 86400)
-	sums := usageSums{e.Requests, e.InputTokens, e.OutputTokens, e.CachedInputTokens, e.CostMicros}
+	tokens := e.Tokens
+	if tokens == 0 {
+		tokens = satAdd(e.InputTokens, e.OutputTokens)
+	}
+	sums := usageSums{e.Requests, e.InputTokens, e.OutputTokens, e.CachedInputTokens, tokens, e.CostMicros}
+	org := e.Org
+	if org == "" {
+		org = "default"
+	}
+	kind := kindSettled
+	if e.Swept {
+		kind = kindSwept
+	}
+	tags := tagSet(e.Tags)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if day != l.lastDay {
 		l.lastDay, l.lastDayStr = day, at.UTC().Format(dayLayout)
 	}
-	org := e.Org
-	if org == "" {
-		org = "default"
-	}
-	k := usageKey{org, e.Workspace, l.lastDayStr, e.Route, e.Model}
+	k := usageKey{org, e.Workspace, l.lastDayStr, e.Route, e.Model, e.KeyID, e.User, e.Team, tags, kind}
 	if s := l.pending[k]; s != nil {
 		s.add(sums)
 	} else {
@@ -120,10 +174,40 @@ func (c *Catalog) RecordUsage(e UsageEntry) {
 		*fresh = sums
 		l.pending[k] = fresh
 	}
+	l.signal()
+}
+
+// signal wakes the flusher; l.mu is held.
+func (l *ledger) signal() {
 	select {
 	case l.wake <- struct{}{}:
 	default: // the flusher is awake already
 	}
+}
+
+// tagSet returns tags as the ledger stores them: sorted, without
+// duplicates, joined by commas (a tag never holds one: X-Sluice-Tags
+// splits on them).
+func tagSet(tags []string) string {
+	switch len(tags) {
+	case 0:
+		return ""
+	case 1:
+		return tags[0]
+	}
+	s := slices.Clone(tags)
+	slices.Sort(s)
+	return strings.Join(slices.Compact(s), ",")
+}
+
+func satAdd(a, b int64) int64 {
+	if s := a + b; (s > a) == (b > 0) {
+		return s
+	}
+	if b > 0 {
+		return math.MaxInt64
+	}
+	return math.MinInt64
 }
 
 func floorDiv(a, b int64) int64 {
@@ -134,43 +218,28 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// Flush writes the ledger's in-memory sums to the database in one
-// transaction. On failure the sums are kept for the next flush. The gateway
-// calls it at shutdown (Close does too).
+// Flush writes the ledger's in-memory sums and the queued call records to
+// the database in one transaction. On failure they are kept for the next
+// flush. The gateway calls it at shutdown (Close does too).
 func (c *Catalog) Flush(ctx context.Context) error {
 	l := c.led
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
 	l.mu.Lock()
-	batch := l.pending
-	if len(batch) == 0 {
+	batch, calls := l.pending, l.calls
+	if len(batch) == 0 && len(calls) == 0 {
 		l.mu.Unlock()
 		return nil
 	}
 	l.pending = make(map[usageKey]*usageSums, len(batch))
+	l.calls = nil
 	l.mu.Unlock()
 
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, c.d.q(`INSERT INTO usage_ledger
-			(org, workspace, day, route, model, requests, input_tokens, output_tokens, cached_input_tokens, cost_micros)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (org, workspace, day, route, model) DO UPDATE SET
-				requests = usage_ledger.requests + excluded.requests,
-				input_tokens = usage_ledger.input_tokens + excluded.input_tokens,
-				output_tokens = usage_ledger.output_tokens + excluded.output_tokens,
-				cached_input_tokens = usage_ledger.cached_input_tokens + excluded.cached_input_tokens,
-				cost_micros = usage_ledger.cost_micros + excluded.cost_micros`))
-		if err != nil {
+		if err := c.writeUsage(ctx, tx, batch); err != nil {
 			return err
 		}
-		defer stmt.Close()
-		for k, s := range batch {
-			if _, err := stmt.ExecContext(ctx, k.org, k.workspace, k.day, k.route, k.model,
-				s.requests, s.input, s.output, s.cached, s.cost); err != nil {
-				return err
-			}
-		}
-		return nil
+		return c.writeCalls(ctx, tx, calls)
 	})
 	if err != nil {
 		l.mu.Lock()
@@ -181,10 +250,61 @@ func (c *Catalog) Flush(ctx context.Context) error {
 				l.pending[k] = s
 			}
 		}
+		l.requeueCalls(calls)
 		l.mu.Unlock()
 		return fmt.Errorf("catalog: flush usage: %w", err)
 	}
 	return nil
+}
+
+// rowsPerUpsert is the most ledger rows one upsert carries (16 parameters
+// a row, under either database's limit).
+const rowsPerUpsert = 500
+
+// writeUsage adds batch to the ledger's rows, many rows per statement: a
+// flush is a few round trips however many rows it writes, so that its
+// write, the window a crash can lose, stays short. A batch holds each key
+// once, as one upsert statement requires.
+func (c *Catalog) writeUsage(ctx context.Context, tx *sql.Tx, batch map[usageKey]*usageSums) error {
+	const head = `INSERT INTO usage_ledger
+		(org, workspace, day, route, model, key_id, user_id, team, tags, kind,
+			requests, input_tokens, output_tokens, cached_input_tokens, tokens, cost_micros) VALUES `
+	const tail = ` ON CONFLICT (org, workspace, day, route, model, key_id, user_id, team, tags, kind) DO UPDATE SET
+			requests = usage_ledger.requests + excluded.requests,
+			input_tokens = usage_ledger.input_tokens + excluded.input_tokens,
+			output_tokens = usage_ledger.output_tokens + excluded.output_tokens,
+			cached_input_tokens = usage_ledger.cached_input_tokens + excluded.cached_input_tokens,
+			tokens = usage_ledger.tokens + excluded.tokens,
+			cost_micros = usage_ledger.cost_micros + excluded.cost_micros`
+	var b strings.Builder
+	var args []any
+	rows := 0
+	write := func() error {
+		if rows == 0 {
+			return nil
+		}
+		b.WriteString(tail)
+		_, err := tx.ExecContext(ctx, c.d.q(b.String()), args...)
+		b.Reset()
+		args, rows = args[:0], 0
+		return err
+	}
+	for k, s := range batch {
+		if rows == 0 {
+			b.WriteString(head)
+		} else {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		args = append(args, k.org, k.workspace, k.day, k.route, k.model, k.key, k.user, k.team, k.tags, k.kind,
+			s.requests, s.input, s.output, s.cached, s.tokens, s.cost)
+		if rows++; rows == rowsPerUpsert {
+			if err := write(); err != nil {
+				return err
+			}
+		}
+	}
+	return write()
 }
 
 // ledgerGroupDelay is how long the flusher lets entries gather before a
@@ -224,98 +344,4 @@ func (c *Catalog) flushLoop(interval time.Duration) {
 		default:
 		}
 	}
-}
-
-var usageGroups = []string{"org", "workspace", "day", "route", "model"}
-
-// Usage sums the ledger rows q selects, grouped as q asks, ordered by the
-// grouped columns. It reads what has been flushed: call Flush first to
-// include the last second's requests.
-func (c *Catalog) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
-	var groups []string
-	for _, g := range q.GroupBy {
-		if !slices.Contains(usageGroups, g) {
-			return nil, fmt.Errorf("catalog: usage: %w: cannot group by %q (want org, workspace, day, route or model)", ErrInvalid, g)
-		}
-		if !slices.Contains(groups, g) {
-			groups = append(groups, g)
-		}
-	}
-	var where []string
-	var args []any
-	if q.Org != "" {
-		where = append(where, "org = ?")
-		args = append(args, q.Org)
-	}
-	if q.Workspace != "" {
-		where = append(where, "workspace = ?")
-		args = append(args, q.Workspace)
-	}
-	var from, to string
-	if !q.From.IsZero() {
-		from = q.From.UTC().Format(dayLayout)
-		where = append(where, "day >= ?")
-		args = append(args, from)
-	}
-	if !q.To.IsZero() {
-		to = q.To.UTC().Format(dayLayout)
-		where = append(where, "day <= ?")
-		args = append(args, to)
-	}
-	if from != "" && to != "" && from > to {
-		return nil, fmt.Errorf("catalog: usage: %w: from %s is after to %s", ErrInvalid, from, to)
-	}
-	var b strings.Builder
-	b.WriteString("SELECT ")
-	for _, g := range groups {
-		b.WriteString(g + ", ")
-	}
-	for i, col := range []string{"requests", "input_tokens", "output_tokens", "cached_input_tokens", "cost_micros"} {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		// The cast keeps PostgreSQL's SUM(bigint), a numeric, an integer.
-		fmt.Fprintf(&b, "CAST(COALESCE(SUM(%s), 0) AS BIGINT)", col)
-	}
-	b.WriteString(" FROM usage_ledger")
-	if len(where) > 0 {
-		b.WriteString(" WHERE " + strings.Join(where, " AND "))
-	}
-	if len(groups) > 0 {
-		list := strings.Join(groups, ", ")
-		b.WriteString(" GROUP BY " + list + " ORDER BY " + list)
-	}
-	rows, err := c.db.QueryContext(ctx, c.d.q(b.String()), args...)
-	if err != nil {
-		return nil, fmt.Errorf("catalog: usage: %w", err)
-	}
-	defer rows.Close()
-	var out []UsageRow
-	for rows.Next() {
-		r := UsageRow{Org: q.Org, Workspace: q.Workspace}
-		dest := make([]any, 0, len(groups)+5)
-		for _, g := range groups {
-			switch g {
-			case "org":
-				dest = append(dest, &r.Org)
-			case "workspace":
-				dest = append(dest, &r.Workspace)
-			case "day":
-				dest = append(dest, &r.Day)
-			case "route":
-				dest = append(dest, &r.Route)
-			case "model":
-				dest = append(dest, &r.Model)
-			}
-		}
-		dest = append(dest, &r.Requests, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens, &r.CostMicros)
-		if err := rows.Scan(dest...); err != nil {
-			return nil, fmt.Errorf("catalog: usage: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("catalog: usage: %w", err)
-	}
-	return out, nil
 }

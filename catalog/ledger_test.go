@@ -43,7 +43,7 @@ func recordSample(c *Catalog) {
 
 func row(ws, day, route, model string, requests, in int64) UsageRow {
 	return UsageRow{Workspace: ws, Day: day, Route: route, Model: model, Requests: requests,
-		InputTokens: in, OutputTokens: 2 * in, CachedInputTokens: in / 10, CostMicros: 3 * in}
+		InputTokens: in, OutputTokens: 2 * in, CachedInputTokens: in / 10, Tokens: 3 * in, CostMicros: 3 * in}
 }
 
 func TestCatalog_RecordUsageWaitsForFlush(t *testing.T) {

@@ -98,6 +98,8 @@ type Config struct {
 	Auth Auth `yaml:"auth,omitempty"`
 	// Metrics shapes what /metrics exports.
 	Metrics Metrics `yaml:"metrics,omitempty"`
+	// Usage is what the usage ledger keeps beside its daily sums.
+	Usage Usage `yaml:"usage,omitempty"`
 
 	// Knobs holds the quick knobs that were set in the environment, by
 	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.

@@ -101,6 +101,7 @@ func (c *Config) problems() []*FieldError {
 	v.tenantModels()
 	v.auth()
 	v.metrics()
+	v.usage()
 	return v.problems
 }
 

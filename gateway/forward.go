@@ -184,6 +184,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	c.ctx.SetStatusCode(200)
 	c.ctx.SetBody(out)
 	u, ok := c.rt.usage(out)
+	c.setCostHeader(h, cand, u, ok)
 	_ = resp.CloseBodyStream()
 	fasthttp.ReleaseResponse(resp)
 	c.settle = func() { c.finish(cand, res, u, ok) }

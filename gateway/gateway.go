@@ -70,6 +70,18 @@ type UsageRecord struct {
 	CachedInputTokens int64
 	Cost              int64
 	Tags              []string
+	// KeyID, User and Team attribute the call to the key that made it and
+	// the user and team it was made for (asserted ones included).
+	KeyID string
+	User  string
+	Team  string
+	// RequestID is the call's X-Request-Id.
+	RequestID string
+	// Estimated: no usage (or none possible) was reported, so the
+	// reservation was charged.
+	Estimated bool
+	// Reserved is what admission reserved for the call.
+	Reserved sluice.Usage
 }
 
 // UsageRecorder receives settled usage. RecordUsage is called on the

@@ -542,9 +542,10 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 		su = c.settleUsage(cand, u)
 	}
 	charged := su
+	reserved := c.request(cand, c.capPer).Max
 	if charged.IsZero() {
 		// What the reservation charged: the output cap sent, clamped or not.
-		charged = c.request(cand, c.capPer).Max
+		charged = reserved
 	}
 	// The session's counters are in the catalog, not the limit store:
 	// settled here, on the connection's goroutine after the answer.
@@ -557,7 +558,8 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 		c.event.Usage = charged
 		if c.g.opts.Usage != nil {
 			c.g.opts.Usage.RecordUsage(UsageRecord{At: time.Now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
-				InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags})
+				InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags,
+				KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: su.IsZero(), Reserved: reserved})
 		}
 		if c.g.opts.Observer != nil {
 			c.g.opts.Observer(c.event)

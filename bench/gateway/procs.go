@@ -69,8 +69,9 @@ func exportRev(ctx context.Context, src, rev, dir string) (string, error) {
 
 // writeConfig writes the gateway's config: the mock at mockAddr serving
 // mock-small and mock-large, the paced mock at pacedAddr serving
-// paced-small, state under dataDir, the default store (embedded SQLite).
-func writeConfig(path, listen, adminListen, dataDir, mockAddr, pacedAddr string) error {
+// paced-small, state under dataDir, the default store (embedded SQLite),
+// then extra.
+func writeConfig(path, listen, adminListen, dataDir, mockAddr, pacedAddr, extra string) error {
 	cfg := fmt.Sprintf(`# Written by go run ./bench/gateway.
 listen: %s
 admin_listen: %s
@@ -99,7 +100,7 @@ models:
     price: {input: 0.15, output: 0.60}
     max_output_tokens: 4096
     context_window: 128000
-`, listen, adminListen, dataDir, mockAddr, pacedAddr)
+`, listen, adminListen, dataDir, mockAddr, pacedAddr) + extra + "\n"
 	return os.WriteFile(path, []byte(cfg), 0o600)
 }
 

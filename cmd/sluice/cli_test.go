@@ -166,7 +166,43 @@ func TestCLI_Usage(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &resp); err != nil || len(resp.Usage) != 2 {
 		t.Fatalf("usage --json = %s, %v", out, err)
 	}
-	if _, err := runCLI(t, "usage", url, "--group-by", "user"); err == nil || !strings.Contains(err.Error(), `cannot group by "user"`) {
+	if _, err := runCLI(t, "usage", url, "--group-by", "prompt"); err == nil || !strings.Contains(err.Error(), `cannot group by "prompt"`) {
 		t.Fatalf("bad group: %v", err)
+	}
+}
+
+func TestCLI_UsageGroupedByKeyUserTeamTag(t *testing.T) {
+	srv, cat, _ := adminServer(t)
+	for _, e := range []catalog.UsageEntry{
+		{Workspace: "acme", Route: "chat", Model: "m", KeyID: "key-a", User: "ann", Team: "red", Tags: []string{"eval", "nightly"}, Requests: 2, InputTokens: 1000},
+		{Workspace: "acme", Route: "chat", Model: "m", KeyID: "key-b", User: "bob", Team: "blue", Tags: []string{"eval"}, Requests: 1, InputTokens: 30},
+		{Workspace: "acme", Route: "chat", Model: "m", KeyID: "key-b", User: "bob", Team: "blue", Requests: 5, InputTokens: 7},
+	} {
+		cat.RecordUsage(e)
+	}
+	if err := cat.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	url := "--admin-url=" + srv.URL
+	for _, tc := range []struct {
+		group string
+		lines []string
+	}{
+		{"key", []string{"key-a  2  1,000", "key-b  6  37"}},
+		{"user", []string{"ann  2  1,000", "bob  6  37"}},
+		{"team", []string{"blue  6  37", "red  2  1,000"}},
+		{"tag", []string{"-  5  7", "eval  3  1,030", "nightly  2  1,000"}},
+		{"key,tag", []string{"key-a  eval  2  1,000", "key-b  -  5  7"}},
+	} {
+		out, err := runCLI(t, "usage", url, "--workspace", "acme", "--group-by", tc.group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		squeezed := strings.Join(strings.Fields(strings.ReplaceAll(out, "\n", " \n ")), " ")
+		for _, want := range tc.lines {
+			if !strings.Contains(squeezed, strings.Join(strings.Fields(want), " ")) {
+				t.Errorf("--group-by %s lacks %q:\n%s", tc.group, want, out)
+			}
+		}
 	}
 }

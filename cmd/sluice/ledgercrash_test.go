@@ -1,31 +1,128 @@
 package main
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// TestServe_LedgerSurvivesKill9 kills serve (SQLite store and catalog)
-// under load and starts it again: the workspace's ledger agrees with its
-// daily budget counter, to within the calls in flight at the kill (their
-// reservations are charged by the sweep, which the ledger does not
-// record) and the ledger's one write in progress, not a second of calls.
+// crashConfig is the default configuration with short deadlines, so that
+// the reservations open at a kill are swept within seconds of the restart.
+const crashConfig = `providers:
+  - name: mock
+    kind: mock
+models:
+  - name: mock-small
+    provider: mock
+    price: {input: 0.15, output: 0.60}
+    max_output_tokens: 4096
+    context_window: 128000
+request_timeout: 2s
+expiry_slack: 1s
+`
+
+// TestServe_LedgerSurvivesKill9 kills serve under load and starts it again,
+// on each pair of counter store and catalog the docs name: SQLite for both,
+// PostgreSQL for both, Redis with PostgreSQL. Once the reservations open at
+// the kill are swept (their charges are recorded as swept), each
+// workspace's ledger agrees with its daily budget counter, to within the
+// ledger's group commit: the settlements made durable in the store in the
+// last few milliseconds before the kill, whose ledger write had not
+// committed (the ledger is journaled apart from the store, 5 ms group
+// commit). The test logs the gap it finds.
 func TestServe_LedgerSurvivesKill9(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres", "redis+postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			env := []string{"SLUICE_STORE=", "SLUICE_DATABASE="}
+			switch backend {
+			case "postgres":
+				pg := crashSchema(t)
+				env = []string{"SLUICE_STORE=" + pg, "SLUICE_DATABASE=" + pg}
+			case "redis+postgres":
+				env = []string{"SLUICE_STORE=" + testenv.RedisURL(t), "SLUICE_DATABASE=" + crashSchema(t)}
+			}
+			ledgerSurvivesKill9(t, env)
+		})
+	}
+}
+
+// crashSchema returns the URL of the test PostgreSQL database with a fresh
+// schema first in its search_path, dropped at cleanup.
+func crashSchema(t *testing.T) string {
+	t.Helper()
+	base := testenv.PostgresURL(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "ledgercrash_" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func ledgerSurvivesKill9(t *testing.T, stores []string) {
 	bin := buildSluice(t)
 	data := t.TempDir()
+	cfgPath := filepath.Join(data, "sluice.yaml")
+	if err := os.WriteFile(cfgPath, []byte(crashConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	listen, admin := freeAddr(t), freeAddr(t)
 	const token = "ledger-crash-admin-token-0123456789"
 	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+admin,
-		"SLUICE_CONFIG=", "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN="+token,
+		"SLUICE_CONFIG="+cfgPath, "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN="+token,
 		"SLUICE_RATE_PER_MINUTE=0", "SLUICE_MAX_IN_FLIGHT=0")
-	key := createKey(t, bin, env, "--workspace", "crash", "--user", "me")
+	env = append(env, stores...)
+	// Workspaces of names no other run uses: a shared Redis keeps the
+	// counters of other runs under the same prefix.
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:])
+	workspaces := []string{"crash-a-" + hex.EncodeToString(nonce[:]), "crash-b-" + hex.EncodeToString(nonce[:])}
+	keys := make([]string, len(workspaces))
+	for i, ws := range workspaces {
+		keys[i] = createKey(t, bin, env, "--workspace", ws, "--user", "me")
+	}
 
 	serve := startServe(t, serveCmd(bin, env))
 	const clients, callTokens = 4, 16 + 5 // the reservation: about 5 input, 16 output
@@ -33,7 +130,8 @@ func TestServe_LedgerSurvivesKill9(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	client := &http.Client{Timeout: 5 * time.Second}
-	for range clients {
+	for c := range clients {
+		key := keys[c%len(keys)]
 		wg.Go(func() {
 			for i := 0; i < 10_000; i++ {
 				select {
@@ -65,8 +163,17 @@ func TestServe_LedgerSurvivesKill9(t *testing.T) {
 	wg.Wait()
 	serve.exited <- <-serve.exited // ended; left for the cleanup
 	t.Logf("%d calls answered 200 before the kill", done.Load())
+	if done.Load() < 50 {
+		t.Fatalf("only %d calls before the kill: the load did not run", done.Load())
+	}
 
-	startServe(t, serveCmd(bin, env))
+	restarted := startServe(t, serveCmd(bin, env))
+	defer func() {
+		if t.Failed() {
+			t.Logf("serve before the kill said (requests left out):\n%s", withoutRequests(serve.Stderr()))
+			t.Logf("serve after the restart said:\n%s", withoutRequests(restarted.Stderr()))
+		}
+	}()
 	get := func(path string) map[string]any {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://"+admin+path, nil)
@@ -82,28 +189,63 @@ func TestServe_LedgerSurvivesKill9(t *testing.T) {
 		}
 		return m
 	}
-	var budget float64
-	for _, l := range get("/admin/v1/effective?workspace=crash")["limits"].([]any) {
-		if m := l.(map[string]any); m["rule"] == "daily_token_budget" {
-			budget = m["used"].(float64)
+	type sums struct{ budget, ledger, swept float64 }
+	read := func(ws string) sums {
+		var s sums
+		for _, l := range get("/admin/v1/effective?workspace=" + ws)["limits"].([]any) {
+			if m := l.(map[string]any); m["rule"] == "daily_token_budget" {
+				s.budget = m["used"].(float64)
+				if r, ok := m["reserved"].(float64); ok {
+					s.budget -= r // held by this process's calls: none run now
+				}
+			}
+		}
+		for _, r := range get("/admin/v1/usage?workspace=" + ws + "&group_by=kind")["usage"].([]any) {
+			m := r.(map[string]any)
+			s.ledger += m["tokens"].(float64)
+			if m["kind"] == "swept" {
+				s.swept += m["tokens"].(float64)
+			}
+		}
+		return s
+	}
+	// The reservations open at the kill (each workspace had two calls in
+	// flight) are swept at their deadline, 3 s after their admission, by
+	// the sweeper's next round (every 5 s), or at the start (SQLite).
+	deadline := time.Now().Add(15 * time.Second)
+	for _, ws := range workspaces {
+		var s sums
+		for {
+			s = read(ws)
+			if s.ledger == s.budget || s.swept > 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond) // the rest of the sweep's ledger write
+		s = read(ws)
+		gap := s.budget - s.ledger
+		t.Logf("%s after restart and sweep: budget used %v, ledger %v tokens (%v of them swept), gap %v", ws, s.budget, s.ledger, s.swept, gap)
+		// The ledger writes after the store's settlement is durable: it may
+		// miss the calls of its last group commit (5 ms gathered, then one
+		// transaction of a few statements), never count more than the
+		// store. Allowed: 250 ms of calls, for a loaded CI machine (at a
+		// load average of 25 on 2 CPUs one such transaction on PostgreSQL
+		// has taken 75 ms); measured figures are in the README.
+		rate := float64(done.Load()) / 1.5 / float64(len(workspaces))
+		if limit := 0.250 * rate * callTokens; gap < 0 || gap > limit {
+			t.Errorf("%s: budget %v and ledger %v differ by %v tokens, want 0 to %v", ws, s.budget, s.ledger, gap, limit)
 		}
 	}
-	var ledger float64
-	for _, r := range get("/admin/v1/usage?workspace=crash")["usage"].([]any) {
-		m := r.(map[string]any)
-		ledger += m["input_tokens"].(float64) + m["output_tokens"].(float64)
+}
+
+// withoutRequests drops a log's request lines.
+func withoutRequests(log string) string {
+	var keep []string
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, "msg=request") && !strings.Contains(line, `"msg":"request"`) {
+			keep = append(keep, line)
+		}
 	}
-	gap := budget - ledger
-	t.Logf("after restart: budget used %v, ledger %v tokens (gap %v)", budget, ledger, gap)
-	if done.Load() < 50 {
-		t.Fatalf("only %d calls before the kill: the load did not run", done.Load())
-	}
-	// At most the calls in flight (charged whole by the sweep) and those the
-	// ledger had not written yet: its group delay (5 ms) and one write, at
-	// the rate the load ran (counted at 20 ms of calls, for a loaded
-	// machine's scheduling).
-	rate := float64(done.Load()) / 1.5
-	if limit := float64(clients*callTokens) + 0.020*rate*callTokens; gap < 0 || gap > limit {
-		t.Fatalf("budget %v and ledger %v differ by %v tokens, want 0 to %v", budget, ledger, gap, limit)
-	}
+	return strings.Join(keep, "\n")
 }

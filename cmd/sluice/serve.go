@@ -67,7 +67,7 @@ func serve(args []string) error {
 	defer requestLines.Flush()
 	obs := newObservability(cfg, newLoggerTo(cfg, requestLines))
 	limiter, err := sluice.New(sluice.Options{Store: obs.metrics.Store(store), Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
-		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, RetryAfterBuffer: cfg.RetryAfterBuffer, OnOverrun: obs.metrics.OnOverrun})
+		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, RetryAfterBuffer: cfg.RetryAfterBuffer, OnOverrun: obs.metrics.OnOverrun, OnSwept: ledger{cat}.RecordSwept})
 	if err != nil {
 		return err
 	}
@@ -308,7 +308,32 @@ type ledger struct{ cat *catalog.Catalog }
 
 func (l ledger) RecordUsage(u gateway.UsageRecord) {
 	l.cat.RecordUsage(catalog.UsageEntry{Org: u.Org, Workspace: u.Workspace, Route: u.Route, Model: u.Model, At: u.At, Requests: 1,
+		KeyID: u.KeyID, User: u.User, Team: u.Team, Tags: u.Tags,
 		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost})
+	outcome := catalog.OutcomeReported
+	if u.Estimated {
+		outcome = catalog.OutcomeEstimated
+	}
+	l.cat.RecordCall(catalog.CallRecord{At: u.At, RequestID: u.RequestID, Org: u.Org, Workspace: u.Workspace, KeyID: u.KeyID, User: u.User,
+		Route: u.Route, Model: u.Model, Outcome: outcome,
+		ReservedTokens: u.Reserved.InputTokens + u.Reserved.OutputTokens, ReservedCost: u.Reserved.Cost,
+		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost})
+}
+
+// RecordSwept records in the ledger, marked as swept, what the sweep
+// charged a reservation that was never settled (a crash, a settlement that
+// never reached the store): the tokens and cost its budgets were charged,
+// attributed to what its counters' subjects name.
+func (l ledger) RecordSwept(s sluice.SweptReservation) {
+	if !s.Known {
+		return
+	}
+	id := &s.Identity
+	tokens, cost := s.Charged[sluice.MetricTokens], s.Charged[sluice.MetricCost]
+	l.cat.RecordUsage(catalog.UsageEntry{Org: id.Org, Workspace: id.Workspace, Route: id.Route, Model: id.Model,
+		KeyID: id.Key, User: id.User, Team: id.Team, Tags: id.Tags, Swept: true, Requests: 1, Tokens: tokens, CostMicros: cost})
+	l.cat.RecordCall(catalog.CallRecord{Org: id.Org, Workspace: id.Workspace, KeyID: id.Key, User: id.User, Route: id.Route, Model: id.Model,
+		Outcome: catalog.OutcomeSwept, ReservedTokens: tokens, ReservedCost: cost})
 }
 
 // minProductionAdminToken is the shortest SLUICE_ADMIN_TOKEN production

@@ -111,11 +111,11 @@ func openCatalog(cfg *config.Config) (*catalog.Catalog, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, err
 		}
-		return catalog.OpenSQLite(path, catalog.Options{})
+		return catalog.OpenSQLite(path, catalog.Options{CallRetention: cfg.Usage.CallRetentionOrOff()})
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		return catalog.OpenPostgres(ctx, url, catalog.Options{})
+		return catalog.OpenPostgres(ctx, url, catalog.Options{CallRetention: cfg.Usage.CallRetentionOrOff()})
 	}
 	return nil, fmt.Errorf("database %s: want sqlite://, postgres:// or postgresql://", redact(url))
 }

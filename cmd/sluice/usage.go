@@ -104,14 +104,14 @@ func (c *adminClient) call(method, path string, body any) ([]byte, error) {
 }
 
 // usageCommand prints the ledger: sluice usage [--workspace W] [--from D]
-// [--to D] [--group-by day,route,model] [--json].
+// [--to D] [--group-by day,route,model,key,user,team,tag,kind] [--json].
 func usageCommand(out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("usage", flag.ContinueOnError)
 	adminURL, asJSON := adminFlags(fs)
 	workspace := fs.String("workspace", "", "only this workspace (a viewer token needs it when it reads several)")
 	from := fs.String("from", "", "first day, YYYY-MM-DD (default: 30 days ago)")
 	to := fs.String("to", "", "last day, YYYY-MM-DD (default: today)")
-	groupBy := fs.String("group-by", "day", "comma-separated: workspace, day, route, model (empty: one total)")
+	groupBy := fs.String("group-by", "day", "comma-separated: "+strings.Join(catalog.UsageGroups, ", ")+" (empty: one total; by tag, a call with several tags counts in each)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func printUsage(out io.Writer, rows []catalog.UsageRow, groups []string) {
 	for _, r := range rows {
 		var cells []string
 		for _, g := range groups {
-			cells = append(cells, map[string]string{"workspace": r.Workspace, "day": r.Day, "route": r.Route, "model": r.Model}[g])
+			cells = append(cells, usageCell(&r, g))
 		}
 		cells = append(cells, count(r.Requests), count(r.InputTokens), count(r.OutputTokens), count(r.CachedInputTokens), dollars(r.CostMicros))
 		fmt.Fprintln(w, strings.Join(cells, "\t")+"\t")
@@ -185,6 +185,17 @@ func printUsage(out io.Writer, rows []catalog.UsageRow, groups []string) {
 		fmt.Fprintln(w, "no usage recorded in that range\t")
 	}
 	_ = w.Flush()
+}
+
+// usageCell is the column of r that grouping g fills; an empty value (no
+// key, no tag) shows as "-".
+func usageCell(r *catalog.UsageRow, g string) string {
+	v := map[string]string{"org": r.Org, "workspace": r.Workspace, "day": r.Day, "route": r.Route, "model": r.Model,
+		"key": r.Key, "user": r.User, "team": r.Team, "tag": r.Tag, "kind": r.Kind}[g]
+	if v == "" {
+		return "-"
+	}
+	return v
 }
 
 // count writes n with thousands separators.

@@ -19,8 +19,14 @@ type Expired struct {
 
 // Sweep settles the batches past their deadline and drops every idle
 // counter.
-func (s *Store) Sweep(_ context.Context, now time.Time) (sluice.SweepResult, error) {
-	_, res := s.SweepExpired(now)
+func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
+	res, _, err := s.SweepReport(ctx, now)
+	return res, err
+}
+
+// SweepReport is Sweep, and tells what it settled.
+func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
+	expired, res := s.SweepExpired(now)
 	at := now.UnixNano()
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -28,7 +34,19 @@ func (s *Store) Sweep(_ context.Context, now time.Time) (sluice.SweepResult, err
 		sh.evict(math.MaxInt, at, s.evictIdle)
 		sh.mu.Unlock()
 	}
-	return res, nil
+	return res, Report(expired), nil
+}
+
+// Report describes what SweepExpired settled, for SweepReport.
+func Report(expired []Expired) []sluice.ExpiredReservation {
+	if len(expired) == 0 {
+		return nil
+	}
+	out := make([]sluice.ExpiredReservation, len(expired))
+	for i, e := range expired {
+		out[i] = expiredOf(e.Batch, e.Actual)
+	}
+	return out
 }
 
 // SweepExpired settles the batches past their deadline and returns them, so
@@ -123,4 +141,17 @@ func (st *state) idle(now, grace int64) bool {
 	}
 	// A rate counter, or one never charged, whose state is all zero.
 	return st.rate.Full(now)
+}
+
+// expiredOf describes a swept batch for SweepResult.Expired.
+func expiredOf(b *sluice.Batch, actual []int64) sluice.ExpiredReservation {
+	e := sluice.ExpiredReservation{Charges: make([]sluice.ExpiredCharge, len(b.Charges))}
+	for i := range b.Charges {
+		c := &b.Charges[i]
+		e.Charges[i] = sluice.ExpiredCharge{Key: c.Key, Kind: c.Kind}
+		if c.Kind == sluice.KindBudget {
+			e.Charges[i].Charged = actual[i]
+		}
+	}
+	return e
 }

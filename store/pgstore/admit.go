@@ -39,7 +39,7 @@ const idleGrace = 10 * time.Minute
 const (
 	admitSQL = `SELECT admitted, allowed, remaining, used, retry_after, reset_at
 FROM sluice_admit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
-	sweepSQL   = `SELECT reservations, charged, released FROM sluice_sweep($1, $2)`
+	sweepSQL   = `SELECT reservations, charged, released, swept FROM sluice_sweep($1, $2, $3)`
 	cleanupSQL = `SELECT leases, counters FROM sluice_cleanup($1, $2, $3, $4)`
 )
 
@@ -222,14 +222,40 @@ func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) erro
 // transaction, then deletes some expired leases and idle counters. Any
 // number of replicas may sweep at once: each reservation is settled by one.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
+	res, _, err := s.sweep(ctx, now, false)
+	return res, err
+}
+
+// SweepReport is Sweep, and tells what it settled.
+func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
+	return s.sweep(ctx, now, true)
+}
+
+// sweptRow is a reservation sluice_sweep reports: its charges as admitted.
+type sweptRow struct {
+	Kind    []int16  `json:"kind"`
+	Rule    []int64  `json:"rule"`
+	Subject []string `json:"subject"`
+	Period  []int64  `json:"period"`
+	Amount  []int64  `json:"amount"`
+	Release []bool   `json:"release"`
+}
+
+func (s *Store) sweep(ctx context.Context, now time.Time, report bool) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
 	var res sluice.SweepResult
+	var expired []sluice.ExpiredReservation
 	for {
 		var n, charged, released int
+		var rows []sweptRow
 		err := s.call(ctx, func(ctx context.Context) error {
-			return s.pool.QueryRow(ctx, sweepSQL, s.now(now), sweepChunk).Scan(&n, &charged, &released)
+			rows = nil
+			return s.pool.QueryRow(ctx, sweepSQL, s.now(now), sweepChunk, report).Scan(&n, &charged, &released, &rows)
 		})
 		if err != nil {
-			return res, fmt.Errorf("pgstore: sweep: %w", err)
+			return res, expired, fmt.Errorf("pgstore: sweep: %w", err)
+		}
+		for _, r := range rows {
+			expired = append(expired, r.expired())
 		}
 		res.Reservations += n
 		res.Charged += charged
@@ -243,7 +269,32 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 		return s.pool.QueryRow(ctx, cleanupSQL, s.now(now), sweepChunk, int64(idleGrace), int64(rand.Uint64())).Scan(&leases, &counters)
 	})
 	if err != nil {
-		return res, fmt.Errorf("pgstore: sweep: clean up: %w", err)
+		return res, expired, fmt.Errorf("pgstore: sweep: clean up: %w", err)
 	}
-	return res, nil
+	return res, expired, nil
+}
+
+// expired describes r for SweepReport: a budget charge settled at its
+// amount unless its rule releases it; leases charge nothing.
+func (r *sweptRow) expired() sluice.ExpiredReservation {
+	var e sluice.ExpiredReservation
+	for i := range r.Kind {
+		if i >= len(r.Rule) || i >= len(r.Subject) || i >= len(r.Period) || i >= len(r.Amount) || i >= len(r.Release) {
+			break
+		}
+		c := sluice.ExpiredCharge{Key: sluice.CounterKey{Rule: uint64(r.Rule[i]), Subject: r.Subject[i], Period: r.Period[i]}}
+		switch r.Kind[i] {
+		case kindBudget:
+			c.Kind = sluice.KindBudget
+			if !r.Release[i] {
+				c.Charged = r.Amount[i]
+			}
+		case kindRate:
+			c.Kind = sluice.KindRate
+		default:
+			c.Kind = sluice.KindConcurrency
+		}
+		e.Charges = append(e.Charges, c)
+	}
+	return e
 }

@@ -87,6 +87,44 @@ func (s *Store) counterKey(c *sluice.Charge) (key, tag string) {
 	return b.String(), tag
 }
 
+// parseCounterKey reads back a key counterKey made:
+// prefix:{tag}:kind:rule:period:subject.
+func (s *Store) parseCounterKey(key string) (sluice.CounterKey, sluice.Kind, bool) {
+	rest, ok := strings.CutPrefix(key, s.prefix+":{")
+	if !ok {
+		return sluice.CounterKey{}, "", false
+	}
+	// A tag holds no brace (counterKey escapes them).
+	_, rest, ok = strings.Cut(rest, "}:")
+	if !ok {
+		return sluice.CounterKey{}, "", false
+	}
+	parts := strings.SplitN(rest, ":", 4)
+	if len(parts) != 4 {
+		return sluice.CounterKey{}, "", false
+	}
+	var kind sluice.Kind
+	switch parts[0] {
+	case "b":
+		kind = sluice.KindBudget
+	case "c":
+		kind = sluice.KindConcurrency
+	case "r":
+		kind = sluice.KindRate
+	default:
+		return sluice.CounterKey{}, "", false
+	}
+	rule, err := strconv.ParseUint(parts[1], 16, 64)
+	if err != nil {
+		return sluice.CounterKey{}, "", false
+	}
+	period, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		return sluice.CounterKey{}, "", false
+	}
+	return sluice.CounterKey{Rule: rule, Subject: parts[3], Period: period}, kind, true
+}
+
 // dueKey names the deadline index of the records in slot (on a standalone
 // server there is one index). On a Cluster each slot has its own index, so
 // that a script can list a record in the same slot as the counters it

@@ -3,8 +3,10 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 )
 
@@ -96,40 +98,95 @@ const sweepBatch = 256
 // Sweep settles the reservations past their deadline. Several replicas may
 // sweep at the same time: each reservation is settled once.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
+	res, _, err := s.sweep(ctx, now, false)
+	return res, err
+}
+
+// SweepReport is Sweep, and tells what it settled.
+func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
+	return s.sweep(ctx, now, true)
+}
+
+func (s *Store) sweep(ctx context.Context, now time.Time, report bool) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
 	var res sluice.SweepResult
+	var expired []sluice.ExpiredReservation
 	if !s.cluster {
-		err := s.sweepIndex(ctx, now, s.dueKey(0), &res)
-		return res, err
+		err := s.sweepIndex(ctx, now, s.dueKey(0), &res, report, &expired)
+		return res, expired, err
 	}
 	due, err := s.dueSlots(ctx)
 	if err != nil {
-		return res, fmt.Errorf("redisstore: sweep: %w", err)
+		return res, expired, fmt.Errorf("redisstore: sweep: %w", err)
 	}
 	for _, slot := range due {
-		if err := s.sweepIndex(ctx, now, s.dueKey(slot), &res); err != nil {
-			return res, err
+		if err := s.sweepIndex(ctx, now, s.dueKey(slot), &res, report, &expired); err != nil {
+			return res, expired, err
 		}
 	}
-	return res, nil
+	return res, expired, nil
 }
 
-// sweepIndex settles the due records of one deadline index.
-func (s *Store) sweepIndex(ctx context.Context, now time.Time, due string, res *sluice.SweepResult) error {
+// sweepIndex settles the due records of one deadline index; with report,
+// it adds what it settled to expired.
+func (s *Store) sweepIndex(ctx context.Context, now time.Time, due string, res *sluice.SweepResult, report bool, expired *[]sluice.ExpiredReservation) error {
+	flag := "0"
+	if report {
+		flag = "1"
+	}
 	for {
 		cctx, cancel := s.call(ctx)
-		v, err := sweepScript.Exec(cctx, s.client, []string{due}, []string{s.scriptNow(now), itoa(sweepBatch)}).AsIntSlice()
+		v, err := sweepScript.Exec(cctx, s.client, []string{due}, []string{s.scriptNow(now), itoa(sweepBatch), flag}).ToArray()
 		cancel()
 		if err != nil {
 			return fmt.Errorf("redisstore: sweep: %w", err)
 		}
-		if len(v) != 4 {
+		if len(v) != 5 {
 			return fmt.Errorf("redisstore: sweep: script returned %d values", len(v))
 		}
-		res.Reservations += int(v[0])
-		res.Charged += int(v[1])
-		res.Released += int(v[2])
-		if v[3] < sweepBatch {
+		var n [4]int64
+		for i := range n {
+			if n[i], err = v[i].AsInt64(); err != nil {
+				return fmt.Errorf("redisstore: sweep: %w", err)
+			}
+		}
+		res.Reservations += int(n[0])
+		res.Charged += int(n[1])
+		res.Released += int(n[2])
+		if report {
+			if err := s.readSettled(v[4], expired); err != nil {
+				return fmt.Errorf("redisstore: sweep: %w", err)
+			}
+		}
+		if n[3] < sweepBatch {
 			return nil
 		}
 	}
+}
+
+// readSettled adds the records a sweep reported to expired.
+func (s *Store) readSettled(m rueidis.RedisMessage, expired *[]sluice.ExpiredReservation) error {
+	recs, err := m.ToArray()
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		parts, err := rec.AsStrSlice()
+		if err != nil {
+			return err
+		}
+		var e sluice.ExpiredReservation
+		for i := 0; i+1 < len(parts); i += 2 {
+			key, kind, ok := s.parseCounterKey(parts[i])
+			if !ok {
+				continue // not a key this store names: nothing to tell of it
+			}
+			charged, err := strconv.ParseInt(parts[i+1], 10, 64)
+			if err != nil {
+				return fmt.Errorf("charge of %q: %w", parts[i], err)
+			}
+			e.Charges = append(e.Charges, sluice.ExpiredCharge{Key: key, Kind: kind, Charged: charged})
+		}
+		*expired = append(*expired, e)
+	}
+	return nil
 }

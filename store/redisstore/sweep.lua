@@ -5,20 +5,26 @@
 -- reservation is settled once however many replicas sweep at the same time.
 --
 -- KEYS: the deadline index. ARGV: now (µs, '' for TIME), the most records
--- to settle in one call.
+-- to settle in one call, '1' to report what was settled.
 --
 -- Returns: reservations settled, budget charges charged, budget charges
--- released, records looked at.
+-- released, records looked at; when asked, then per record settled the
+-- key of each of its charges and what it was charged (0 but for a budget
+-- charged its amount).
 local now = clock(ARGV[1])
+local report = ARGV[3] == '1'
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
 local reservations, charged, released = 0, 0, 0
+local settled = {}
 for _, rec in ipairs(due) do
   if redis.call('ZREM', KEYS[1], rec) == 1 then
     local e = cmsgpack.unpack(rec)
     local member = e[1]
     reservations = reservations + e[2]
+    local told = {}
     for j = 3, #e, 5 do
       local kind, key = e[j], e[j + 1]
+      local paid = 0
       if kind == 2 then
         local amount = e[j + 2]
         if e[j + 3] == 1 then
@@ -27,11 +33,19 @@ for _, rec in ipairs(due) do
         else
           budget_settle(key, amount, amount, e[j + 4], now)
           charged = charged + 1
+          paid = amount
         end
       else
         redis.call('ZREM', key, member)
       end
+      if report then
+        told[#told + 1] = key
+        told[#told + 1] = fmt(paid)
+      end
+    end
+    if report then
+      settled[#settled + 1] = told
     end
   end
 end
-return {reservations, charged, released, #due}
+return {reservations, charged, released, #due, settled}

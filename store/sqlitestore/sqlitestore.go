@@ -92,6 +92,9 @@ type Store struct {
 	holdSettlements bool
 	wake            chan struct{}
 	stopped         chan struct{}
+	// recovered are the reservations a previous process left open, which
+	// Open settled: the first SweepReport tells of them.
+	recovered []sluice.ExpiredReservation
 }
 
 const schema = `
@@ -197,6 +200,15 @@ func (s *Store) recover(now time.Time) error {
 		return err
 	}
 	for _, lo := range left {
+		var told sluice.ExpiredReservation
+		for _, c := range lo.charges {
+			ec := sluice.ExpiredCharge{Key: c.key, Kind: sluice.KindBudget}
+			if !c.release {
+				ec.Charged = c.amount
+			}
+			told.Charges = append(told.Charges, ec)
+		}
+		s.recovered = append(s.recovered, told)
 		for _, c := range lo.charges {
 			if c.release {
 				continue
@@ -299,9 +311,22 @@ func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error 
 
 // Sweep settles expired reservations in memory and journals them.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
+	res, _, err := s.SweepReport(ctx, now)
+	return res, err
+}
+
+// SweepReport is Sweep, and tells what it settled once that is journaled.
+// The first call also tells of the reservations a previous process left
+// open, which Open settled (charged whole, as the sweep would have), so
+// that they reach a ledger too.
+func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
 	if err := s.failed(); err != nil {
-		return sluice.SweepResult{}, err
+		return sluice.SweepResult{}, nil, err
 	}
+	s.mu.Lock()
+	told := s.recovered
+	s.recovered = nil
+	s.mu.Unlock()
 	expired, res := s.mem.SweepExpired(now)
 	var last uint64
 	for _, e := range expired {
@@ -312,10 +337,10 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 	}
 	if len(expired) > 0 {
 		if err := s.wait(ctx, last); err != nil {
-			return res, err
+			return res, told, err
 		}
 	}
-	return res, nil
+	return res, append(told, memstore.Report(expired)...), nil
 }
 
 func hasBudget(b *sluice.Batch) bool {

@@ -1,0 +1,116 @@
+package admin
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/catalog"
+)
+
+func TestAPI_UsageGroupedByKeyUserTeamTag(t *testing.T) {
+	e := newEnv(t)
+	for _, u := range []catalog.UsageEntry{
+		{Org: "orgA", Workspace: "w", Route: "chat", Model: "m", KeyID: "k1", User: "ann", Team: "red", Tags: []string{"eval", "batch"}, Requests: 1, InputTokens: 10, OutputTokens: 1},
+		{Org: "orgA", Workspace: "w", Route: "chat", Model: "m", KeyID: "k2", User: "bob", Team: "red", Tags: []string{"eval"}, Requests: 1, InputTokens: 20, OutputTokens: 2},
+		{Org: "orgB", Workspace: "w", Route: "chat", Model: "m", KeyID: "k9", User: "eve", Team: "red", Tags: []string{"eval"}, Requests: 1, InputTokens: 900},
+	} {
+		e.cat.RecordUsage(u)
+	}
+	if err := e.cat.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sums := func(path, token, field string) map[string]float64 {
+		t.Helper()
+		out := map[string]float64{}
+		for _, r := range e.must(http.StatusOK, "GET", path, token, nil).body["usage"].([]any) {
+			m := r.(map[string]any)
+			name, _ := m[field].(string)
+			out[name] += m["input_tokens"].(float64)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		group, field string
+		want         map[string]float64
+	}{
+		{"key", "key", map[string]float64{"k1": 10, "k2": 20}},
+		{"user", "user", map[string]float64{"ann": 10, "bob": 20}},
+		{"team", "team", map[string]float64{"red": 30}},
+		{"tag", "tag", map[string]float64{"eval": 30, "batch": 10}},
+	} {
+		got := sums("/admin/v1/usage?org=orgA&group_by="+tc.group, rootToken, tc.field)
+		if len(got) != len(tc.want) {
+			t.Errorf("group_by=%s: %v, want %v", tc.group, got, tc.want)
+		}
+		for k, v := range tc.want {
+			if got[k] != v {
+				t.Errorf("group_by=%s: %v, want %v", tc.group, got, tc.want)
+			}
+		}
+	}
+	// A viewer of orgA reads orgA's spend only, by tag too.
+	viewer := e.must(http.StatusCreated, "POST", "/admin/v1/tokens", rootToken,
+		map[string]any{"role": "viewer", "workspaces": []string{"w"}, "org": "orgA"}).body["secret"].(string)
+	if got := sums("/admin/v1/usage?group_by=tag", viewer, "tag"); got["eval"] != 30 || got["batch"] != 10 || len(got) != 2 {
+		t.Errorf("orgA's viewer by tag: %v, want eval 30 and batch 10 (none of orgB's)", got)
+	}
+	e.must(http.StatusForbidden, "GET", "/admin/v1/usage?org=orgB&group_by=key", viewer, nil)
+}
+
+func TestAPI_Calls(t *testing.T) {
+	e := newEnv(t)
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for i, c := range []catalog.CallRecord{
+		{RequestID: "a1", Org: "orgA", Workspace: "w", KeyID: "k1", Model: "m1", Route: "chat", Outcome: catalog.OutcomeReported, ReservedTokens: 50, InputTokens: 5, OutputTokens: 6, CostMicros: 11},
+		{RequestID: "a2", Org: "orgA", Workspace: "v", KeyID: "k2", Model: "m2", Route: "chat", Outcome: catalog.OutcomeEstimated, ReservedTokens: 40, InputTokens: 30, OutputTokens: 10},
+		{RequestID: "b1", Org: "orgB", Workspace: "w", KeyID: "k9", Model: "m1", Route: "chat", Outcome: catalog.OutcomeSwept, ReservedTokens: 70},
+	} {
+		c.At = at.Add(time.Duration(i) * 24 * time.Hour)
+		e.cat.RecordCall(c)
+	}
+	if err := e.cat.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(path, token string) []string {
+		t.Helper()
+		var out []string
+		for _, c := range e.must(http.StatusOK, "GET", path, token, nil).body["calls"].([]any) {
+			out = append(out, c.(map[string]any)["request_id"].(string))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{"/admin/v1/calls", []string{"b1", "a2", "a1"}},
+		{"/admin/v1/calls?key=k1", []string{"a1"}},
+		{"/admin/v1/calls?workspace=w", []string{"b1", "a1"}},
+		{"/admin/v1/calls?model=m1&org=orgA", []string{"a1"}},
+		{"/admin/v1/calls?since=2026-03-02", []string{"b1", "a2"}},
+		{"/admin/v1/calls?until=2026-03-02", []string{"a1"}},
+		{"/admin/v1/calls?limit=1", []string{"b1"}},
+	} {
+		if got := ids(tc.path, rootToken); len(got) != len(tc.want) || (len(got) > 0 && got[0] != tc.want[0]) || (len(got) > 1 && got[1] != tc.want[1]) {
+			t.Errorf("%s: %v, want %v", tc.path, got, tc.want)
+		}
+	}
+	r := e.must(http.StatusOK, "GET", "/admin/v1/calls?key=k1", rootToken, nil).body["calls"].([]any)[0].(map[string]any)
+	if r["outcome"] != "reported" || r["reserved_tokens"] != float64(50) || r["cost_micros"] != float64(11) || r["at"] != "2026-03-01T12:00:00Z" {
+		t.Errorf("record %v", r)
+	}
+	for _, bad := range []string{"?limit=0", "?limit=1001", "?since=yesterday", "?before_id=-1", "?prompt=x", "?since=2026-03-02&until=2026-03-01"} {
+		if got := e.do("GET", "/admin/v1/calls"+bad, rootToken, nil); got.status != http.StatusBadRequest {
+			t.Errorf("calls%s: %d %s, want 400", bad, got.status, got.raw)
+		}
+	}
+	// A viewer reads its org's workspaces only.
+	viewer := e.must(http.StatusCreated, "POST", "/admin/v1/tokens", rootToken,
+		map[string]any{"role": "viewer", "workspaces": []string{"w"}, "org": "orgA"}).body["secret"].(string)
+	if got := ids("/admin/v1/calls", viewer); len(got) != 1 || got[0] != "a1" {
+		t.Errorf("orgA's viewer of w reads %v, want [a1]", got)
+	}
+	e.must(http.StatusForbidden, "GET", "/admin/v1/calls?workspace=v", viewer, nil)
+	e.must(http.StatusForbidden, "GET", "/admin/v1/calls?org=orgB", viewer, nil)
+}
