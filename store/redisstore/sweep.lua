@@ -8,7 +8,8 @@
 -- to settle in one call.
 --
 -- Returns: reservations settled, budget charges charged, budget charges
--- released, records looked at.
+-- released, records looked at, then the budget keys repaired (see
+-- budget_load).
 local now = clock(ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
 local reservations, charged, released = 0, 0, 0
@@ -34,4 +35,6 @@ for _, rec in ipairs(due) do
     end
   end
 end
-return {reservations, charged, released, #due}
+local out = {reservations, charged, released, #due}
+for _, key in ipairs(repaired) do out[#out + 1] = key end
+return out
