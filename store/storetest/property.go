@@ -16,7 +16,7 @@ import (
 
 // propertyBudget bounds each property scenario: a store over the network
 // runs fewer cases rather than a longer test.
-const propertyBudget = 15 * time.Second
+const propertyBudget = 5 * time.Second
 
 // edges are the int64 figures most likely to break arithmetic.
 var edges = []int64{0, 1, -1, 2, 100, math.MaxInt64, math.MinInt64, math.MaxInt64 - 1, math.MinInt64 + 1,
