@@ -147,9 +147,9 @@ func TestBudget_SaturatesAtCeiling(t *testing.T) {
 	if _, err := adminPool(t).Exec(h.Ctx, ins, []int64{key.Period}, []int64{end.UnixNano()}); err != nil {
 		t.Fatal(err)
 	}
-	call := `SELECT ` + pgx.Identifier{schema, "sluice_settle"}.Sanitize() + `($4, 7, '{2}', '{9}', '{w}', $1, '{1}', '{0}', '{0}', $2, '{1}', $3)`
+	call := `SELECT sluice_settle($4, 7, '{2}', '{9}', '{w}', $1, '{1}', '{0}', '{0}', $2, '{1}', $3)`
 	var applied bool
-	if err := adminPool(t).QueryRow(h.Ctx, call, []int64{key.Period}, []int64{end.UnixNano()}, []int64{math.MaxInt64}, h.Clock.Now().UnixNano()).Scan(&applied); err != nil || !applied {
+	if err := schemaPool(t, schema).QueryRow(h.Ctx, call, []int64{key.Period}, []int64{end.UnixNano()}, []int64{math.MaxInt64}, h.Clock.Now().UnixNano()).Scan(&applied); err != nil || !applied {
 		t.Fatalf("sluice_settle: %v %v", applied, err)
 	}
 	if used, _ := read(); used != sluice.CounterCeiling {

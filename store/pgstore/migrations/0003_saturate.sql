@@ -6,9 +6,10 @@
 -- [0, 2^53], and the counters hold figures within it (Open repairs any
 -- that do not), so every sum below is of two figures of at most 2^53 and
 -- fits a bigint; least(.., 2^53) keeps the result there. The functions are
--- 0002's sluice_apply and 0001's sluice_settle (still called by replicas
--- of the version before 0002 during an upgrade) and sluice_sweep, each
--- changed only where a budget's usage or reservations are summed.
+-- 0002's sluice_apply, 0001's sluice_admit (Peek's, and with
+-- sluice_settle, the admissions of replicas of the version before 0002
+-- during an upgrade) and sluice_sweep, each changed only where a budget's
+-- usage or reservations are summed.
 
 CREATE OR REPLACE FUNCTION sluice_apply(
 	p_now bigint[], p_settle boolean[], p_batch bigint[], p_ttl bigint[], p_row boolean[], p_first int[],
@@ -400,5 +401,193 @@ BEGIN
 	FROM sluice_reservations r, unnest(r.kind, r.release) AS x(kind, release)
 	WHERE r.batch_id = ANY(ids) AND x.kind = 2;
 	DELETE FROM sluice_reservations WHERE batch_id = ANY(ids);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION sluice_admit(
+	p_now bigint, p_peek boolean, p_batch bigint, p_ttl bigint,
+	p_kind smallint[], p_rule bigint[], p_subject text[], p_period bigint[],
+	p_limit bigint[], p_burst bigint[], p_window bigint[], p_period_end bigint[],
+	p_amount bigint[], p_shadow boolean[], p_release boolean[],
+	OUT admitted boolean, OUT allowed boolean[], OUT remaining bigint[], OUT used bigint[],
+	OUT retry_after bigint[], OUT reset_at bigint[])
+LANGUAGE plpgsql AS $$
+DECLARE
+	n        int := coalesce(array_length(p_kind, 1), 0);
+	now_ns   bigint := coalesce(p_now, sluice_now());
+	applied  boolean[] := array_fill(false, ARRAY[n]);
+	huge     numeric := 4611686018427387904; -- 2^62, memstore's bound on a quotient
+	amt      bigint;
+	lim      bigint;
+	win      bigint;
+	aw       numeric;
+	bw       numeric;
+	d0       numeric;
+	d1       numeric;
+	ok       boolean;
+	c_tat    bigint;
+	c_frac   bigint;
+	c_drawn  bigint;
+	c_used   bigint;
+	c_res    bigint;
+	in_use   bigint;
+	held     bigint;
+	earliest bigint;
+BEGIN
+	allowed := array_fill(false, ARRAY[n]);
+	remaining := array_fill(0::bigint, ARRAY[n]);
+	used := array_fill(0::bigint, ARRAY[n]);
+	retry_after := array_fill(0::bigint, ARRAY[n]);
+	reset_at := array_fill(0::bigint, ARRAY[n]);
+	admitted := true;
+
+	FOR i IN 1..n LOOP
+		amt := CASE WHEN p_peek THEN 0 ELSE p_amount[i] END;
+		lim := p_limit[i];
+		CASE p_kind[i]
+		WHEN 1 THEN -- rate: memstore bucket.check
+			win := p_window[i];
+			aw := amt::numeric * win;
+			bw := p_burst[i]::numeric * win;
+			IF admitted AND NOT p_peek THEN
+				-- Lock and draw in one write; d1 is capped so that tat fits.
+				LOOP
+					UPDATE sluice_counters c
+					SET prev_tat = c.tat, prev_frac = c.frac, prev_drawn_at = c.drawn_at,
+						tat = now_ns + div(least(greatest((c.tat - now_ns)::numeric * c.drawn_at + c.frac, 0) + aw, huge * lim), lim),
+						frac = mod(least(greatest((c.tat - now_ns)::numeric * c.drawn_at + c.frac, 0) + aw, huge * lim), lim),
+						drawn_at = lim, touched = now_ns
+					WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i]
+					RETURNING c.tat, c.frac INTO c_tat, c_frac;
+					EXIT WHEN FOUND;
+					INSERT INTO sluice_counters (rule, subject, period) VALUES (p_rule[i], p_subject[i], p_period[i])
+					ON CONFLICT DO NOTHING;
+				END LOOP;
+				applied[i] := true;
+				d1 := (c_tat - now_ns)::numeric * lim + c_frac;
+				d0 := d1 - aw;
+			ELSE
+				SELECT c.tat, c.frac, c.drawn_at INTO c_tat, c_frac, c_drawn
+				FROM sluice_counters c
+				WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+				d0 := greatest(coalesce((c_tat - now_ns)::numeric * c_drawn + c_frac, 0), 0);
+				d1 := d0 + aw;
+			END IF;
+			ok := d1 <= huge * lim;
+			IF ok AND d1 <= bw THEN
+				allowed[i] := true;
+				remaining[i] := div(bw - d1, win);
+				reset_at[i] := now_ns + div(d1 + lim - 1, lim);
+			ELSE
+				remaining[i] := CASE WHEN d0 > bw THEN 0 ELSE div(bw - d0, win) END;
+				reset_at[i] := now_ns + div(d0 + lim - 1, lim);
+				retry_after[i] := CASE WHEN ok THEN div(d1 - bw + lim - 1, lim) ELSE huge END;
+			END IF;
+			used[i] := p_burst[i] - remaining[i];
+		WHEN 2 THEN -- budget: a spent budget refuses even a charge of zero
+			IF admitted AND NOT p_peek THEN
+				LOOP
+					UPDATE sluice_counters c
+					SET reserved = least(c.reserved::numeric + amt, 9007199254740992), period_end = p_period_end[i], touched = now_ns
+					WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i]
+					RETURNING c.used, c.reserved - amt INTO c_used, c_res;
+					EXIT WHEN FOUND;
+					INSERT INTO sluice_counters (rule, subject, period) VALUES (p_rule[i], p_subject[i], p_period[i])
+					ON CONFLICT DO NOTHING;
+				END LOOP;
+				applied[i] := true;
+			ELSE
+				SELECT c.used, c.reserved INTO c_used, c_res
+				FROM sluice_counters c
+				WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+			END IF;
+			in_use := least(coalesce(c_used, 0) + coalesce(c_res, 0), 9007199254740992);
+			allowed[i] := in_use + amt <= lim AND (amt > 0 OR in_use < lim);
+			IF allowed[i] THEN
+				in_use := in_use + amt;
+			END IF;
+			used[i] := in_use;
+			remaining[i] := greatest(0, lim - in_use);
+			reset_at[i] := p_period_end[i];
+		WHEN 3 THEN -- concurrency: expired leases are pruned, live ones counted
+			IF admitted AND NOT p_peek THEN
+				LOOP
+					UPDATE sluice_counters c SET touched = now_ns
+					WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+					EXIT WHEN FOUND;
+					INSERT INTO sluice_counters (rule, subject, period) VALUES (p_rule[i], p_subject[i], p_period[i])
+					ON CONFLICT DO NOTHING;
+				END LOOP;
+				WITH pruned AS (
+					DELETE FROM sluice_leases l
+					WHERE l.rule = p_rule[i] AND l.subject = p_subject[i] AND l.period = p_period[i] AND l.expiry <= now_ns
+				)
+				SELECT count(*), min(l.expiry) INTO held, earliest
+				FROM sluice_leases l
+				WHERE l.rule = p_rule[i] AND l.subject = p_subject[i] AND l.period = p_period[i] AND l.expiry > now_ns;
+			ELSE
+				SELECT count(*), min(l.expiry) INTO held, earliest
+				FROM sluice_leases l
+				WHERE l.rule = p_rule[i] AND l.subject = p_subject[i] AND l.period = p_period[i] AND l.expiry > now_ns;
+			END IF;
+			allowed[i] := held < lim;
+			IF allowed[i] AND NOT p_peek THEN
+				held := held + 1;
+			END IF;
+			used[i] := held;
+			remaining[i] := greatest(0, lim - held);
+			IF earliest IS NOT NULL THEN
+				reset_at[i] := earliest;
+				IF NOT allowed[i] THEN
+					retry_after[i] := earliest - now_ns;
+				END IF;
+			END IF;
+		END CASE;
+		IF NOT allowed[i] AND NOT p_shadow[i] THEN
+			admitted := false;
+		END IF;
+	END LOOP;
+	IF p_peek THEN
+		RETURN;
+	END IF;
+
+	IF NOT admitted THEN
+		-- Put back what was applied before the refusal was known.
+		FOR i IN 1..n LOOP
+			CONTINUE WHEN NOT applied[i];
+			IF p_kind[i] = 1 THEN
+				UPDATE sluice_counters c SET tat = c.prev_tat, frac = c.prev_frac, drawn_at = c.prev_drawn_at
+				WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+			ELSE
+				UPDATE sluice_counters c SET reserved = c.reserved - p_amount[i]
+				WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+			END IF;
+		END LOOP;
+		RETURN;
+	END IF;
+
+	FOR i IN 1..n LOOP
+		IF p_kind[i] = 1 AND NOT allowed[i] AND p_amount[i] = 0 THEN
+			-- A shadow charge of nothing over its limit changes nothing.
+			UPDATE sluice_counters c SET tat = c.prev_tat, frac = c.prev_frac, drawn_at = c.prev_drawn_at
+			WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i];
+		ELSIF p_kind[i] = 1 AND NOT allowed[i] THEN
+			-- A shadow charge over its limit is drawn like an overrun: into
+			-- debt of at most one burst.
+			bw := 2 * p_burst[i]::numeric * p_window[i];
+			UPDATE sluice_counters c
+			SET tat = now_ns + div(bw, p_limit[i]), frac = mod(bw, p_limit[i])
+			WHERE c.rule = p_rule[i] AND c.subject = p_subject[i] AND c.period = p_period[i]
+				AND (c.tat - now_ns)::numeric * p_limit[i] + c.frac > bw;
+		ELSIF p_kind[i] = 3 THEN
+			INSERT INTO sluice_leases (rule, subject, period, batch_id, expiry)
+			VALUES (p_rule[i], p_subject[i], p_period[i], p_batch, now_ns + p_ttl)
+			ON CONFLICT DO NOTHING;
+		END IF;
+	END LOOP;
+	IF 2 = ANY(p_kind) THEN
+		INSERT INTO sluice_reservations (batch_id, deadline, kind, rule, subject, period, amount, period_end, release)
+		VALUES (p_batch, now_ns + p_ttl, p_kind, p_rule, p_subject, p_period, p_amount, p_period_end, p_release);
+	END IF;
 END
 $$;
