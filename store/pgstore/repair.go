@@ -41,19 +41,37 @@ WHERE c.rule = bad.rule AND c.subject = bad.subject AND c.period = bad.period
 RETURNING c.rule, c.subject, c.period, bad.used, bad.reserved`
 
 // repair runs repairSQL on Open and logs one warning per counter repaired.
-// It reads the whole counters table once: counters are dropped when idle,
-// so the table holds the subjects in use.
+// It reads the whole counters table once (counters are dropped when idle,
+// so the table holds the subjects in use), with the connections' short
+// statement_timeout lifted as for a migration: Open's own deadline bounds
+// it.
 func (s *Store) repair(ctx context.Context) error {
-	rows, err := s.pool.Query(ctx, repairSQL)
+	type bad struct {
+		rule, period, used, reserved int64
+		subject                      string
+	}
+	var found []bad
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, repairSQL)
+		if err != nil {
+			return err
+		}
+		var b bad
+		_, err = pgx.ForEachRow(rows, []any{&b.rule, &b.subject, &b.period, &b.used, &b.reserved}, func() error {
+			found = append(found, b)
+			return nil
+		})
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	var rule, period, used, reserved int64
-	var subject string
-	_, err = pgx.ForEachRow(rows, []any{&rule, &subject, &period, &used, &reserved}, func() error {
+	for _, b := range found {
 		s.log.Warn("pgstore: budget counter out of bounds, repaired: usage past 2^53 or negative is taken as spent until its period ends",
-			"rule", uint64(rule), "subject", subject, "period", period, "used", used, "reserved", reserved)
-		return nil
-	})
-	return err
+			"rule", uint64(b.rule), "subject", b.subject, "period", b.period, "used", b.used, "reserved", b.reserved)
+	}
+	return nil
 }
