@@ -22,6 +22,15 @@
 // its sentinel with errors.Is ([ErrRateLimited], [ErrBusy],
 // [ErrBudgetExhausted], [ErrTooLarge], [ErrStoreUnavailable]).
 //
+// Usage is bounded: no token count (nor custom amount) above [MaxTokens]
+// (2^40) and no cost above [MaxCost] (2^50 micro-dollars) is ever counted.
+// Admit refuses such an estimate, like a negative one, with
+// [ErrInvalidUsage]; Settle treats such usage as a provider's error,
+// charges the reservation what it reserved, and returns an error matching
+// [ErrInvalidUsage]. Stores saturate their budget counters at 2^53 (a
+// limit above it counts as 2^53), so no sequence of calls wraps a counter
+// negative or past a limit.
+//
 // Stores live in their own packages: store/memstore (one process),
 // store/sqlitestore (one node, durable).
 package sluice

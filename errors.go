@@ -18,7 +18,10 @@ var (
 	ErrTooLarge = errors.New("sluice: request can never fit")
 	// ErrStoreUnavailable: the store did not answer.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
-	// ErrInvalidUsage: usage with negative amounts; nothing was settled.
+	// ErrInvalidUsage: usage with an amount that is negative or above its
+	// ceiling (MaxTokens, MaxCost). From Admit: the estimate was refused and
+	// nothing charged. From Settle: the usage was not believed and the
+	// reservation was charged what it reserved.
 	ErrInvalidUsage = errors.New("sluice: invalid usage")
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -287,22 +288,72 @@ func TestReservation_SettleRetryCountsOverrunOnce(t *testing.T) {
 	}
 }
 
-func TestReservation_SettleRejectsNegativeUsage(t *testing.T) {
-	l, _ := withRules(t, daily(sluice.MetricTokens, 1000))
-	r := admit(t, l, tokens("k", 10, 10))
+// Usage no call could produce, negative or above the ceiling, is not
+// believed: each reservation is charged what it reserved (its lease freed),
+// the value is never counted, and Settle says so with ErrInvalidUsage.
+func TestReservation_SettleImpossibleUsageChargesReservation(t *testing.T) {
+	l, _ := withRules(t, daily(sluice.MetricTokens, 1000), inFlight(1))
+	used := int64(0)
 	for _, u := range []sluice.Usage{
 		{InputTokens: -1}, {OutputTokens: -1}, {CachedInputTokens: -1}, {CacheWriteTokens: -1}, {Cost: -1},
 		{Custom: map[string]int64{"audio_seconds": -3}},
+		{OutputTokens: math.MaxInt64}, {InputTokens: sluice.MaxTokens + 1}, {CachedInputTokens: sluice.MaxTokens + 1},
+		{CacheWriteTokens: math.MaxInt64}, {Cost: sluice.MaxCost + 1}, {Custom: map[string]int64{"audio_seconds": sluice.MaxTokens + 1}},
 	} {
+		r := admit(t, l, tokens("k", 10, 10))
 		err := r.Settle(context.Background(), u)
 		if !errors.Is(err, sluice.ErrInvalidUsage) || !strings.HasPrefix(err.Error(), "settle: ") {
 			t.Errorf("settle %+v: %v, want ErrInvalidUsage prefixed by settle", u, err)
 		}
+		used += 20
+		if got := effective(t, l, ident("k"), "daily").Used; got != used {
+			t.Fatalf("after settling %+v: used %d, want %d (the reservation charged)", u, got, used)
+		}
+		// The lease is free: the reservation is settled.
+		settle(t, admit(t, l, tokens("k", 0, 0)), sluice.Usage{})
+		if err := r.Settle(context.Background(), sluice.Usage{InputTokens: 1}); err != nil {
+			t.Fatalf("settling again: %v", err)
+		}
 	}
-	settle(t, r, sluice.Usage{InputTokens: 5})
-	if used := effective(t, l, ident("k"), "daily").Used; used != 5 {
-		t.Fatalf("used %d, want 5", used)
+	// SettleAsync tells done the same, once settled.
+	r := admit(t, l, tokens("k", 10, 10))
+	errc := make(chan error, 1)
+	r.SettleAsync(context.Background(), sluice.Usage{OutputTokens: math.MaxInt64}, func(err error) { errc <- err })
+	if err := <-errc; !errors.Is(err, sluice.ErrInvalidUsage) {
+		t.Fatalf("SettleAsync: %v, want ErrInvalidUsage", err)
 	}
+	if got := effective(t, l, ident("k"), "daily").Used; got != used+20 {
+		t.Fatalf("after SettleAsync: used %d, want %d", got, used+20)
+	}
+	// At the ceilings, usage is believed.
+	r = admit(t, l, tokens("k", 10, 10))
+	if err := r.Settle(context.Background(), sluice.Usage{InputTokens: sluice.MaxTokens, Cost: sluice.MaxCost}); err != nil {
+		t.Fatalf("settle at the ceilings: %v", err)
+	}
+}
+
+// An estimate above the ceiling is refused, as a negative one is, and
+// charges nothing.
+func TestLimiter_AdmitRefusesEstimateAboveCeiling(t *testing.T) {
+	l, _ := withRules(t, daily(sluice.MetricTokens, math.MaxInt64))
+	for _, max := range []sluice.Usage{
+		{OutputTokens: sluice.MaxTokens + 1}, {InputTokens: math.MaxInt64}, {Cost: sluice.MaxCost + 1},
+		{Custom: map[string]int64{"x": math.MaxInt64}},
+	} {
+		req := tokens("k", 0, 0)
+		req.Max = max
+		if _, err := l.Admit(context.Background(), req); !errors.Is(err, sluice.ErrInvalidUsage) {
+			t.Errorf("admit with Max %+v: %v, want ErrInvalidUsage", max, err)
+		}
+		req.Max, req.Expected = sluice.Usage{OutputTokens: 1}, max
+		if _, err := l.Admit(context.Background(), req); !errors.Is(err, sluice.ErrInvalidUsage) {
+			t.Errorf("admit with Expected %+v: %v, want ErrInvalidUsage", max, err)
+		}
+	}
+	if got := effective(t, l, ident("k"), "daily").Used; got != 0 {
+		t.Fatalf("used %d after refused estimates, want 0", got)
+	}
+	settle(t, admit(t, l, tokens("k", sluice.MaxTokens, sluice.MaxTokens)), sluice.Usage{})
 }
 
 // TestSettle_RetryAfterLostReply settles through a store that applies the

@@ -3,6 +3,7 @@ package sluice
 import (
 	"fmt"
 	"math/bits"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -144,17 +145,47 @@ func (u *Usage) IsZero() bool {
 		u.CacheWriteTokens == 0 && u.Cost == 0 && len(u.Custom) == 0
 }
 
+// MaxTokens is the ceiling on every token count of a Usage, and on the
+// amount of every custom metric: 2^40, about 1.1 trillion, far more than
+// any one call produces. An amount above it, like a negative one, is no
+// usage at all but a provider's (or caller's) error: Admit refuses such an
+// estimate, and Settle charges the reservation what it reserved instead
+// (see Reservation.Settle). So no counter is ever given a figure that
+// could wrap it.
+const MaxTokens = 1 << 40
+
+// MaxCost is the ceiling on a Usage's Cost in micro-dollars: 2^50, about
+// $1.1 billion, the price of MaxTokens tokens at $1,024 per million.
+const MaxCost = 1 << 50
+
+// validate refuses amounts that are negative or above their ceiling.
 func (u *Usage) validate() error {
-	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0 || u.Cost < 0 {
-		return fmt.Errorf("%w: negative amounts %+v", ErrInvalidUsage, *u)
-	}
-	if len(u.Custom) == 0 {
-		return nil
+	for _, f := range [...]struct {
+		name    string
+		v, most int64
+	}{
+		{"input_tokens", u.InputTokens, MaxTokens}, {"output_tokens", u.OutputTokens, MaxTokens},
+		{"cached_input_tokens", u.CachedInputTokens, MaxTokens}, {"cache_write_tokens", u.CacheWriteTokens, MaxTokens},
+		{"cost", u.Cost, MaxCost},
+	} {
+		if err := checkAmount(f.name, f.v, f.most); err != nil {
+			return err
+		}
 	}
 	for name, v := range u.Custom {
-		if v < 0 {
-			return fmt.Errorf("%w: custom metric %q is negative (%d)", ErrInvalidUsage, name, v)
+		if err := checkAmount("custom metric "+strconv.Quote(name), v, MaxTokens); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+func checkAmount(name string, v, most int64) error {
+	switch {
+	case v < 0:
+		return fmt.Errorf("%w: %s is negative (%d)", ErrInvalidUsage, name, v)
+	case v > most:
+		return fmt.Errorf("%w: %s is %d, above the ceiling of %d", ErrInvalidUsage, name, v, most)
 	}
 	return nil
 }

@@ -189,15 +189,22 @@ func warningOf(c *Charge) (Warning, bool) {
 // Settle replaces each charge with the usage reported: a smaller usage is
 // refunded, a larger one is charged in full and counted as an overrun. A
 // zero Usage means nothing was reported, and the reservation is charged as
-// it stands. Usage with negative amounts is refused and nothing is settled.
+// it stands. Usage no call could produce (an amount that is negative or
+// above MaxTokens or MaxCost) is a provider's or caller's error and is not
+// believed: the reservation is settled as if nothing were reported
+// (charged what it reserved), and Settle returns an error matching
+// ErrInvalidUsage that says which amount, once that settlement is done.
 // Settling again does nothing. After a store error Settle (or Release) may
 // be called again; as the failed call may have been applied before its
 // reply was lost, the retry settles budgets and frees leases exactly once,
 // and leaves rate buckets as they are (holding the reserved amount, or
 // what the failed call made of it): never refunded or charged twice.
 func (r *Reservation) Settle(ctx context.Context, u Usage) error {
-	if err := u.validate(); err != nil {
-		return fmt.Errorf("settle: %w", err)
+	if invalid := u.validate(); invalid != nil {
+		if err := r.settle(ctx, nil, false, nil); err != nil {
+			return err
+		}
+		return fmt.Errorf("settle: %w", invalid)
 	}
 	return r.settle(ctx, &u, false, nil)
 }
@@ -216,8 +223,13 @@ func (r *Reservation) Release(ctx context.Context) error {
 // is given the settlement; any other store is settled on a goroutine of its
 // own. done must not block, nor call the store.
 func (r *Reservation) SettleAsync(ctx context.Context, u Usage, done func(error)) {
-	if err := u.validate(); err != nil {
-		done(fmt.Errorf("settle: %w", err))
+	if invalid := u.validate(); invalid != nil {
+		_ = r.settle(ctx, nil, false, func(err error) {
+			if err == nil {
+				err = fmt.Errorf("settle: %w", invalid)
+			}
+			done(err)
+		})
 		return
 	}
 	_ = r.settle(ctx, &u, false, done)

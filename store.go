@@ -31,6 +31,14 @@ type Store interface {
 	Close() error
 }
 
+// CounterCeiling is the most a store's budget counter holds: 2^53, the
+// largest integer below which a double holds every integer exactly (so a
+// store whose scripts compute in doubles keeps the same figures). Stores
+// take every amount and limit within [0, CounterCeiling] and saturate sums
+// there: a counter at the ceiling refuses whatever the limit, and no input
+// wraps it negative.
+const CounterCeiling = 1 << 53
+
 // AsyncSettler is a Store that can settle without its caller waiting for
 // the settlement to be durable (a store that journals to disk).
 // SettleAsync applies b at once as Settle does, and calls done with what

@@ -30,7 +30,7 @@ func migrate(args []string) error {
 	if err := cat.Close(); err != nil {
 		return err
 	}
-	store, err := openStore(cfg)
+	store, err := openStore(cfg, newLogger(cfg))
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}

@@ -47,7 +47,7 @@ func serve(args []string) error {
 			log.Info(w)
 		}
 	}
-	store, err := openStore(cfg)
+	store, err := openStore(cfg, log)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,8 +69,9 @@ func sqlitePath(url, def string) string {
 // pgStoreTimeout bounds each call of the gateway to a PostgreSQL store.
 const pgStoreTimeout = 400 * time.Millisecond
 
-// openStore opens the counters' store named by cfg.
-func openStore(cfg *config.Config) (sluice.Store, error) {
+// openStore opens the counters' store named by cfg; log receives the
+// store's warnings (a counter found out of bounds and repaired).
+func openStore(cfg *config.Config, log *slog.Logger) (sluice.Store, error) {
 	url := cfg.StoreURL()
 	switch {
 	case url == "memory://" || strings.HasPrefix(url, "memory:"):
@@ -81,12 +83,12 @@ func openStore(cfg *config.Config) (sluice.Store, error) {
 		}
 		// The gateway settles after the answer is sent, so settlements may
 		// wait a couple of milliseconds to share a journal commit.
-		return sqlitestore.Open(sqlitestore.Options{Path: path, HoldSettlements: true})
+		return sqlitestore.Open(sqlitestore.Options{Path: path, HoldSettlements: true, Logger: log})
 	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"),
 		strings.HasPrefix(url, "redis-cluster://"), strings.HasPrefix(url, "rediss-cluster://"):
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return redisstore.Open(ctx, redisstore.Options{URL: url})
+		return redisstore.Open(ctx, redisstore.Options{URL: url, Logger: log})
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -97,7 +99,7 @@ func openStore(cfg *config.Config) (sluice.Store, error) {
 		// process) is cancelled rather than committed after the caller
 		// gave up. One that committed anyway (its answer lost or late, or
 		// held up in the network on its way) is released by the store.
-		return pgstore.Open(ctx, pgstore.Options{URL: url, Timeout: pgStoreTimeout})
+		return pgstore.Open(ctx, pgstore.Options{URL: url, Timeout: pgStoreTimeout, Logger: log})
 	}
 	return nil, fmt.Errorf("store %s: want sqlite://, memory://, redis://, redis-cluster:// or postgres://", redact(url))
 }

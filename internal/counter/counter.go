@@ -4,9 +4,27 @@
 // Unix nanoseconds and durations nanoseconds. memstore keeps its counters
 // with it; the Lua of redisstore and the PL/pgSQL of pgstore implement the
 // same rules and are checked against memstore by differential tests.
+//
+// A budget's figures saturate: every amount, limit and counter is taken
+// within [0, Ceiling], and a sum past Ceiling stays at Ceiling, so no input
+// wraps a counter negative or past what a store can hold exactly.
 package counter
 
 import "math/bits"
+
+// Ceiling is the most a budget counter holds, and the most any amount or
+// limit counts for: 2^53 (9.0e15 tokens or micro-dollars, $9 billion), the
+// largest integer below which a double (the number of Redis's Lua) holds
+// every integer exactly, so that every store keeps the same figures. A
+// counter at Ceiling is spent for any limit: a limit above it counts as
+// Ceiling.
+const Ceiling = 1 << 53
+
+// Clamp returns x within [0, Ceiling].
+func Clamp(x int64) int64 { return min(max(x, 0), Ceiling) }
+
+// Add returns the sum of a and b, each clamped, saturating at Ceiling.
+func Add(a, b int64) int64 { return min(Clamp(a)+Clamp(b), Ceiling) }
 
 // Result is what checking a charge against a counter found.
 type Result struct {
@@ -155,7 +173,7 @@ type Budget struct{ Used, Reserved, End int64 }
 // Check evaluates a charge of amount against limit. A spent budget refuses
 // even a charge of nothing.
 func (s Budget) Check(limit, amount, periodEnd int64) Result {
-	inUse := s.Used + s.Reserved
+	inUse, amount, limit := Add(s.Used, s.Reserved), Clamp(amount), Clamp(limit)
 	res := Result{Allowed: inUse+amount <= limit && (amount > 0 || inUse < limit), ResetAt: periodEnd}
 	if res.Allowed {
 		inUse += amount
@@ -166,12 +184,12 @@ func (s Budget) Check(limit, amount, periodEnd int64) Result {
 
 // Reserve holds amount until settlement.
 func (s Budget) Reserve(amount, periodEnd int64) Budget {
-	return Budget{Used: s.Used, Reserved: s.Reserved + amount, End: periodEnd}
+	return Budget{Used: Clamp(s.Used), Reserved: Add(s.Reserved, amount), End: periodEnd}
 }
 
 // Settle replaces a reservation of amount by the actual usage.
 func (s Budget) Settle(amount, actual, periodEnd int64) Budget {
-	return Budget{Used: s.Used + actual, Reserved: max(0, s.Reserved-amount), End: periodEnd}
+	return Budget{Used: Add(s.Used, actual), Reserved: max(0, Clamp(s.Reserved)-Clamp(amount)), End: periodEnd}
 }
 
 // Idle reports whether the budget holds nothing worth keeping at now: no

@@ -160,3 +160,42 @@ func TestLeases_Steps(t *testing.T) {
 	ls = Drop(ls, 1) // freeing twice frees once
 	check(60, Result{Allowed: true, Remaining: 1, Used: 1})
 }
+
+// A budget given figures no call produces saturates at Ceiling, never
+// wraps negative, and once saturated refuses whatever its limit.
+func TestBudget_SaturatesAtCeiling(t *testing.T) {
+	const end = int64(86_400) * second
+	steps := []struct {
+		name                 string
+		start                Budget
+		amount, actual       int64
+		wantUsed, wantReserv int64
+	}{
+		{"overrun of MaxInt64", Budget{Used: 10}, 5, math.MaxInt64, Ceiling, 0},
+		{"two huge settlements", Budget{Used: Ceiling - 1}, 0, Ceiling, Ceiling, 0},
+		{"negative actual counts nothing", Budget{Used: 10, Reserved: 5}, 5, math.MinInt64, 10, 5},
+		{"negative reservation frees nothing more", Budget{Used: 10, Reserved: 5}, math.MinInt64, 0, 10, 5},
+		{"a wrapped counter counts as empty, then saturates", Budget{Used: -9223372036854412069}, 0, math.MaxInt64, Ceiling, 0},
+	}
+	for _, st := range steps {
+		got := st.start.Reserve(st.amount, end).Settle(st.amount, st.actual, end)
+		if got.Used != st.wantUsed || got.Reserved != st.wantReserv {
+			t.Errorf("%s: %+v, want used %d reserved %d", st.name, got, st.wantUsed, st.wantReserv)
+		}
+	}
+	full := Budget{Used: Ceiling}
+	for _, limit := range []int64{Ceiling, Ceiling + 1, math.MaxInt64} {
+		if res := full.Check(limit, 1, end); res.Allowed || res.Used != Ceiling || res.Remaining != 0 {
+			t.Errorf("a saturated budget under limit %d: %+v, want refused", limit, res)
+		}
+	}
+	if res := (Budget{Reserved: math.MaxInt64}).Check(math.MaxInt64, math.MaxInt64, end); res.Allowed || res.Used < 0 {
+		t.Errorf("MaxInt64 reserved and asked: %+v, want refused, never negative", res)
+	}
+	if res := (Budget{}).Check(math.MinInt64, 0, end); res.Allowed || res.Remaining != 0 {
+		t.Errorf("a negative limit: %+v, want refused with nothing remaining", res)
+	}
+	if res := (Budget{}).Check(100, math.MinInt64, end); !res.Allowed || res.Used != 0 {
+		t.Errorf("a negative amount counts as nothing: %+v", res)
+	}
+}

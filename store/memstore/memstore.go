@@ -423,7 +423,7 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 	// A counter reloaded from the journal is not a new arrival and owes
 	// no eviction scan.
 	sh.made = made
-	st.budget.Used, st.budget.End = used, periodEnd.UnixNano()
+	st.budget.Used, st.budget.End = counter.Clamp(used), periodEnd.UnixNano()
 }
 
 func hasBudget(b *sluice.Batch) bool {

@@ -86,14 +86,15 @@ func (a *args) load(b *sluice.Batch) {
 		a.rule[j] = int64(c.Key.Rule)
 		a.subject[j] = c.Key.Subject
 		a.period[j] = c.Key.Period
-		a.limit[j] = c.Limit
+		limit, amount, _ := budgetFigures(c)
+		a.limit[j] = limit
 		a.burst[j] = c.BurstOrLimit()
 		a.window[j] = int64(c.Window)
 		a.periodEnd[j] = 0
 		if !c.PeriodEnd.IsZero() {
 			a.periodEnd[j] = c.PeriodEnd.UnixNano()
 		}
-		a.amount[j] = c.Amount
+		a.amount[j] = amount
 		a.shadow[j] = c.Shadow
 		a.release[j] = c.OnExpiry == sluice.ExpiryRelease
 	}

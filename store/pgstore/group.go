@@ -283,7 +283,8 @@ func (a *groupArgs) add(s *Store, o *op) {
 		a.rule = append(a.rule, int64(c.Key.Rule))
 		a.subject = append(a.subject, c.Key.Subject)
 		a.period = append(a.period, c.Key.Period)
-		a.limit = append(a.limit, c.Limit)
+		limit, amount, actual := budgetFigures(c)
+		a.limit = append(a.limit, limit)
 		a.burst = append(a.burst, c.BurstOrLimit())
 		a.window = append(a.window, int64(c.Window))
 		var end int64
@@ -291,8 +292,8 @@ func (a *groupArgs) add(s *Store, o *op) {
 			end = c.PeriodEnd.UnixNano()
 		}
 		a.periodEnd = append(a.periodEnd, end)
-		a.amount = append(a.amount, c.Amount)
-		a.actual = append(a.actual, c.Actual)
+		a.amount = append(a.amount, amount)
+		a.actual = append(a.actual, actual)
 		a.shadow = append(a.shadow, c.Shadow)
 		a.release = append(a.release, c.OnExpiry == sluice.ExpiryRelease)
 	}

@@ -350,9 +350,11 @@ func TestGroup_FailingCallReachesEveryCaller(t *testing.T) {
 }
 
 // TestGroup_OneBadOperationFailsAlone puts an admission whose arithmetic
-// overflows a bigint in a call with two good ones: the server refuses the
-// call as a whole, having committed nothing, so each operation is run again
-// on its own; the bad one fails and the good ones are admitted, once.
+// fails (a rate of zero, which no Limiter sends: a division by zero; budget
+// sums saturate rather than overflow) in a call with two good ones: the
+// server refuses the call as a whole, having committed nothing, so each
+// operation is run again on its own; the bad one fails and the good ones
+// are admitted, once.
 func TestGroup_OneBadOperationFailsAlone(t *testing.T) {
 	schema := testSchema(t)
 	s := openStore(t, schema, pgstore.Options{})
@@ -373,7 +375,7 @@ func TestGroup_OneBadOperationFailsAlone(t *testing.T) {
 	}
 	var badErr error
 	wg.Go(func() {
-		_, badErr = s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "huge", math.MaxInt64, math.MaxInt64)))
+		_, badErr = s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "huge", math.MaxInt64, math.MaxInt64), rateCharge(rule+1, "zero", 0, 1)))
 	})
 	for range 2 {
 		wg.Go(func() {
@@ -386,8 +388,8 @@ func TestGroup_OneBadOperationFailsAlone(t *testing.T) {
 	if got := sizes(); !slices.Equal(got[:2], []int{1, 3}) || len(got) != 5 {
 		t.Fatalf("calls of %v operations, want [1 3] then three of 1", got)
 	}
-	if badErr == nil || !strings.Contains(badErr.Error(), "22003") {
-		t.Errorf("the overflowing admission: %v, want numeric_value_out_of_range", badErr)
+	if badErr == nil || !strings.Contains(badErr.Error(), "22012") {
+		t.Errorf("the failing admission: %v, want division_by_zero", badErr)
 	}
 	if reserved, _ := reservedOf(t, schema, rule, "good"); reserved != 20 {
 		t.Errorf("good holds %d, want 20", reserved)

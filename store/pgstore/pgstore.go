@@ -98,6 +98,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"strings"
@@ -140,6 +141,9 @@ type Options struct {
 	// code instead of migrating it, for deployments that run `sluice migrate`
 	// as a separate step.
 	NoMigrate bool
+	// Logger receives the warning for each counter Open repairs; nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is a sluice.Store backed by PostgreSQL. It is safe for concurrent
@@ -148,6 +152,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	timeout time.Duration
 	pinTime bool
+	log     *slog.Logger
 	queue   queue
 	stats   struct{ calls, ops atomic.Int64 }
 	// cancels are the releases of admissions whose callers gave up (see
@@ -175,7 +180,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: open: %w", err)
 	}
-	s := &Store{timeout: opts.Timeout, pinTime: opts.PinTime, closing: make(chan struct{})}
+	s := &Store{timeout: opts.Timeout, pinTime: opts.PinTime, closing: make(chan struct{}), log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	if s.timeout <= 0 {
 		s.timeout = 2 * time.Second
 	}
@@ -222,10 +230,11 @@ func (s *Store) prepare(ctx context.Context, opts Options) error {
 		if err := checkSchema(ctx, s.pool); err != nil {
 			return fmt.Errorf("pgstore: open: check schema: %w", err)
 		}
-		return nil
-	}
-	if err := migrateSchema(ctx, s.pool); err != nil {
+	} else if err := migrateSchema(ctx, s.pool); err != nil {
 		return fmt.Errorf("pgstore: open: migrate: %w", err)
+	}
+	if err := s.repair(ctx); err != nil {
+		return fmt.Errorf("pgstore: open: repair counters: %w", err)
 	}
 	return nil
 }

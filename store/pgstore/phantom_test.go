@@ -104,7 +104,7 @@ func testPhantomReleased(t *testing.T, stream string) {
 			t.Fatalf("10s after the admission: reserved %d, used %d, %d leases (held at some point: %v); want it applied, then released",
 				reserved, used, leases, sawHeld)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -172,7 +172,7 @@ func (s *Store) exec(l *lane, batch []*op) {
 	defer cancel()
 	sent := time.Now()
 	reply, err := opsScript.Exec(ctx, s.client, keys, args).ToArray()
-	if err == nil && len(reply) != len(batch)+2 {
+	if err == nil && len(reply) < len(batch)+2 {
 		err = fmt.Errorf("ops script returned %d values for %d operations", len(reply), len(batch))
 	}
 	var now, real int64
@@ -188,6 +188,7 @@ func (s *Store) exec(l *lane, batch []*op) {
 		}
 		return
 	}
+	s.logRepaired(reply[len(batch)+2:])
 	arrived := time.Now()
 	l.clock.observe(real, sent, arrived)
 	s.clock.observe(real, sent, arrived)

@@ -92,8 +92,8 @@ end
 local function budget_state(key)
   local s = budgets[key]
   if not s then
-    local v = call('HMGET', key, 'u', 'r')
-    s = {u = tonumber(v[1]) or 0, r = tonumber(v[2]) or 0, pe = 0}
+    local u, r = budget_load(key)
+    s = {u = u, r = r, pe = 0}
     budgets[key] = s
   end
   return s
@@ -213,7 +213,7 @@ for o = 1, #ns / 2 do
         elseif kind == 2 then
           local s = budget_state(key)
           s.r = max(0, s.r - v[b + 3])
-          s.u = s.u + v[b + 4]
+          s.u = min(s.u + v[b + 4], CEILING)
           s.pe, s.dirty = max(s.pe, v[b + 5]), true
         else
           local s = leases[key]
@@ -286,7 +286,7 @@ for o = 1, #ns / 2 do
       elseif kind == 2 then
         local limit = v[b + 4]
         local s = budget_state(key)
-        local in_use = s.u + s.r
+        local in_use = min(s.u + s.r, CEILING)
         allowed = in_use + amount <= limit and (amount > 0 or in_use < limit)
         if allowed then in_use = in_use + amount end
         figure = in_use
@@ -320,7 +320,7 @@ for o = 1, #ns / 2 do
           end
         elseif kind == 2 then
           local s = budgets[key]
-          s.r, s.pe, s.dirty = s.r + v[b + 3], max(s.pe, v[b + 5]), true
+          s.r, s.pe, s.dirty = min(s.r + v[b + 3], CEILING), max(s.pe, v[b + 5]), true
         else
           -- New leases are added once per batch (a lease is never settled
           -- in the batch that admits it: its caller waits for the admission).
@@ -373,4 +373,6 @@ for key, s in pairs(leases) do
   if s.max > 0 then extend(key, ms(s.max - now)) end
 end
 for key, ttl in pairs(dues) do extend(key, ttl) end
+-- The budget keys repaired, after the results.
+for _, key in ipairs(repaired) do out[#out + 1] = key end
 return out

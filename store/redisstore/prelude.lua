@@ -74,13 +74,37 @@ end
 
 -- A budget is a hash: u is the settled usage, r the open reservations.
 -- Numbers given to redis.call are formatted with fmt: Lua's own conversion
--- keeps 14 digits only. actual may be a string (an argument, exact to 2^63).
+-- keeps 14 digits only. Both saturate at CEILING (2^53,
+-- sluice.CounterCeiling): every sum is taken with min(.., CEILING), so a
+-- stored figure is always an exact integer.
 local GRACE = 3600000 -- a budget key outlives its period by an hour (ms)
+local CEILING = 9007199254740992
+-- The budget keys repaired by this script call, for the caller to log.
+local repaired = {}
+
+-- budget_load reads a budget's usage and reservations. A figure out of
+-- bounds (negative, fractional, past CEILING: written before the counters
+-- saturated) is repaired at once, keeping the key's lifetime, and the key
+-- listed in repaired. Usage out of bounds can only be a sum that
+-- overflowed, so the budget is taken as spent (CEILING) until its period
+-- ends; reservations are clamped into bounds.
+local function budget_load(key)
+  local v = call('HMGET', key, 'u', 'r')
+  local u, r = tonumber(v[1] or 0), tonumber(v[2] or 0)
+  -- x % 1 == 0 is false for a fraction, an infinity and NaN.
+  if u and r and u >= 0 and u <= CEILING and u % 1 == 0 and r >= 0 and r <= CEILING and r % 1 == 0 then
+    return u, r
+  end
+  if not (u and u >= 0 and u <= CEILING and u % 1 == 0) then u = CEILING end
+  if not (r and r >= 0) then r = 0 else r = math.min(floor(r), CEILING) end
+  call('HSET', key, 'u', fmt(u), 'r', fmt(r))
+  repaired[#repaired + 1] = key
+  return u, r
+end
 
 local function budget_settle(key, amount, actual, period_end, now)
-  if call('HINCRBY', key, 'r', fmt(-amount)) < 0 then call('HSET', key, 'r', '0') end
-  if type(actual) == 'number' then actual = fmt(actual) end
-  if actual ~= '0' then call('HINCRBY', key, 'u', actual) end
+  local u, r = budget_load(key)
+  call('HSET', key, 'u', fmt(math.min(u + actual, CEILING)), 'r', fmt(max(0, r - amount)))
   call('PEXPIRE', key, fmt(ms(period_end - now) + GRACE))
 end
 

@@ -70,6 +70,14 @@
 // not 1,000,003 per day. Budgets and their charges must stay below 2^51
 // (2.2e15 tokens or micro-dollars). A rule beyond these bounds is refused
 // with ErrPrecision, never rounded; Check tells at configuration time.
+// Budget counters saturate at 2^53 (sluice.CounterCeiling: shadow charges
+// and overruns have no other bound), so a stored figure is always an exact
+// integer. A budget hash holding a figure out of bounds (negative,
+// fractional, past 2^53, not a number: written by a version before
+// counters saturated) is repaired by the first script that reads it, its
+// usage set to the ceiling (only an overflowed sum gets there: the budget
+// is spent until its period ends), and the store logs one warning naming
+// the key (Options.Logger). Redis is never scanned for them.
 // Results have microsecond resolution: RetryAfter and ResetAt are rounded up
 // to the next microsecond (the Limiter rounds retry hints up to the
 // millisecond anyway).
@@ -138,6 +146,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,6 +202,9 @@ type Options struct {
 	// DenyCacheSize caps the number of keys the deny cache holds (default
 	// 65,536).
 	DenyCacheSize int
+	// Logger receives a warning for each budget counter the scripts find
+	// out of bounds and repair; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Stats counts a Store's events since it was opened.
@@ -234,6 +246,7 @@ type Store struct {
 	nonce string
 	// clock bounds the server's clock offset for slots not heard from.
 	clock clockOffset
+	log   *slog.Logger
 
 	// Cancellations of admissions whose callers gave up run on goroutines
 	// of their own until Close.
@@ -271,7 +284,10 @@ func DefaultTenantOf(k sluice.CounterKey) string {
 // (redis:// to a Cluster node, redis-cluster:// to a standalone server).
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	s := &Store{client: opts.Client, prefix: opts.Prefix, tenantOf: opts.TenantOf, timeout: opts.Timeout, pinTime: opts.PinTime,
-		keys: map[cacheKey]*cachedKey{}, closing: make(chan struct{})}
+		keys: map[cacheKey]*cachedKey{}, closing: make(chan struct{}), log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	if s.prefix == "" {
 		s.prefix = "sluice"

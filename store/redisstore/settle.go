@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/counter"
 )
 
 // Settle applies each charge's Actual in place of its Amount and frees the
@@ -53,7 +55,9 @@ func (s *Store) buildSettle(now time.Time, b *sluice.Batch, p *plan, g *group, r
 	changed := g.indexed
 	for _, i := range g.idx {
 		c := &b.Charges[i]
-		actual := min(max(c.Actual, 0), maxBudget)
+		// Usage is summed with min(.., ceiling) in the script: an actual up
+		// to the ceiling (an exact double) saturates the budget exactly.
+		actual := counter.Clamp(c.Actual)
 		if release {
 			actual = 0
 		}
@@ -135,29 +139,33 @@ func (s *Store) sweepIndex(ctx context.Context, now time.Time, due string, res *
 	}
 	for {
 		cctx, cancel := s.call(ctx)
-		v, err := sweepScript.Exec(cctx, s.client, []string{due}, []string{s.scriptNow(now), itoa(sweepBatch), flag}).ToArray()
+		reply, err := sweepScript.Exec(cctx, s.client, []string{due}, []string{s.scriptNow(now), itoa(sweepBatch), flag}).ToArray()
 		cancel()
+		if err == nil && len(reply) < 4 {
+			err = fmt.Errorf("script returned %d values", len(reply))
+		}
+		var v [4]int64
+		for i := range v {
+			if err == nil {
+				v[i], err = reply[i].AsInt64()
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("redisstore: sweep: %w", err)
 		}
-		if len(v) != 5 {
-			return fmt.Errorf("redisstore: sweep: script returned %d values", len(v))
+		if len(reply) < 5 {
+			return fmt.Errorf("redisstore: sweep: script returned %d values", len(reply))
 		}
-		var n [4]int64
-		for i := range n {
-			if n[i], err = v[i].AsInt64(); err != nil {
-				return fmt.Errorf("redisstore: sweep: %w", err)
-			}
-		}
-		res.Reservations += int(n[0])
-		res.Charged += int(n[1])
-		res.Released += int(n[2])
+		s.logRepaired(reply[5:])
+		res.Reservations += int(v[0])
+		res.Charged += int(v[1])
+		res.Released += int(v[2])
 		if report {
-			if err := s.readSettled(v[4], expired); err != nil {
+			if err := s.readSettled(reply[4], expired); err != nil {
 				return fmt.Errorf("redisstore: sweep: %w", err)
 			}
 		}
-		if n[3] < sweepBatch {
+		if v[3] < sweepBatch {
 			return nil
 		}
 	}
@@ -189,4 +197,14 @@ func (s *Store) readSettled(m rueidis.RedisMessage, expired *[]sluice.ExpiredRes
 		*expired = append(*expired, e)
 	}
 	return nil
+}
+
+// logRepaired warns once for each budget key a script found out of bounds
+// and repaired (see budget_load in prelude.lua).
+func (s *Store) logRepaired(keys []rueidis.RedisMessage) {
+	for _, m := range keys {
+		key, _ := m.ToString()
+		s.log.Warn("redisstore: budget counter out of bounds, repaired: usage past 2^53, negative or fractional is taken as spent until its period ends",
+			"key", key)
+	}
 }

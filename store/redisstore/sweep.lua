@@ -8,9 +8,10 @@
 -- to settle in one call, '1' to report what was settled.
 --
 -- Returns: reservations settled, budget charges charged, budget charges
--- released, records looked at; when asked, then per record settled the
--- key of each of its charges and what it was charged (0 but for a budget
--- charged its amount).
+-- released, records looked at, the records settled (when asked: per record
+-- the key of each of its charges and what it was charged, 0 but for a
+-- budget charged its amount), then the budget keys repaired (see
+-- budget_load).
 local now = clock(ARGV[1])
 local report = ARGV[3] == '1'
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[2]))
@@ -48,4 +49,6 @@ for _, rec in ipairs(due) do
     end
   end
 end
-return {reservations, charged, released, #due, settled}
+local out = {reservations, charged, released, #due, settled}
+for _, key in ipairs(repaired) do out[#out + 1] = key end
+return out

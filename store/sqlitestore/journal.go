@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/counter"
 )
 
 // opKind is what a journal entry records.
@@ -105,6 +106,7 @@ func decodeCharges(buf []byte) ([]storedCharge, error) {
 			}
 			buf = buf[n:]
 		}
+		c.amount = counter.Clamp(c.amount)
 		if len(buf) < 1 {
 			return nil, errCorrupt
 		}
@@ -157,7 +159,7 @@ func (g *group) add(o *op) {
 		o.budgets(func(c storedCharge, actual int64) {
 			d := g.deltas[c.key]
 			d.periodEnd = c.periodEnd
-			d.used += actual
+			d.used = counter.Add(d.used, actual)
 			g.deltas[c.key] = d
 		})
 	}

@@ -27,11 +27,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/counter"
 	"github.com/sluicehq/sluice/store/memstore"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
@@ -67,6 +70,9 @@ type Options struct {
 	// returns only after its commit, GroupDelay later at most: set it when
 	// the caller settles off the request's path (the gateway does).
 	HoldSettlements bool
+	// Logger receives the warning for each counter Open repairs; nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is a sluice.Store backed by memory and journaled to SQLite. It is
@@ -95,6 +101,7 @@ type Store struct {
 	// recovered are the reservations a previous process left open, which
 	// Open settled: the first SweepReport tells of them.
 	recovered []sluice.ExpiredReservation
+	log       *slog.Logger
 }
 
 const schema = `
@@ -143,7 +150,10 @@ func Open(opts Options) (*Store, error) {
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
 	s := &Store{mem: memstore.New(opts.Memory), db: db, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
-		groupDelay: opts.GroupDelay, holdSettlements: opts.HoldSettlements}
+		groupDelay: opts.GroupDelay, holdSettlements: opts.HoldSettlements, log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	if s.groupDelay == 0 {
 		s.groupDelay = 2 * time.Millisecond
 	}
@@ -173,6 +183,9 @@ func (s *Store) recover(now time.Time) error {
 		return err
 	}
 	defer tx.Rollback()
+	if err := s.repair(ctx, tx); err != nil {
+		return fmt.Errorf("repair usage: %w", err)
+	}
 	rows, err := tx.QueryContext(ctx, `SELECT id, charges FROM reservations`)
 	if err != nil {
 		return fmt.Errorf("read reservations: %w", err)
@@ -213,7 +226,7 @@ func (s *Store) recover(now time.Time) error {
 			if c.release {
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, upsertUsage, int64(c.key.Rule), c.key.Subject, c.key.Period, c.periodEnd, c.amount); err != nil {
+			if _, err := tx.ExecContext(ctx, upsertUsage, int64(c.key.Rule), c.key.Subject, c.key.Period, c.periodEnd, counter.Clamp(c.amount)); err != nil {
 				return fmt.Errorf("settle leftover reservation %d: %w", lo.id, err)
 			}
 		}
@@ -246,8 +259,12 @@ func (s *Store) recover(now time.Time) error {
 	return tx.Commit()
 }
 
-const upsertUsage = `INSERT INTO budget_usage (rule, subject, period, period_end, used) VALUES (?, ?, ?, ?, ?)
-	ON CONFLICT (rule, subject, period) DO UPDATE SET used = used + excluded.used`
+// upsertUsage adds to a budget's usage, saturating at counter.Ceiling: the
+// usage added and the usage held are both within [0, Ceiling] (the one
+// clamped by the caller, the other repaired on Open), so their sum is an
+// INTEGER well below 2^63, which SQLite would otherwise turn into a REAL.
+var upsertUsage = `INSERT INTO budget_usage (rule, subject, period, period_end, used) VALUES (?, ?, ?, ?, ?)
+	ON CONFLICT (rule, subject, period) DO UPDATE SET used = min(used + excluded.used, ` + strconv.FormatInt(counter.Ceiling, 10) + `)`
 
 // Admit admits in memory and queues the reservation for the journal.
 func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,18 +112,16 @@ var budgetScenarios = map[string]func(t *testing.T, h *Harness){
 			t.Fatalf("used %d, want the 300 reserved", used)
 		}
 	},
-	"BudgetNegativeUsageRejected": func(t *testing.T, h *Harness) {
+	"BudgetImpossibleUsageChargesReservation": func(t *testing.T, h *Harness) {
 		l := h.Limiter(dailyTokens(1000))
-		r := h.Admit(l, Tokens("k", 100, 200))
-		if err := r.Settle(h.Ctx, sluice.Usage{InputTokens: 100, OutputTokens: -5}); !errors.Is(err, sluice.ErrInvalidUsage) {
-			t.Fatalf("settle with negative usage: %v, want ErrInvalidUsage", err)
-		}
-		if used := budgetUsed(h, l, "daily"); used != 300 {
-			t.Fatalf("used %d after a rejected settle, want 300 still reserved", used)
-		}
-		h.Settle(r, sluice.Usage{InputTokens: 100, OutputTokens: 5})
-		if used := budgetUsed(h, l, "daily"); used != 105 {
-			t.Fatalf("used %d, want 105", used)
+		for i, u := range []sluice.Usage{{InputTokens: 100, OutputTokens: -5}, {OutputTokens: math.MaxInt64}} {
+			r := h.Admit(l, Tokens("k", 100, 200))
+			if err := r.Settle(h.Ctx, u); !errors.Is(err, sluice.ErrInvalidUsage) {
+				t.Fatalf("settle with %+v: %v, want ErrInvalidUsage", u, err)
+			}
+			if used := budgetUsed(h, l, "daily"); used != 300*int64(i+1) {
+				t.Fatalf("used %d after settling %+v, want the reservations' %d", used, u, 300*(i+1))
+			}
 		}
 	},
 	"BudgetNeverFits": func(t *testing.T, h *Harness) {

@@ -3,7 +3,7 @@
 -- policies, as admitted), so that a ledger can record what the sweep
 -- charged. Without it (the previous callers' two arguments) it does what it
 -- did and swept is NULL (or [] when nothing was due); its work is otherwise the same, statement for
--- statement, as 0001's.
+-- statement, as 0003's (budget sums saturating at 2^53).
 DROP FUNCTION sluice_sweep(bigint, int);
 
 CREATE FUNCTION sluice_sweep(p_now bigint, p_max int, p_report boolean DEFAULT false,
@@ -30,7 +30,7 @@ BEGIN
 	ORDER BY 1, 2, 3
 	ON CONFLICT (rule, subject, period) DO UPDATE SET tat = c.tat WHERE false;
 	UPDATE sluice_counters c
-	SET reserved = greatest(0, c.reserved - s.amount), used = c.used + s.charge, period_end = s.period_end,
+	SET reserved = greatest(0, c.reserved - s.amount), used = least(c.used + s.charge, 9007199254740992), period_end = s.period_end,
 		touched = now_ns
 	FROM (
 		SELECT x.rule, x.subject, x.period, sum(x.amount) AS amount,
