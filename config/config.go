@@ -86,6 +86,9 @@ type Config struct {
 	TenantModels []TenantModel `yaml:"tenant_models,omitempty"`
 	// Auth lists the trusted identity records besides API keys.
 	Auth Auth `yaml:"auth,omitempty"`
+	// Events says where Sluice's events go besides the log and the audit
+	// log: webhooks.
+	Events Events `yaml:"events,omitempty"`
 
 	// Knobs holds the quick knobs that were set in the environment, by
 	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.

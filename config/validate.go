@@ -100,6 +100,7 @@ func (c *Config) problems() []*FieldError {
 	v.sessions()
 	v.tenantModels()
 	v.auth()
+	v.events()
 	return v.problems
 }
 

@@ -66,15 +66,23 @@ type call struct {
 	// asserted are the attributes of who that a service key set from the
 	// request's headers.
 	asserted attrSet
+	// trace is the call's spans; nil when tracing is off.
+	trace *callTrace
+	// upstreamUsage is the usage the provider reported, when
+	// upstreamReported, for the upstream span.
+	upstreamUsage    llm.Usage
+	upstreamReported bool
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 	now := time.Now()
 	c := &call{g: g, ctx: ctx, rt: rt, start: now, deadline: now.Add(g.opts.RequestTimeout), served: served}
 	c.event.Route, c.event.RequestID = rt.name, requestIDOf(ctx)
+	c.trace = g.startTrace(ctx, rt, c.event.RequestID)
 	if err := c.run(); err != nil {
 		err = c.withFitHint(err)
 		c.event.Outcome, c.event.Class = outcomeOf(err)
+		c.event.Cause = causeOf(err)
 		writeError(ctx, rt, err)
 	}
 	c.event.Status = ctx.Response.StatusCode()
@@ -86,9 +94,18 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 		c.whenAnswered(c.settle)
 		return
 	}
-	if g.opts.Observer != nil && !c.streaming() {
-		c.event.Duration = time.Since(c.start)
-		g.opts.Observer(c.event)
+	if !c.streaming() {
+		c.observe()
+	}
+}
+
+// observe ends the call's trace and tells the Observer, once the call is
+// answered and settled.
+func (c *call) observe() {
+	c.event.Duration = time.Since(c.start)
+	c.trace.end(&c.event)
+	if c.g.opts.Observer != nil {
+		c.g.opts.Observer(c.event)
 	}
 }
 
@@ -110,7 +127,9 @@ func (c *call) whenAnswered(f func()) {
 func (c *call) run() error {
 	g, ctx := c.g, c.ctx
 	c.ip = clientIP(ctx, g.opts.TrustedProxies)
+	endAuth := c.trace.span(spanAuthenticate)
 	who, asserted, err := g.authenticate(ctx, c.ip, &c.event)
+	endAuth(causeOf(err))
 	if err != nil {
 		return err
 	}
@@ -138,6 +157,7 @@ func (c *call) run() error {
 	}
 	c.ownKey = string(ctx.Request.Header.Peek(HeaderProviderKey))
 	c.tags = parseTags(ctx.Request.Header.Peek(HeaderTags))
+	c.event.SessionID, c.event.Tags = c.session.id, c.tags
 	if bytes.EqualFold(ctx.Request.Header.Peek(HeaderPriority), []byte("batch")) {
 		c.maxWait = g.opts.BatchMaxWait
 	}
@@ -163,7 +183,9 @@ func (c *call) run() error {
 			}
 			continue
 		}
+		endAdmit := c.trace.admitSpan(cand.Name)
 		res, capPer, clamped, err := c.admit(cand)
+		endAdmit(err)
 		if err != nil {
 			last = err
 			if i+1 < len(candidates) && g.modelScoped(err, cand) {
@@ -516,7 +538,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 		// A provider that reports more than the call could produce is
 		// misbehaving (or hostile): the value is never stored, and the
 		// reservation is charged as for a call that reported nothing.
-		c.g.log.Error("provider reported impossible usage; the reservation is charged instead", "route", c.rt.name, "model", cand.Name,
+		c.g.log.Error("provider reported impossible usage; the reservation is charged instead", "request_id", c.event.RequestID, "route", c.rt.name, "model", cand.Name,
 			"input_tokens", u.InputTokens, "output_tokens", u.OutputTokens, "cached_input_tokens", u.CachedInputTokens,
 			"cache_write_tokens", u.CacheWriteTokens, "bound", c.usageBound(cand))
 		c.event.ImpossibleUsage = true
@@ -533,20 +555,19 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 	// The session's counters are in the catalog, not the limit store:
 	// settled here, on the connection's goroutine after the answer.
 	c.settleSession(charged, false)
+	c.trace.startSettle()
 	res.SettleAsync(context.Background(), su, func(err error) {
+		c.trace.endSettle(err)
 		if err != nil {
-			c.g.log.Error("settle failed; retrying until the reservation's deadline", "route", c.rt.name, "model", cand.Name, "err", err)
-			go c.g.retrySettle(res, su, cand.Name)
+			c.g.log.Error("settle failed; retrying until the reservation's deadline", "request_id", c.event.RequestID, "route", c.rt.name, "model", cand.Name, "err", err)
+			go c.g.retrySettle(res, su, cand.Name, c.event.RequestID)
 		}
 		c.event.Usage = charged
 		if c.g.opts.Usage != nil {
 			c.g.opts.Usage.RecordUsage(UsageRecord{At: time.Now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
 				InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags})
 		}
-		if c.g.opts.Observer != nil {
-			c.event.Duration = time.Since(c.start)
-			c.g.opts.Observer(c.event)
-		}
+		c.observe()
 		c.g.inFlight.done()
 	})
 }
@@ -555,6 +576,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sluice.Reservation, capPer int64, clamped bool) {
 	r := res.Result()
 	r.SetHeaders(h, time.Now())
+	c.event.BudgetWarnings, c.event.ShadowRefusals = r.Warnings, r.Shadowed
 	h.Set("X-Sluice-Model", cand.Name)
 	if r.FailedOpen {
 		// The limit store did not answer and every rule in play says
@@ -571,11 +593,11 @@ func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sl
 // (then the sweep charges it). Settling is idempotent: a settlement the
 // store applied before failing to answer, or one the sweep made, is not
 // applied twice. Leases are freed as soon as the store is back.
-func (g *Gateway) retrySettle(res *sluice.Reservation, u sluice.Usage, model string) {
+func (g *Gateway) retrySettle(res *sluice.Reservation, u sluice.Usage, model, requestID string) {
 	delay := g.opts.SettleRetryBase
 	for attempt := 1; ; attempt++ {
 		if time.Now().Add(delay).After(res.Deadline()) {
-			g.log.Error("settle abandoned at the reservation's deadline; the sweep charges it", "model", model, "attempts", attempt)
+			g.log.Error("settle abandoned at the reservation's deadline; the sweep charges it", "request_id", requestID, "model", model, "attempts", attempt)
 			return
 		}
 		time.Sleep(delay)
@@ -584,7 +606,7 @@ func (g *Gateway) retrySettle(res *sluice.Reservation, u sluice.Usage, model str
 		err := res.Settle(ctx, u)
 		cancel()
 		if err == nil {
-			g.log.Info("settled after retrying", "model", model, "attempts", attempt+1)
+			g.log.Info("settled after retrying", "request_id", requestID, "model", model, "attempts", attempt+1)
 			return
 		}
 	}

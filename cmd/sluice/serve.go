@@ -66,8 +66,16 @@ func serve(args []string) error {
 	requestLines := admin.NewLineBuffer(os.Stderr, 50*time.Millisecond)
 	defer requestLines.Flush()
 	obs := newObservability(cfg, newLoggerTo(cfg, requestLines))
+	tr, err := tracingFromEnv(ctx, os.Getenv)
+	if err != nil {
+		return err
+	}
+	if obs.events, err = eventsOf(cfg, cat, obs.metrics, log); err != nil {
+		return err
+	}
+	go obs.events.Run(ctx)
 	limiter, err := sluice.New(sluice.Options{Store: obs.metrics.Store(store), Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
-		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, OnOverrun: obs.metrics.OnOverrun})
+		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, OnOverrun: obs.OnOverrun})
 	if err != nil {
 		return err
 	}
@@ -110,6 +118,9 @@ func serve(args []string) error {
 		Observer:         obs.Observe,
 		Sessions:         sessionsOf(cat, keys.config),
 		Dependencies:     dependenciesOf(store, cat),
+		TracerProvider:   tr.provider,
+		Propagator:       tr.propagator,
+		OnDependency:     obs.events.Dependency,
 	})
 	if err != nil {
 		return err
@@ -139,6 +150,10 @@ func serve(args []string) error {
 	_ = srv.ShutdownWithContext(drain)
 	if err := g.Drain(drain); err != nil {
 		log.Warn("shutdown deadline passed with calls in flight", "err", err)
+	}
+	// The spans still batched go out before the process ends.
+	if err := tr.shutdown(drain); err != nil {
+		log.Warn("tracing: spans not exported at shutdown", "err", err)
 	}
 	_ = requestLines.Flush()
 	if admin != nil {

@@ -57,6 +57,28 @@ type Event struct {
 	// the call could produce: it was not believed, and the reservation was
 	// charged instead.
 	ImpossibleUsage bool
+	// SessionID is the session the call was charged to (X-Sluice-Session),
+	// if any.
+	SessionID string
+	// Tags are the request's X-Sluice-Tags, as the gateway kept them.
+	Tags []string
+	// FirstToken is the time from the request's arrival to the provider's
+	// first event, for a stream; to the provider's whole answer otherwise.
+	// Zero when no provider answered.
+	FirstToken time.Duration
+	// UpstreamStatus is the status of the provider's last answer; 0 when
+	// it was not called or gave no answer (a connection error).
+	UpstreamStatus int
+	// Cause is why a failed request failed, for the log only: it may name
+	// internal addresses, which the client is never told. Nil for an
+	// admitted call and for a refusal by a limit.
+	Cause error
+	// BudgetWarnings are the budget thresholds and soft limits the
+	// admission found reached (the X-Sluice-Budget-Warning header's).
+	BudgetWarnings []sluice.Warning
+	// ShadowRefusals names the shadow rules that would have refused the
+	// call; it was admitted.
+	ShadowRefusals []string
 }
 
 // SessionUsage is what a session used.
