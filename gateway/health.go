@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // DependencyChange is a dependency of the gateway going down or coming
@@ -27,11 +28,11 @@ type DependencyChange struct {
 const providerDownAfter = 3
 
 // providerHealth follows a provider's answers. It is safe for concurrent
-// use.
+// use; a good answer of a provider that is up takes no lock.
 type providerHealth struct {
-	mu       sync.Mutex
-	failures int
-	down     bool
+	failures atomic.Int64
+	down     atomic.Bool
+	mu       sync.Mutex // orders the changes
 }
 
 // note records an attempt's result: err for a connection error or
@@ -39,25 +40,28 @@ type providerHealth struct {
 // any.
 func (h *providerHealth) note(err error, status int) (change *DependencyChange) {
 	failed := err != nil || status >= 500
+	if !failed && h.failures.Load() == 0 && !h.down.Load() {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !failed {
-		h.failures = 0
-		if h.down {
-			h.down = false
+		h.failures.Store(0)
+		if h.down.Load() {
+			h.down.Store(false)
 			return &DependencyChange{Dependency: "provider", Up: true}
 		}
 		return nil
 	}
-	h.failures++
-	if h.down || h.failures < providerDownAfter {
+	n := h.failures.Add(1)
+	if h.down.Load() || n < providerDownAfter {
 		return nil
 	}
-	h.down = true
+	h.down.Store(true)
 	if err == nil {
 		err = fmt.Errorf("provider answered %d", status)
 	}
-	return &DependencyChange{Dependency: "provider", Err: fmt.Errorf("%d attempts in a row failed, the last: %w", h.failures, err)}
+	return &DependencyChange{Dependency: "provider", Err: fmt.Errorf("%d attempts in a row failed, the last: %w", n, err)}
 }
 
 // noteUpstream records an attempt on p, and logs and reports a provider
