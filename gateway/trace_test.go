@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -251,5 +253,28 @@ func TestGateway_UpstreamCauseLoggedNotSent(t *testing.T) {
 	}
 	if ev.Provider != "mock" || ev.UpstreamStatus != 0 {
 		t.Errorf("event provider %q upstream status %d", ev.Provider, ev.UpstreamStatus)
+	}
+}
+
+// failingKeys is a key store that cannot answer.
+type failingKeys struct{ err error }
+
+func (k failingKeys) Authenticate(context.Context, string) (gateway.Principal, error) {
+	return gateway.Principal{}, k.err
+}
+
+// A key store that fails: 503 key_store_unavailable to the client, with
+// nothing of the store's error; the event keeps it for the log.
+func TestGateway_KeyStoreCauseKept(t *testing.T) {
+	h := newHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
+		o.Keys = failingKeys{err: errors.New("dial tcp 10.1.2.3:5432: connection refused")}
+	})
+	r := h.post("/v1/chat/completions", `{"model":"small","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if r.status != 503 || strings.Contains(string(r.body), "10.1.2.3") {
+		t.Fatalf("status %d body %s", r.status, r.body)
+	}
+	ev := h.rec.waitEvents(t, 1)[0]
+	if ev.Cause == nil || ev.Cause.Error() != "key_store_unavailable: key store: dial tcp 10.1.2.3:5432: connection refused" {
+		t.Fatalf("event cause %v", ev.Cause)
 	}
 }
