@@ -189,7 +189,6 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		return true, nil
 	}
 	out := resp.Body()
-	c.event.FirstToken = time.Since(c.start)
 	c.trace.firstToken()
 	c.ctx.SetStatusCode(200)
 	c.ctx.SetBody(out)

@@ -86,7 +86,7 @@ func TestGateway_ProviderDownAndBack(t *testing.T) {
 // The event of an admitted call names the budget warnings its admission
 // reached and the shadow rules that would have refused it; the log line
 // and the events are built from those.
-func TestGateway_EventCarriesWarningsAndShadowRefusals(t *testing.T) {
+func TestGateway_EventCarriesWarningsAndShadowed(t *testing.T) {
 	warned := sluice.Rule{Name: "warned", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests,
 		Limit: 10, Period: sluice.PeriodDay, WarnAt: []float64{0.1}}
 	shadow := sluice.Rule{Name: "try_strict", Kind: sluice.KindRate, Subject: "workspace", Metric: sluice.MetricRequests,
@@ -104,8 +104,8 @@ func TestGateway_EventCarriesWarningsAndShadowRefusals(t *testing.T) {
 		first.BudgetWarnings[0].ResetAt.IsZero() {
 		t.Errorf("first event's warnings %+v", first.BudgetWarnings)
 	}
-	if len(first.ShadowRefusals) != 0 || len(second.ShadowRefusals) != 1 || second.ShadowRefusals[0] != "try_strict" {
-		t.Errorf("shadow refusals %v then %v, want none then try_strict", first.ShadowRefusals, second.ShadowRefusals)
+	if len(first.Shadowed) != 0 || len(second.Shadowed) != 1 || second.Shadowed[0] != "try_strict" {
+		t.Errorf("shadow refusals %v then %v, want none then try_strict", first.Shadowed, second.Shadowed)
 	}
 	if strings.Join(first.Tags, ",") != "team-a,batch" {
 		t.Errorf("tags %v", first.Tags)

@@ -102,7 +102,9 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 // observe ends the call's trace and tells the Observer, once the call is
 // answered and settled.
 func (c *call) observe() {
-	c.event.Duration = time.Since(c.start)
+	if c.event.Duration == 0 { // unless the call stopped it when its answer was out
+		c.event.Duration = time.Since(c.start)
+	}
 	c.trace.end(&c.event)
 	if c.g.opts.Observer != nil {
 		c.g.opts.Observer(c.event)
@@ -576,7 +578,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sluice.Reservation, capPer int64, clamped bool) {
 	r := res.Result()
 	r.SetHeaders(h, time.Now())
-	c.event.BudgetWarnings, c.event.ShadowRefusals = r.Warnings, r.Shadowed
+	c.event.BudgetWarnings, c.event.Shadowed = r.Warnings, r.Shadowed
 	h.Set("X-Sluice-Model", cand.Name)
 	if r.FailedOpen {
 		// The limit store did not answer and every rule in play says

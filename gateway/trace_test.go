@@ -118,7 +118,7 @@ func TestTrace_SpansContinueTheClientsTrace(t *testing.T) {
 				t.Fatalf("status %d: %s", r.status, r.body)
 			}
 			ev := h.rec.waitEvents(t, 1)[0]
-			if ev.FirstToken <= 0 || ev.FirstToken > ev.Duration || ev.UpstreamStatus != 200 {
+			if stream != (ev.FirstToken > 0) || ev.FirstToken > ev.Duration || ev.UpstreamStatus != 200 {
 				t.Errorf("event first token %v of %v, upstream status %d", ev.FirstToken, ev.Duration, ev.UpstreamStatus)
 			}
 			spans := spansByName(t, exp)

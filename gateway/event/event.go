@@ -62,12 +62,11 @@ type Event struct {
 	SessionID string
 	// Tags are the request's X-Sluice-Tags, as the gateway kept them.
 	Tags []string
-	// FirstToken is the time from the request's arrival to the provider's
-	// first event, for a stream; to the provider's whole answer otherwise.
-	// Zero when no provider answered.
+	// FirstToken is, for a stream, the time from the request's arrival to
+	// the provider's first event, ready to forward; 0 otherwise.
 	FirstToken time.Duration
-	// UpstreamStatus is the status of the provider's last answer; 0 when
-	// it was not called or gave no answer (a connection error).
+	// UpstreamStatus is the HTTP status of the provider's last answer; 0
+	// when no provider answered (refused before, or a connection error).
 	UpstreamStatus int
 	// Cause is why a failed request failed, for the log only: it may name
 	// internal addresses, which the client is never told. Nil for an
@@ -76,9 +75,9 @@ type Event struct {
 	// BudgetWarnings are the budget thresholds and soft limits the
 	// admission found reached (the X-Sluice-Budget-Warning header's).
 	BudgetWarnings []sluice.Warning
-	// ShadowRefusals names the shadow rules that would have refused the
-	// call; it was admitted.
-	ShadowRefusals []string
+	// Shadowed names the shadow rules that would have refused the request
+	// (admitted all the same).
+	Shadowed []string
 }
 
 // SessionUsage is what a session used.

@@ -170,7 +170,7 @@ func (e *Events) Observe(ev event.Event) {
 			e.warn(w, "soft_limit", ev.RequestID)
 		}
 	}
-	for _, rule := range ev.ShadowRefusals {
+	for _, rule := range ev.Shadowed {
 		s := Shadow{Rule: rule, RequestID: ev.RequestID, Org: ev.Org, Workspace: ev.Workspace, KeyID: ev.KeyID, Model: ev.Model}
 		e.log.Info("shadow rule would have refused", "event", ShadowRefusal, "rule", rule, "request_id", ev.RequestID,
 			"org", ev.Org, "workspace", ev.Workspace, "key", ev.KeyID, "model", ev.Model)

@@ -160,7 +160,7 @@ func TestEvents_OverrunAudited(t *testing.T) {
 // A shadow rule's would-be refusal is logged, per rule, with the request.
 func TestEvents_ShadowRefusalLogged(t *testing.T) {
 	e, _, logs, _ := newEvents(t)
-	e.Observe(event.Event{RequestID: "r9", Workspace: "ws1", KeyID: "k1", Model: "m", ShadowRefusals: []string{"try_rpm", "try_budget"}})
+	e.Observe(event.Event{RequestID: "r9", Workspace: "ws1", KeyID: "k1", Model: "m", Shadowed: []string{"try_rpm", "try_budget"}})
 	l := logs.lines(t, events.ShadowRefusal)
 	if len(l) != 2 || l[0]["rule"] != "try_rpm" || l[1]["rule"] != "try_budget" || l[0]["request_id"] != "r9" || l[0]["key"] != "k1" {
 		t.Errorf("log lines %v", l)
