@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/sluicehq/sluice/llm"
 	"github.com/valyala/fasthttp"
@@ -217,6 +216,3 @@ func (c requestCarrier) Keys() []string {
 	}
 	return keys
 }
-
-// sinceStart is the time since the call arrived.
-func (c *call) sinceStart() time.Duration { return time.Since(c.start) }
