@@ -33,5 +33,6 @@ func eventsOf(cfg *config.Config, cat *catalog.Catalog, m *admin.Metrics, log *s
 		}
 		hooks = d
 	}
-	return events.New(events.Options{Log: log, Audit: cat, Webhooks: hooks, OnWarning: em.BudgetWarning}), nil
+	redact := func(s string) string { return admin.Redact(nil, slog.String("error", s)).Value.String() }
+	return events.New(events.Options{Log: log, Audit: cat, Webhooks: hooks, OnWarning: em.BudgetWarning, Redact: redact}), nil
 }

@@ -57,6 +57,9 @@ type Options struct {
 	QueueSize int
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Redact masks secrets in a dependency's error before it is sent to
+	// a webhook (nil: sent as it is).
+	Redact func(string) string
 }
 
 // Events is the events of one gateway process. It is safe for concurrent
@@ -234,6 +237,9 @@ func (e *Events) Dependency(ch gateway.DependencyChange) {
 		typ = DependencyDown
 		if ch.Err != nil {
 			body.Error = ch.Err.Error()
+			if e.opts.Redact != nil {
+				body.Error = e.opts.Redact(body.Error)
+			}
 		}
 	}
 	e.send(typ, body)

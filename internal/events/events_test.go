@@ -191,12 +191,12 @@ func TestEvents_SentToWebhooks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go d.Run(ctx)
-	e := events.New(events.Options{Webhooks: d})
-	e.Dependency(gateway.DependencyChange{Dependency: "provider", Provider: "openai", Err: errors.New("3 attempts failed")})
+	e := events.New(events.Options{Webhooks: d, Redact: func(s string) string { return strings.ReplaceAll(s, "hunter2", "[redacted]") }})
+	e.Dependency(gateway.DependencyChange{Dependency: "provider", Provider: "openai", Err: errors.New("3 attempts failed: hunter2")})
 	e.Overrun(sluice.Overrun{Rule: "daily", Subject: "s", Reserved: 1, Actual: 2})
 	e.Dependency(gateway.DependencyChange{Dependency: "provider", Provider: "openai", Up: true})
 	want := []string{
-		`dependency.down {"dependency":"provider","provider":"openai","error":"3 attempts failed"}`,
+		`dependency.down {"dependency":"provider","provider":"openai","error":"3 attempts failed: [redacted]"}`,
 		`dependency.up {"dependency":"provider","provider":"openai"}`,
 	}
 	deadline := time.Now().Add(5 * time.Second)
