@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/catalogsessions"
 	"github.com/sluicehq/sluice/internal/mockprovider"
+	"go.opentelemetry.io/otel"
 )
 
 func serve(args []string) error {
@@ -69,6 +70,12 @@ func serve(args []string) error {
 	tr, err := tracingFromEnv(ctx, os.Getenv)
 	if err != nil {
 		return err
+	}
+	if tr.provider != nil {
+		// The SDK's own failures (an export the collector refused) go to
+		// the server's log, not its default stderr logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
+		log.Info("tracing on: spans exported over OTLP/HTTP")
 	}
 	if obs.events, err = eventsOf(cfg, cat, obs.metrics, log); err != nil {
 		return err
