@@ -114,7 +114,8 @@ func TestLimiter_ResultNamesLeastRoomAndWarnings(t *testing.T) {
 		t.Fatalf("first result %+v", res)
 	}
 	res = admit(t, l, tokens("k", 200, 400)).Result()
-	want := []sluice.Warning{{Rule: "daily", Subject: "o\x1ews", Threshold: 0.5, Soft: true, Used: 800, Limit: 1000}}
+	want := []sluice.Warning{{Rule: "daily", Subject: "o\x1ews", Threshold: 0.5, Soft: true, Used: 800, Limit: 1000,
+		ResetAt: time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC)}}
 	if res.Rule != "daily" || res.Remaining != 200 || !res.ResetAt.Equal(time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("second result %+v, want the budget with 200 left", res)
 	}

@@ -59,6 +59,9 @@ type Warning struct {
 	Soft      bool
 	Used      int64
 	Limit     int64
+	// ResetAt is the end of the budget's period: a warning names its
+	// period by it.
+	ResetAt time.Time
 }
 
 // Reservation is an admitted request. Settle it when the call ends, or
@@ -173,7 +176,7 @@ func (r *Reservation) Charges() []Charge {
 // warningOf reports the highest warning a budget charge has reached.
 func warningOf(c *Charge) (Warning, bool) {
 	rule := c.rule
-	w := Warning{Rule: rule.Name, Subject: c.Key.Subject, Used: c.Used, Limit: c.Limit}
+	w := Warning{Rule: rule.Name, Subject: c.Key.Subject, Used: c.Used, Limit: c.Limit, ResetAt: c.ResetAt}
 	found := false
 	for _, f := range rule.WarnAt {
 		if float64(c.Used) >= f*float64(c.Limit) && f > w.Threshold {

@@ -57,15 +57,18 @@ func Redact(_ []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// LogRequest writes one line for a finished client request: route, model,
-// outcome, class, status, upstream attempts, decision time and usage. An
-// Event carries no identity and no secret.
+// LogRequest writes one line for a finished client request: its ID,
+// route, model, provider, who was charged (org, workspace, key ID: never
+// the key), session, tags, duration and time to first token, outcome,
+// class, status, the provider's status, upstream attempts, decision time,
+// usage and, for a failure, its cause (masked by Redact: the cause of a
+// failure is the one value here that could carry a secret).
 func LogRequest(log *slog.Logger, e event.Event) {
 	level := slog.LevelInfo
 	if e.Outcome == "store_error" || e.Outcome == "upstream_error" {
 		level = slog.LevelWarn
 	}
-	log.LogAttrs(context.Background(), level, "request",
+	attrs := []slog.Attr{
 		slog.String("request_id", e.RequestID),
 		slog.String("route", e.Route),
 		slog.String("model", e.Model),
@@ -73,16 +76,24 @@ func LogRequest(log *slog.Logger, e event.Event) {
 		slog.String("org", e.Org),
 		slog.String("workspace", e.Workspace),
 		slog.String("key", e.KeyID),
+		slog.String("session", e.SessionID),
+		slog.String("tags", strings.Join(e.Tags, ",")),
 		slog.Float64("duration_ms", float64(e.Duration.Microseconds())/1000),
+		slog.Float64("ttft_ms", float64(e.FirstToken.Microseconds())/1000),
 		slog.String("outcome", e.Outcome),
 		slog.String("class", e.Class),
 		slog.Int("status", e.Status),
+		slog.Int("upstream_status", e.UpstreamStatus),
 		slog.Int("attempts", e.Attempts),
 		slog.Float64("decision_ms", float64(e.Decision.Microseconds())/1000),
 		slog.Int64("input_tokens", e.Usage.InputTokens),
 		slog.Int64("output_tokens", e.Usage.OutputTokens),
 		slog.Int64("cost_micros", e.Usage.Cost),
-	)
+	}
+	if e.Cause != nil {
+		attrs = append(attrs, Redact(nil, slog.String("cause", e.Cause.Error())))
+	}
+	log.LogAttrs(context.Background(), level, "request", attrs...)
 }
 
 // LineBuffer is a writer for the request log: each Write (one line from a

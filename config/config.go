@@ -100,6 +100,9 @@ type Config struct {
 	Metrics Metrics `yaml:"metrics,omitempty"`
 	// Usage is what the usage ledger keeps beside its daily sums.
 	Usage Usage `yaml:"usage,omitempty"`
+	// Events says where Sluice's events go besides the log and the audit
+	// log: webhooks.
+	Events Events `yaml:"events,omitempty"`
 
 	// Knobs holds the quick knobs that were set in the environment, by
 	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.

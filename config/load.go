@@ -160,6 +160,9 @@ func decodeError(err error) error {
 		if strings.HasPrefix(p.Message, "field api_key not found") {
 			p.Message += " (secrets come from the environment: name the variable in api_key_env)"
 		}
+		if strings.HasPrefix(p.Message, "field secret not found") {
+			p.Message += " (secrets come from the environment: name the variable in secret_env)"
+		}
 		e.Problems = append(e.Problems, p)
 	}
 	return e

@@ -102,6 +102,7 @@ func (c *Config) problems() []*FieldError {
 	v.auth()
 	v.metrics()
 	v.usage()
+	v.events()
 	return v.problems
 }
 

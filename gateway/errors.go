@@ -23,9 +23,16 @@ type apiError struct {
 	terminal  bool // x-should-retry: false
 	retryHint time.Duration
 	limit     *sluice.RefusalLimit // the limit object, when a limit refused
+	// cause is the failure behind the refusal (a store's error, the
+	// provider's connection error): logged, never sent to the client,
+	// whose message says only what failed.
+	cause error
 }
 
 func (e *apiError) Error() string { return e.message }
+
+// Unwrap returns the cause.
+func (e *apiError) Unwrap() error { return e.cause }
 
 func errBadKey() error {
 	return &apiError{status: 401, typ: "invalid_request_error", anthType: "authentication_error", code: "invalid_api_key",
@@ -40,7 +47,7 @@ func errBadToken(reason string) error {
 
 func errKeyStore(err error) error {
 	return &apiError{status: 503, typ: "server_error", anthType: "api_error", code: "key_store_unavailable",
-		message: "The key store is unavailable; retry shortly.", retryHint: time.Second}
+		message: "The key store is unavailable; retry shortly.", retryHint: time.Second, cause: fmt.Errorf("key store: %w", err)}
 }
 
 // errProviderAuth is the answer to a call whose provider refused the
@@ -105,9 +112,37 @@ func errBodyTooLarge(limit int) error {
 		message: fmt.Sprintf("The request body is larger than this gateway accepts (%d bytes).", limit)}
 }
 
+// errUpstream is the answer to a call its provider failed: the message
+// says what failed, the cause (which may name internal addresses) goes to
+// the log only.
 func errUpstream(status int, err error) error {
+	message := "The provider could not be reached; retry shortly."
+	if status == 504 {
+		message = "The provider did not answer before the request's deadline."
+	}
 	return &apiError{status: status, typ: "server_error", anthType: "api_error", code: "upstream_error",
-		message: fmt.Sprintf("The provider could not be reached: %v.", err)}
+		message: message, cause: err}
+}
+
+// causeOf is what the log says of a failure: the refusal's code and its
+// cause for the gateway's own, the store's error for a store that did not
+// answer, else the error; nil for a limit's refusal (the limit object says
+// all) and for no error.
+func causeOf(err error) error {
+	if err == nil || errors.Is(err, sluice.ErrStoreUnavailable) {
+		return err
+	}
+	if _, ok := sluice.HTTPRefusalOf(err); ok {
+		return nil
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		if ae.cause == nil {
+			return errors.New(ae.code)
+		}
+		return fmt.Errorf("%s: %w", ae.code, ae.cause)
+	}
+	return err
 }
 
 // writeError is the one place that turns an error into a status, headers

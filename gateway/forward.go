@@ -52,6 +52,17 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	p.prepare(req, &c.ctx.Request.Header, c.rt.path, cand.UpstreamName, body, apiKey, c.bound.Stream)
+	// The provider's log can name the call as Sluice's does.
+	req.Header.Set(HeaderRequestID, c.event.RequestID)
+	if p.Kind == KindOpenAI {
+		req.Header.Set("X-Client-Request-Id", c.event.RequestID)
+	}
+	c.trace.startUpstream(req, c.rt, cand, c.bound.Model, clamped)
+	defer func() {
+		if !streaming { // a stream's span ends with the stream
+			c.trace.endUpstream(c.event.UpstreamStatus, cand.Name, c.event.Attempts, c.upstreamUsage, c.upstreamReported, causeOf(err))
+		}
+	}()
 	deadline := c.deadline
 	resp := fasthttp.AcquireResponse()
 	pc := p.pacerFor(cand.UpstreamName)
@@ -83,6 +94,13 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		}
 		if err != nil && c.gone.Load() {
 			c.cut = true // the client left while the provider worked
+		}
+		c.event.UpstreamStatus = 0
+		if err == nil {
+			c.event.UpstreamStatus = resp.StatusCode()
+		}
+		if !c.gone.Load() {
+			g.noteUpstream(p, err, c.event.UpstreamStatus)
 		}
 		if pc != nil && err == nil {
 			pc.observe(time.Now(), &resp.Header, resp.StatusCode())
@@ -146,7 +164,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		// another provider, may still serve.
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
-		c.g.log.Error("provider refused the gateway's key", "provider", p.Name, "model", cand.Name, "status", status)
+		c.g.log.Error("provider refused the gateway's key", "request_id", c.event.RequestID, "provider", p.Name, "model", cand.Name, "status", status)
 		return false, errProviderAuth(p.Name, status)
 	}
 	if status == 429 || status >= 500 {
@@ -181,10 +199,12 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		return true, nil
 	}
 	out := resp.Body()
+	c.trace.firstToken()
 	c.ctx.SetStatusCode(200)
 	c.ctx.SetBody(out)
 	u, ok := c.rt.usage(out)
 	c.setCostHeader(h, cand, u, ok)
+	c.upstreamUsage, c.upstreamReported = u, ok
 	_ = resp.CloseBodyStream()
 	fasthttp.ReleaseResponse(resp)
 	c.settle = func() { c.finish(cand, res, u, ok) }
@@ -245,7 +265,7 @@ func (c *call) passOn(resp *fasthttp.Response, terminal bool) {
 // the model did no work.
 func (c *call) finishRefused(cand *model, res *sluice.Reservation) {
 	if err := res.Release(context.Background()); err != nil {
-		c.g.log.Error("release failed", "route", c.rt.name, "model", cand.Name, "err", err)
+		c.g.log.Error("release failed", "request_id", c.event.RequestID, "route", c.rt.name, "model", cand.Name, "err", err)
 	}
 	c.settleSession(sluice.Usage{}, true)
 }
@@ -257,7 +277,8 @@ func copyHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
 	for k, v := range src.All() {
 		switch {
 		case hopByHop[string(k)]:
-		case string(k) == HeaderRequestID:
+		case string(k) == HeaderRequestID || string(k) == headerAnthropicRequestID:
+			// OpenAI's x-request-id, Anthropic's request-id.
 			dst.SetBytesV("X-Upstream-Request-Id", v)
 		default:
 			dst.SetBytesKV(k, v)

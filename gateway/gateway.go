@@ -25,6 +25,8 @@ import (
 	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Principal is who an API key belongs to, from its trusted record.
@@ -244,6 +246,19 @@ type Options struct {
 	Sessions *Sessions
 	// Observer, if set, is told about every request; it must not block.
 	Observer func(Event)
+	// TracerProvider, when set, traces every call: a span per request
+	// (continuing the client's traceparent) with children for
+	// authentication, admission, the upstream call and settlement. Nil
+	// is tracing off, at no cost per call.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the client's trace context and writes the
+	// upstream call's (nil: W3C traceparent and tracestate). Without a
+	// TracerProvider the client's traceparent and tracestate are passed
+	// on as they came.
+	Propagator propagation.TextMapPropagator
+	// OnDependency, if set, is told when a dependency (a store, the
+	// catalog, a provider) goes down or comes back; it must not block.
+	OnDependency func(DependencyChange)
 }
 
 // Event describes one finished client request, for metrics and logs.
@@ -272,6 +287,9 @@ type Gateway struct {
 	// tenants are the tenant models by name; tenantList in their order.
 	tenants    map[string]*tenantModel
 	tenantList []*tenantModel
+	// tracer is nil when tracing is off.
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
 }
 
 // PreAuthRule names the per-address limit checked before authentication.
@@ -329,6 +347,13 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, limiter: opts.Limiter, models: map[string]*model{}, providers: map[string]*provider{}, log: opts.Logger}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.TracerProvider != nil {
+		g.tracer = opts.TracerProvider.Tracer(tracerName)
+		g.propagator = opts.Propagator
+		if g.propagator == nil {
+			g.propagator = propagation.TraceContext{}
+		}
 	}
 	if opts.PreAuthPerMinute > 0 {
 		l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{}), Rules: []sluice.Rule{{

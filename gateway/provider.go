@@ -26,6 +26,8 @@ type provider struct {
 	scheme string // http or https
 	// paths maps a route's path to the upstream path.
 	paths map[string]string
+	// health says whether the provider is down, from its answers.
+	health providerHealth
 }
 
 // serves reports whether the provider speaks the wire format of rt.

@@ -58,9 +58,11 @@ func (g *Gateway) CheckDependencies(ctx context.Context, interval, timeout time.
 				}
 				g.ready.failing[d.Name] = err
 				g.log.Error("dependency down: /readyz answers 503 until it is back", "dependency", d.Name, "err", err)
+				g.dependencyChanged(DependencyChange{Dependency: d.Name, Err: err})
 			case err == nil && wasDown:
 				delete(g.ready.failing, d.Name)
 				g.log.Info("dependency back", "dependency", d.Name)
+				g.dependencyChanged(DependencyChange{Dependency: d.Name, Up: true})
 			}
 			g.ready.mu.Unlock()
 		}

@@ -70,15 +70,23 @@ type call struct {
 	// upstreamStart is when the first attempt of the provider that serves
 	// (or last failed) was sent.
 	upstreamStart time.Time
+	// trace is the call's spans; nil when tracing is off.
+	trace *callTrace
+	// upstreamUsage is the usage the provider reported, when
+	// upstreamReported, for the upstream span.
+	upstreamUsage    llm.Usage
+	upstreamReported bool
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 	now := time.Now()
 	c := &call{g: g, ctx: ctx, rt: rt, start: now, deadline: now.Add(g.opts.RequestTimeout), served: served}
 	c.event.Route, c.event.RequestID = rt.name, requestIDOf(ctx)
+	c.trace = g.startTrace(ctx, rt, c.event.RequestID)
 	if err := c.run(); err != nil {
 		err = c.withFitHint(err)
 		c.event.Outcome, c.event.Class = outcomeOf(err)
+		c.event.Cause = causeOf(err)
 		writeError(ctx, rt, err)
 	}
 	c.event.Status = ctx.Response.StatusCode()
@@ -90,9 +98,20 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 		c.whenAnswered(c.settle)
 		return
 	}
-	if g.opts.Observer != nil && !c.streaming() {
+	if !c.streaming() {
+		c.observe()
+	}
+}
+
+// observe ends the call's trace and tells the Observer, once the call is
+// answered and settled.
+func (c *call) observe() {
+	if c.event.Duration == 0 { // unless the call stopped it when its answer was out
 		c.event.Duration = time.Since(c.start)
-		g.opts.Observer(c.event)
+	}
+	c.trace.end(&c.event)
+	if c.g.opts.Observer != nil {
+		c.g.opts.Observer(c.event)
 	}
 }
 
@@ -114,7 +133,9 @@ func (c *call) whenAnswered(f func()) {
 func (c *call) run() error {
 	g, ctx := c.g, c.ctx
 	c.ip = clientIP(ctx, g.opts.TrustedProxies)
+	endAuth := c.trace.span(spanAuthenticate)
 	who, asserted, err := g.authenticate(ctx, c.ip, &c.event)
+	endAuth(causeOf(err))
 	if err != nil {
 		return err
 	}
@@ -142,6 +163,7 @@ func (c *call) run() error {
 	}
 	c.ownKey = string(ctx.Request.Header.Peek(HeaderProviderKey))
 	c.tags = parseTags(ctx.Request.Header.Peek(HeaderTags))
+	c.event.SessionID, c.event.Tags = c.session.id, c.tags
 	if c.maxWait, err = g.maxWait(&ctx.Request.Header, who.Tier); err != nil {
 		return err
 	}
@@ -170,7 +192,9 @@ func (c *call) run() error {
 			}
 			continue
 		}
+		endAdmit := c.trace.admitSpan(cand.Name)
 		res, capPer, clamped, err := c.admit(cand)
+		endAdmit(err)
 		if err != nil {
 			last = err
 			if i+1 < len(candidates) && g.modelScoped(err, cand) {
@@ -532,7 +556,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 		// A provider that reports more than the call could produce is
 		// misbehaving (or hostile): the value is never stored, and the
 		// reservation is charged as for a call that reported nothing.
-		c.g.log.Error("provider reported impossible usage; the reservation is charged instead", "route", c.rt.name, "model", cand.Name,
+		c.g.log.Error("provider reported impossible usage; the reservation is charged instead", "request_id", c.event.RequestID, "route", c.rt.name, "model", cand.Name,
 			"input_tokens", u.InputTokens, "output_tokens", u.OutputTokens, "cached_input_tokens", u.CachedInputTokens,
 			"cache_write_tokens", u.CacheWriteTokens, "bound", c.usageBound(cand))
 		c.event.ImpossibleUsage = true
@@ -550,10 +574,12 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 	// The session's counters are in the catalog, not the limit store:
 	// settled here, on the connection's goroutine after the answer.
 	c.settleSession(charged, false)
+	c.trace.startSettle()
 	res.SettleAsync(context.Background(), su, func(err error) {
+		c.trace.endSettle(err)
 		if err != nil {
-			c.g.log.Error("settle failed; retrying until the reservation's deadline", "route", c.rt.name, "model", cand.Name, "err", err)
-			go c.g.retrySettle(res, su, cand.Name)
+			c.g.log.Error("settle failed; retrying until the reservation's deadline", "request_id", c.event.RequestID, "route", c.rt.name, "model", cand.Name, "err", err)
+			go c.g.retrySettle(res, su, cand.Name, c.event.RequestID)
 		}
 		c.event.Usage = charged
 		if c.g.opts.Usage != nil {
@@ -561,9 +587,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 				InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags,
 				KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: su.IsZero(), Reserved: reserved})
 		}
-		if c.g.opts.Observer != nil {
-			c.g.opts.Observer(c.event)
-		}
+		c.observe()
 		c.g.inFlight.done()
 	})
 }
@@ -571,7 +595,7 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 // setResultHeaders writes the admission's headers on a response.
 func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sluice.Reservation, capPer int64, clamped bool) {
 	r := res.Result()
-	c.event.Shadowed, c.event.FailedOpen = r.Shadowed, r.FailedOpenRules
+	c.event.Shadowed, c.event.FailedOpen, c.event.BudgetWarnings = r.Shadowed, r.FailedOpenRules, r.Warnings
 	r.SetHeaders(h, time.Now())
 	h.Set("X-Sluice-Model", cand.Name)
 	if r.FailedOpen {
@@ -589,11 +613,11 @@ func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sl
 // (then the sweep charges it). Settling is idempotent: a settlement the
 // store applied before failing to answer, or one the sweep made, is not
 // applied twice. Leases are freed as soon as the store is back.
-func (g *Gateway) retrySettle(res *sluice.Reservation, u sluice.Usage, model string) {
+func (g *Gateway) retrySettle(res *sluice.Reservation, u sluice.Usage, model, requestID string) {
 	delay := g.opts.SettleRetryBase
 	for attempt := 1; ; attempt++ {
 		if time.Now().Add(delay).After(res.Deadline()) {
-			g.log.Error("settle abandoned at the reservation's deadline; the sweep charges it", "model", model, "attempts", attempt)
+			g.log.Error("settle abandoned at the reservation's deadline; the sweep charges it", "request_id", requestID, "model", model, "attempts", attempt)
 			return
 		}
 		time.Sleep(delay)
@@ -602,7 +626,7 @@ func (g *Gateway) retrySettle(res *sluice.Reservation, u sluice.Usage, model str
 		err := res.Settle(ctx, u)
 		cancel()
 		if err == nil {
-			g.log.Info("settled after retrying", "model", model, "attempts", attempt+1)
+			g.log.Info("settled after retrying", "request_id", requestID, "model", model, "attempts", attempt+1)
 			return
 		}
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -40,9 +41,14 @@ func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Respo
 	for len(s.pending) == 0 && !s.ended {
 		s.next()
 	}
+	if s.forwarded > 0 {
+		c.event.FirstToken = time.Since(c.start)
+		c.trace.firstToken()
+	}
 	if s.upstreamErr != nil && !s.endCleanly {
 		c.upstreamDone()
 		err := s.upstreamErr
+		c.trace.endUpstream(c.event.UpstreamStatus, cand.Name, c.event.Attempts, llm.Usage{}, false, err)
 		s.deadline.Stop()
 		s.watch.stop()
 		closeStream(s.upstream, err)
@@ -223,6 +229,12 @@ func (s *streamBody) CloseWithError(werr error) error {
 	s.resp, s.upstream, s.pending, s.br, s.events, s.uc = nil, nil, nil, nil, nil, nil
 	u := s.reader.Usage()
 	reported := s.reader.Reported()
+	var why error
+	if s.upstreamErr != nil {
+		why = s.upstreamErr
+		c.event.Cause = fmt.Errorf("provider stream failed: %w", s.upstreamErr)
+	}
+	c.trace.endUpstream(c.event.UpstreamStatus, s.cand.Name, c.event.Attempts, u, reported, why)
 	if !reported {
 		// Charge what was produced: the input as estimated (or as the
 		// stream's start reported it) and the output counted.

@@ -66,7 +66,12 @@ const HeaderRequestID = "X-Request-Id"
 
 const requestIDKey = "sluice.request_id"
 
-// noteRequestID gives the request its ID and the answer its header.
+// headerAnthropicRequestID is where Anthropic's API names a request: an
+// answer on an Anthropic route carries the request's ID there too.
+const headerAnthropicRequestID = "Request-Id"
+
+// noteRequestID gives the request its ID and the answer its header (and
+// request-id on an Anthropic route, as the Anthropic SDKs read it).
 func noteRequestID(ctx *fasthttp.RequestCtx) string {
 	id := string(ctx.Request.Header.Peek(HeaderRequestID))
 	if !plainToken(id) {
@@ -76,6 +81,9 @@ func noteRequestID(ctx *fasthttp.RequestCtx) string {
 	}
 	ctx.SetUserValue(requestIDKey, id)
 	ctx.Response.Header.Set(HeaderRequestID, id)
+	if bytes.HasPrefix(ctx.Path(), []byte("/v1/messages")) {
+		ctx.Response.Header.Set(headerAnthropicRequestID, id)
+	}
 	return id
 }
 

@@ -18,12 +18,15 @@ import (
 	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/events"
 )
 
-// observability is the gateway's metrics and request log.
+// observability is the gateway's metrics, request log and events.
 type observability struct {
 	metrics *admin.Metrics
 	log     *slog.Logger
+	// events is set by serve once the catalog is open.
+	events *events.Events
 }
 
 // newObservability registers the metrics for cfg's models.
@@ -57,6 +60,18 @@ func (o *observability) watchHeadroom(l *sluice.Limiter, cfg *config.Config) {
 func (o *observability) Observe(e gateway.Event) {
 	o.metrics.Observe(e)
 	admin.LogRequest(o.log, e)
+	if o.events != nil {
+		o.events.Observe(e)
+	}
+}
+
+// OnOverrun counts, logs and audits a settlement above its reservation; it
+// is the limiter's OnOverrun.
+func (o *observability) OnOverrun(ov sluice.Overrun) {
+	o.metrics.OnOverrun(ov)
+	if o.events != nil {
+		o.events.Overrun(ov)
+	}
 }
 
 // liveConfig is the configuration in force: the one serve started with

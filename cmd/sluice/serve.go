@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/catalogsessions"
 	"github.com/sluicehq/sluice/internal/mockprovider"
+	"go.opentelemetry.io/otel"
 )
 
 func serve(args []string) error {
@@ -66,8 +67,22 @@ func serve(args []string) error {
 	requestLines := admin.NewLineBuffer(os.Stderr, 50*time.Millisecond)
 	defer requestLines.Flush()
 	obs := newObservability(cfg, newLoggerTo(cfg, requestLines))
+	tr, err := tracingFromEnv(ctx, os.Getenv)
+	if err != nil {
+		return err
+	}
+	if tr.provider != nil {
+		// The SDK's own failures (an export the collector refused) go to
+		// the server's log, not its default stderr logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
+		log.Info("tracing on: spans exported over OTLP/HTTP")
+	}
+	if obs.events, err = eventsOf(cfg, cat, obs.metrics, log); err != nil {
+		return err
+	}
+	go obs.events.Run(ctx)
 	limiter, err := sluice.New(sluice.Options{Store: obs.metrics.Store(store), Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
-		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, RetryAfterBuffer: cfg.RetryAfterBuffer, OnOverrun: obs.metrics.OnOverrun, OnSwept: ledger{cat}.RecordSwept})
+		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, RetryAfterBuffer: cfg.RetryAfterBuffer, OnOverrun: obs.OnOverrun, OnSwept: ledger{cat}.RecordSwept})
 	if err != nil {
 		return err
 	}
@@ -132,6 +147,9 @@ func serve(args []string) error {
 		Observer:         obs.Observe,
 		Sessions:         sessionsOf(cat, keys.config),
 		Dependencies:     dependenciesOf(store, cat),
+		TracerProvider:   tr.provider,
+		Propagator:       tr.propagator,
+		OnDependency:     obs.events.Dependency,
 	})
 	if err != nil {
 		return err
@@ -161,6 +179,10 @@ func serve(args []string) error {
 	_ = srv.ShutdownWithContext(drain)
 	if err := g.Drain(drain); err != nil {
 		log.Warn("shutdown deadline passed with calls in flight", "err", err)
+	}
+	// The spans still batched go out before the process ends.
+	if err := tr.shutdown(drain); err != nil {
+		log.Warn("tracing: spans not exported at shutdown", "err", err)
 	}
 	_ = requestLines.Flush()
 	if admin != nil {

@@ -75,6 +75,18 @@ type Event struct {
 	// because the limit store did not answer (each says
 	// on_store_error: open).
 	FailedOpen []string
+	// SessionID is the session the call was charged to (X-Sluice-Session),
+	// if any.
+	SessionID string
+	// Tags are the request's X-Sluice-Tags, as the gateway kept them.
+	Tags []string
+	// Cause is why a failed request failed, for the log only: it may name
+	// internal addresses, which the client is never told. Nil for an
+	// admitted call and for a refusal by a limit.
+	Cause error
+	// BudgetWarnings are the budget thresholds and soft limits the
+	// admission found reached (the X-Sluice-Budget-Warning header's).
+	BudgetWarnings []sluice.Warning
 }
 
 // SessionUsage is what a session used.
