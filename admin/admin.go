@@ -112,6 +112,7 @@ func (h *Handler) routes() {
 	m.Handle("GET "+v1+"keys", h.read(h.listKeys))
 	m.Handle("POST "+v1+"keys", h.write(h.createKey))
 	m.Handle("GET "+v1+"keys/{id}", h.read(h.getKey))
+	m.Handle("PATCH "+v1+"keys/{id}", h.write(h.updateKey))
 	m.Handle("DELETE "+v1+"keys/{id}", h.write(h.revokeKey))
 	m.Handle("POST "+v1+"keys/{id}/revoke", h.write(h.revokeKey))
 	m.Handle("POST "+v1+"keys/{id}/rotate", h.write(h.rotateKey))
