@@ -84,7 +84,7 @@ func keys(args []string) error {
 		if err != nil {
 			return err
 		}
-		printKeys(list)
+		printKeys(os.Stdout, list)
 	case "revoke":
 		if fs.NArg() != 1 {
 			return errors.New("want the key id")
@@ -118,9 +118,11 @@ func printCreated(id, workspace, user, secret string) {
 	fmt.Printf("created key %s for workspace %q, user %q; the secret is shown once:\n%s\n", id, workspace, user, secret)
 }
 
-func printKeys(list []catalog.Key) {
-	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tORG\tWORKSPACE\tUSER\tTIER\tCREATED\tSTATUS\tASSERTS")
+// printKeys prints one key a line: "-" stands for no name, no tier, any
+// model.
+func printKeys(out io.Writer, list []catalog.Key) {
+	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tNAME\tORG\tWORKSPACE\tUSER\tTIER\tMODELS\tCREATED\tSTATUS\tASSERTS")
 	for _, k := range list {
 		status := "active"
 		if !k.RevokedAt.IsZero() {
@@ -128,9 +130,17 @@ func printKeys(list []catalog.Key) {
 		} else if !k.ExpiresAt.IsZero() && k.ExpiresAt.Before(time.Now()) {
 			status = "expired"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Org, k.Workspace, k.User, k.Tier, k.CreatedAt.UTC().Format(time.RFC3339), status, asserts(k))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, orDash(k.Name), k.Org, k.Workspace, k.User, orDash(k.Tier),
+			orDash(strings.Join(k.AllowedModels, ",")), k.CreatedAt.UTC().Format(time.RFC3339), status, asserts(k))
 	}
 	_ = w.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // asserts describes what a service key may assert: "workspace,user in
@@ -207,7 +217,7 @@ func keysRemote(sub, base string, req keyRequest, workspace string, args []strin
 		if err := json.Unmarshal(data, &out); err != nil {
 			return err
 		}
-		printKeys(out.Keys)
+		printKeys(os.Stdout, out.Keys)
 	case "revoke":
 		fmt.Println("revoked", args[0])
 	}

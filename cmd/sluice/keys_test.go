@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -98,5 +99,28 @@ func TestKeysCreate_RefusesUnknownTierOrModel(t *testing.T) {
 		if len(list) != 2 {
 			t.Errorf("%s catalog holds %d keys, want 2", name, len(list))
 		}
+	}
+}
+
+// TestPrintKeys_ShowsNameTierAndModels checks the columns of "sluice keys
+// list".
+func TestPrintKeys_ShowsNameTierAndModels(t *testing.T) {
+	var out strings.Builder
+	printKeys(&out, []catalog.Key{
+		{ID: "aaaaaaaaaaaa", Name: "laptop", Org: "default", Workspace: "w", User: "u", Tier: "pro", AllowedModels: []string{"mock-small", "cheap"}},
+		{ID: "bbbbbbbbbbbb", Org: "default", Workspace: "w", User: "v"},
+	})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	if got := strings.Fields(lines[0]); !slices.Equal(got[:7], []string{"ID", "NAME", "ORG", "WORKSPACE", "USER", "TIER", "MODELS"}) {
+		t.Errorf("header %q", lines[0])
+	}
+	if got := strings.Fields(lines[1]); !slices.Equal(got[:7], []string{"aaaaaaaaaaaa", "laptop", "default", "w", "u", "pro", "mock-small,cheap"}) {
+		t.Errorf("first key %q", lines[1])
+	}
+	if got := strings.Fields(lines[2]); !slices.Equal(got[:7], []string{"bbbbbbbbbbbb", "-", "default", "w", "v", "-", "-"}) {
+		t.Errorf("second key %q", lines[2])
 	}
 }
