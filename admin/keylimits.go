@@ -147,8 +147,8 @@ func (h *Handler) needsRule(def catalog.Rule) (bool, error) {
 	r := rules[i]
 	if !catalog.SameShape(catalog.RuleOf(r), def) {
 		return false, errorf(http.StatusConflict, "rule_conflict",
-			"rule %q (from the %s rules) is a %s rule per %s of %s; a key's own limit needs it per key, of %s: rename that rule or change it",
-			def.Name, r.Source, r.Kind, r.Subject, cmpMetric(r.Metric), cmpMetric(def.Metric))
+			"rule %q (from the %s rules) is %s; a key's own limit needs it to be %s: rename that rule or change it",
+			def.Name, r.Source, shapeOf(r), shapeOf(def.Sluice()))
 	}
 	if r.Disabled {
 		return false, errorf(http.StatusConflict, "rule_conflict", "rule %q (from the %s rules) is disabled: a key's own limit on it would count nothing; enable it first", def.Name, r.Source)
@@ -156,11 +156,20 @@ func (h *Handler) needsRule(def catalog.Rule) (bool, error) {
 	return false, nil
 }
 
-func cmpMetric(m sluice.Metric) string {
-	if m == "" {
-		return string(sluice.MetricRequests)
+// shapeOf describes what a rule counts: "a budget of cost per key per
+// month".
+func shapeOf(r sluice.Rule) string {
+	metric := string(r.Metric)
+	if metric == "" {
+		metric = string(sluice.MetricRequests)
 	}
-	return string(m)
+	switch r.Kind {
+	case sluice.KindConcurrency:
+		return "a concurrency limit per " + r.Subject
+	case sluice.KindBudget:
+		return "a budget of " + metric + " per " + r.Subject + " per " + string(r.Period)
+	}
+	return "a rate of " + metric + " per " + r.Subject + " per " + r.Window.String()
 }
 
 // keyPatch is the body of PATCH /admin/v1/keys/{id}: each field present

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 // ActionKeyUpdate is the audit action of UpdateKey.
@@ -119,8 +121,20 @@ func (c *Catalog) insertKeyLimit(ctx context.Context, tx *sql.Tx, k Key, l KeyLi
 // override made for one is meant for the other.
 func SameShape(a, b Rule) bool {
 	sa, sb := a.Sluice(), b.Sluice()
-	return sa.Kind == sb.Kind && sa.Subject == sb.Subject && sa.Metric == sb.Metric &&
+	return sa.Kind == sb.Kind && sa.Subject == sb.Subject && countedMetric(sa) == countedMetric(sb) &&
 		sa.Window == sb.Window && sa.Period == sb.Period && sa.TimeZone == sb.TimeZone
+}
+
+// countedMetric is what r counts: a concurrency rule counts calls in
+// flight whatever it names, and no metric means requests.
+func countedMetric(r sluice.Rule) sluice.Metric {
+	switch {
+	case r.Kind == sluice.KindConcurrency:
+		return sluice.MetricConcurrency
+	case r.Metric == "":
+		return sluice.MetricRequests
+	}
+	return r.Metric
 }
 
 // KeyUpdate is a change to a key's record: each non-nil field replaces the

@@ -188,3 +188,27 @@ func TestCatalog_UpdateKey(t *testing.T) {
 		}
 	})
 }
+
+func TestSameShape(t *testing.T) {
+	noMetric := keyRPM
+	noMetric.Metric = ""
+	noMetric.Limit = 120
+	otherWindow := keyRPM
+	otherWindow.Window = sluice.Duration(time.Hour)
+	inFlight := Rule{Name: "c", Kind: sluice.KindConcurrency, Subject: "key"}
+	inFlightNamed := inFlight
+	inFlightNamed.Metric = sluice.MetricConcurrency
+	for _, tc := range []struct {
+		a, b Rule
+		same bool
+	}{
+		{keyRPM, noMetric, true}, // no metric counts requests; the limit may differ
+		{keyRPM, otherWindow, false},
+		{keyRPM, keyMonthlyCost, false},
+		{inFlight, inFlightNamed, true},
+	} {
+		if got := SameShape(tc.a, tc.b); got != tc.same {
+			t.Errorf("SameShape(%+v, %+v) = %v, want %v", tc.a, tc.b, got, tc.same)
+		}
+	}
+}
