@@ -43,21 +43,44 @@ func (c *Catalog) CreateKeyWithLimits(ctx context.Context, k Key, limits []KeyLi
 			return "", Key{}, nil, fmt.Errorf("catalog: create key: %w", err)
 		}
 	}
-	secret, created, err = c.createKey(ctx, k, actor, func(tx *sql.Tx, k Key, now time.Time) error {
-		overrides = overrides[:0]
-		for _, l := range limits {
-			o, err := c.insertKeyLimit(ctx, tx, k, l, actor, now)
-			if err != nil {
-				return err
+	create := func() error {
+		secret, created, err = c.createKey(ctx, k, actor, func(tx *sql.Tx, k Key, now time.Time) error {
+			overrides = overrides[:0]
+			for _, l := range limits {
+				o, err := c.insertKeyLimit(ctx, tx, k, l, actor, now)
+				if err != nil {
+					return err
+				}
+				overrides = append(overrides, o)
 			}
-			overrides = append(overrides, o)
-		}
-		return nil
-	})
+			return nil
+		})
+		return err
+	}
+	err = create()
+	// Two keys made at once on PostgreSQL may both find a rule missing and
+	// store it; the second's insert then fails on the name. Once more, it
+	// finds the rule the first stored.
+	if err != nil && c.keyLimitRuleStored(ctx, limits) {
+		err = create()
+	}
 	if err != nil {
 		return "", Key{}, nil, err
 	}
 	return secret, created, overrides, nil
+}
+
+// keyLimitRuleStored reports whether a rule that limits asked to store is
+// stored now.
+func (c *Catalog) keyLimitRuleStored(ctx context.Context, limits []KeyLimit) bool {
+	for _, l := range limits {
+		if l.Store {
+			if _, err := c.loadRule(ctx, c.db, "", l.Rule.Name); err == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkKeyLimit refuses a limit that could not be a per-key override.

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -211,4 +212,33 @@ func TestSameShape(t *testing.T) {
 			t.Errorf("SameShape(%+v, %+v) = %v, want %v", tc.a, tc.b, got, tc.same)
 		}
 	}
+}
+
+// TestCatalog_CreateKeysWithLimitsAtOnce checks that keys made at the same
+// time, all asking for the same missing per-key rule, are all made, and the
+// rule stored once.
+func TestCatalog_CreateKeysWithLimitsAtOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		ctx := context.Background()
+		const n = 8
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				_, _, _, err := c.CreateKeyWithLimits(ctx, Key{Workspace: "w", User: fmt.Sprint("u", i)},
+					[]KeyLimit{{Rule: keyRPM, Store: true, Limit: 10}}, "admin")
+				errs <- err
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+		rules, _ := c.ListRules(ctx)
+		overrides, _ := c.ListOverrides(ctx)
+		if len(rules) != 1 || len(overrides) != n {
+			t.Fatalf("%d rules and %d overrides, want 1 and %d", len(rules), len(overrides), n)
+		}
+	})
 }
