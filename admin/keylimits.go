@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -71,7 +72,8 @@ func keyLimitRule(name string) catalog.Rule {
 
 // keyLimits turns a limits object into the catalog's key limits, each
 // checked against the rule of its name in force.
-func (h *Handler) keyLimits(req *keyLimitsRequest) ([]catalog.KeyLimit, error) {
+// org is the key's org ("" meaning the default one).
+func (h *Handler) keyLimits(req *keyLimitsRequest, org string) ([]catalog.KeyLimit, error) {
 	if req == nil {
 		return nil, nil
 	}
@@ -101,7 +103,7 @@ func (h *Handler) keyLimits(req *keyLimitsRequest) ([]catalog.KeyLimit, error) {
 			return nil, errorf(http.StatusBadRequest, "invalid_limits", "limits.%s must not be negative (0 disables the rule for the key), got %d", w.field, *w.limit)
 		}
 		def := keyLimitRule(w.rule)
-		store, err := h.needsRule(def)
+		store, err := h.needsRule(def, cmp.Or(org, sluice.DefaultOrg))
 		if err != nil {
 			return nil, err
 		}
@@ -134,26 +136,31 @@ func budgetLimit(b *keyBudgetRequest) (rule string, amount int64, err error) {
 	return "", 0, errorf(http.StatusBadRequest, "invalid_limits", "limits.budget needs dollars or tokens")
 }
 
-// needsRule reports whether def must be stored for a key limit to apply:
-// no deployment rule of its name is in force. One in force must have its
-// shape and be enabled, or the key's limit would count something else, or
-// nothing.
-func (h *Handler) needsRule(def catalog.Rule) (bool, error) {
-	rules := h.limiter.Policy().Rules
-	i := slices.IndexFunc(rules, func(r sluice.Rule) bool { return r.Name == def.Name && r.Org == "" })
-	if i < 0 {
-		return true, nil
+// needsRule reports whether def must be stored for a key limit of a key
+// of org to apply: no rule of its name is in force there (the
+// deployment's, or org's own). One in force must have its shape and be
+// enabled, or the key's limit would count something else, or nothing.
+func (h *Handler) needsRule(def catalog.Rule, org string) (bool, error) {
+	found := false
+	for _, r := range h.limiter.Policy().Rules {
+		if r.Name != def.Name || (r.Org != "" && r.Org != org) {
+			continue
+		}
+		found = true
+		where := r.Source + " rules"
+		if r.Org != "" {
+			where = "org " + r.Org + "'s " + where
+		}
+		if !catalog.SameShape(catalog.RuleOf(r), def) {
+			return false, errorf(http.StatusConflict, "rule_conflict",
+				"rule %q (from the %s) is %s; a key's own limit needs it to be %s: rename that rule or change it",
+				def.Name, where, shapeOf(r), shapeOf(def.Sluice()))
+		}
+		if r.Disabled {
+			return false, errorf(http.StatusConflict, "rule_conflict", "rule %q (from the %s) is disabled: a key's own limit on it would count nothing; enable it first", def.Name, where)
+		}
 	}
-	r := rules[i]
-	if !catalog.SameShape(catalog.RuleOf(r), def) {
-		return false, errorf(http.StatusConflict, "rule_conflict",
-			"rule %q (from the %s rules) is %s; a key's own limit needs it to be %s: rename that rule or change it",
-			def.Name, r.Source, shapeOf(r), shapeOf(def.Sluice()))
-	}
-	if r.Disabled {
-		return false, errorf(http.StatusConflict, "rule_conflict", "rule %q (from the %s rules) is disabled: a key's own limit on it would count nothing; enable it first", def.Name, r.Source)
-	}
-	return false, nil
+	return !found, nil
 }
 
 // shapeOf describes what a rule counts: "a budget of cost per key per

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,4 +225,20 @@ func TestAPI_KeyPatch(t *testing.T) {
 	if r := e.must(http.StatusConflict, "PATCH", "/admin/v1/keys/"+id, rootToken, map[string]any{"name": "x"}); r.errorCode() != "key_revoked" {
 		t.Fatalf("PATCH of a revoked key = %s", r.raw)
 	}
+}
+
+// TestAPI_KeyCreateWithLimitsChecksTheOrgsRule checks that an org's own rule
+// of the name, which replaces the deployment's for its keys, is checked for
+// a key of that org only.
+func TestAPI_KeyCreateWithLimitsChecksTheOrgsRule(t *testing.T) {
+	e := newEnv(t)
+	e.must(http.StatusCreated, "POST", "/admin/v1/rules?org=acme", rootToken, map[string]any{
+		"name": KeyRuleInFlight, "org": "acme", "kind": "rate", "subject": "user", "limit": 5, "window": "1m"})
+	r := e.must(http.StatusConflict, "POST", "/admin/v1/keys", rootToken, map[string]any{
+		"org": "acme", "workspace": "w", "user": "a", "limits": map[string]any{"max_in_flight": 2}})
+	if r.errorCode() != "rule_conflict" || !strings.Contains(r.errorMessage(), "org acme") {
+		t.Fatalf("acme key: %s", r.raw)
+	}
+	e.must(http.StatusCreated, "POST", "/admin/v1/keys", rootToken, map[string]any{
+		"workspace": "w", "user": "a", "limits": map[string]any{"max_in_flight": 2}})
 }

@@ -76,7 +76,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *principal
 			return errorf(http.StatusBadRequest, "invalid_key", "%v", err)
 		}
 	}
-	limits, err := h.keyLimits(req.Limits)
+	limits, err := h.keyLimits(req.Limits, req.Org)
 	if err != nil {
 		return err
 	}
