@@ -10,11 +10,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/llm/anthropic"
+	"github.com/sluicehq/sluice/llm/openai"
 )
 
 // adminServer is the admin listener of the description's servers: the
@@ -229,3 +234,58 @@ func (f *fakeT) Errorf(format string, args ...any) {
 	f.failed, f.msg = true, fmt.Sprintf(format, args...)
 }
 func (f *fakeT) Fatal(args ...any) { f.failed, f.msg = true, fmt.Sprint(args...) }
+
+// TestOpenAPI_RefusalShapesMatchTheEncoders checks the gateway's refusals
+// as described against the code that writes them: the library's refusal
+// (status, headers, limit object) in the OpenAI and Anthropic error bodies.
+func TestOpenAPI_RefusalShapesMatchTheEncoders(t *testing.T) {
+	d := loadOpenAPI(t)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	refusals := []error{
+		&sluice.RateLimitError{Refusal: sluice.Refusal{Rule: "rpm", Subject: "workspace+user", Kind: sluice.KindRate, Metric: sluice.MetricRequests,
+			Limit: 20, Used: 20, Window: time.Minute, RetryAfter: 1500 * time.Millisecond, ResetAt: now.Add(time.Minute)}},
+		&sluice.BudgetError{Refusal: sluice.Refusal{Rule: "daily", Subject: "workspace", Kind: sluice.KindBudget, Metric: sluice.MetricTokens,
+			Limit: 1000, Used: 990, Remaining: 10, Requested: 500, Period: sluice.PeriodDay, ResetAt: now.Add(12 * time.Hour)}},
+		&sluice.BusyError{Refusal: sluice.Refusal{Rule: "max_in_flight", Subject: "server", Kind: sluice.KindConcurrency, Metric: sluice.MetricConcurrency,
+			Limit: 16, Used: 16, RetryAfter: 5 * time.Second}},
+		&sluice.StoreError{Op: "admit", Err: context.DeadlineExceeded},
+		&sluice.TooLargeError{Rule: "daily", Subject: "workspace", Metric: sluice.MetricTokens, Estimate: 5000, Limit: 1000},
+	}
+	described := map[string]bool{}
+	for name := range d.doc.Components.Headers {
+		described[strings.ToLower(name)] = true
+	}
+	path := d.doc.Paths.Find("/v1/chat/completions").Post
+	for _, err := range refusals {
+		hr, ok := sluice.HTTPRefusalOf(err)
+		if !ok {
+			t.Fatalf("%T is not a refusal", err)
+		}
+		if path.Responses.Status(hr.Status) == nil {
+			t.Errorf("%s: status %d is not described for /v1/chat/completions", hr.Code, hr.Status)
+		}
+		h := http.Header{}
+		hr.SetHeaders(h, now)
+		for name := range h {
+			if !described[strings.ToLower(name)] {
+				t.Errorf("%s: header %s is sent but not described", hr.Code, name)
+			}
+		}
+		var limit any // as the gateway passes it: no limit object, not a null one
+		if hr.Limit != nil {
+			limit = hr.Limit
+		}
+		for schema, body := range map[string][]byte{
+			"OpenAIError":    openai.ErrorBody(hr.Message, "rate_limit_error", hr.Code, "", limit),
+			"AnthropicError": anthropic.ErrorBody("rate_limit_error", hr.Message, limit),
+		} {
+			var v any
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.doc.Components.Schemas[schema].Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+				t.Errorf("%s in the %s shape does not match admin/openapi.json: %v\n%s", hr.Code, schema, err, body)
+			}
+		}
+	}
+}
