@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,6 +42,10 @@ func keys(args []string) error {
 		fs.StringVar(&assert, "assert", "", "make a service key: comma-separated attributes (workspace,user,team) it may assert per request with X-Sluice-Workspace, X-Sluice-User, X-Sluice-Team")
 		fs.StringVar(&assertWorkspaces, "assert-workspaces", "", "comma-separated workspaces a service key may assert, each a name or a prefix ending in * (default: any in its org)")
 	}
+	limits := keyLimitFlags{}
+	if sub == "create" {
+		limits.register(fs)
+	}
 	workspace := ""
 	if sub == "list" {
 		fs.StringVar(&workspace, "workspace", "", "only this workspace")
@@ -52,6 +57,12 @@ func keys(args []string) error {
 		req.AllowedModels = strings.Split(*models, ",")
 	}
 	req.Assert, req.AssertWorkspaces = splitList(assert), splitList(assertWorkspaces)
+	if len(limits) > 0 {
+		if *adminURL == "" {
+			return errors.New("keys create: --rpm, --tpm, --max-in-flight and --budget-* need --admin-url: the running server stores a key's limits and applies them at once")
+		}
+		req.Limits = limits.request()
+	}
 	if *adminURL != "" {
 		return keysRemote(sub, *adminURL, req, workspace, fs.Args())
 	}
@@ -111,6 +122,57 @@ func adminMessage(body []byte) string {
 		return e.Error.Message
 	}
 	return strings.TrimSpace(string(body))
+}
+
+// keyLimitFlags are the key's own limits given to "sluice keys create", by
+// their field in the limits object of POST /admin/v1/keys.
+type keyLimitFlags map[string]string
+
+func (l keyLimitFlags) register(fs *flag.FlagSet) {
+	for _, f := range []struct{ flag, field, usage string }{
+		{"rpm", "requests_per_minute", "the key's own requests per minute"},
+		{"tpm", "tokens_per_minute", "the key's own tokens per minute"},
+		{"max-in-flight", "max_in_flight", "the key's own calls in flight"},
+		{"budget-dollars", "budget.dollars", "the key's own budget in dollars per --budget-period"},
+		{"budget-tokens", "budget.tokens", "the key's own budget in tokens per --budget-period"},
+		{"budget-period", "budget.period", "day, week or month (default month)"},
+	} {
+		fs.Func(f.flag, f.usage, func(v string) error {
+			if f.field != "budget.period" && f.field != "budget.dollars" {
+				if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+					return fmt.Errorf("want a whole number, got %q", v)
+				}
+			}
+			l[f.field] = v
+			return nil
+		})
+	}
+}
+
+// request returns the limits object: the whole numbers as JSON numbers,
+// dollars as the decimal written (the server reads it exactly), the
+// budget's period month by default.
+func (l keyLimitFlags) request() map[string]any {
+	out := map[string]any{}
+	budget := map[string]any{}
+	for field, v := range l {
+		var value any = json.Number(v)
+		if field == "budget.period" || field == "budget.dollars" {
+			value = v
+		}
+		if name, ok := strings.CutPrefix(field, "budget."); ok {
+			budget[name] = value
+		} else {
+			out[field] = value
+		}
+	}
+	if len(budget) > 0 {
+		if _, ok := budget["period"]; !ok {
+			budget["period"] = "month"
+		}
+		out["budget"] = budget
+	}
+	return out
 }
 
 // printCreated prints a new key, the secret alone on the last line.
