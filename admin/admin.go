@@ -150,7 +150,7 @@ func (h *Handler) routes() {
 
 	m.Handle("POST "+v1+"reload", h.write(h.reload))
 	m.Handle(v1, h.read(func(http.ResponseWriter, *http.Request, *principal) error {
-		return errorf(http.StatusNotFound, "not_found", "no such admin route; see /admin/v1/keys, rules, budgets, overrides, effective, usage, audit, reservations, sessions, tokens, reload")
+		return errorf(http.StatusNotFound, "not_found", "no such admin route; see /admin/v1/keys, rules, budgets, overrides, effective, usage, audit, reservations, sessions, tokens, reload, and GET /admin/v1/openapi.json for all of them")
 	}))
 }
 
