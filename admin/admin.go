@@ -61,7 +61,9 @@ type Handler struct {
 	log     *slog.Logger
 	now     func() time.Time
 	mux     *http.ServeMux
-	console *console
+	// routes lists the patterns mux serves.
+	patterns *patternMux
+	console  *console
 	// anonymous bounds the audit entries of refused writes without a
 	// valid token.
 	anonymous denials
@@ -79,13 +81,14 @@ func New(opts Options) (*Handler, error) {
 	if h.now == nil {
 		h.now = time.Now
 	}
+	h.patterns = &patternMux{mux: h.mux}
 	h.routes()
 	c, err := newConsole(h)
 	if err != nil {
 		return nil, err
 	}
 	h.console = c
-	c.routes(h.mux)
+	c.routes(h.patterns)
 	return h, nil
 }
 
@@ -97,7 +100,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) routes() {
-	m := h.mux
+	m := h.patterns
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -109,9 +112,11 @@ func (h *Handler) routes() {
 		}))
 	}
 	const v1 = "/admin/v1/"
+	m.HandleFunc("GET "+v1+"openapi.json", serveOpenAPI)
 	m.Handle("GET "+v1+"keys", h.read(h.listKeys))
 	m.Handle("POST "+v1+"keys", h.write(h.createKey))
 	m.Handle("GET "+v1+"keys/{id}", h.read(h.getKey))
+	m.Handle("PATCH "+v1+"keys/{id}", h.write(h.updateKey))
 	m.Handle("DELETE "+v1+"keys/{id}", h.write(h.revokeKey))
 	m.Handle("POST "+v1+"keys/{id}/revoke", h.write(h.revokeKey))
 	m.Handle("POST "+v1+"keys/{id}/rotate", h.write(h.rotateKey))
@@ -146,7 +151,7 @@ func (h *Handler) routes() {
 
 	m.Handle("POST "+v1+"reload", h.write(h.reload))
 	m.Handle(v1, h.read(func(http.ResponseWriter, *http.Request, *principal) error {
-		return errorf(http.StatusNotFound, "not_found", "no such admin route; see /admin/v1/keys, rules, budgets, overrides, effective, usage, calls, audit, reservations, sessions, tokens, reload")
+		return errorf(http.StatusNotFound, "not_found", "no such admin route; see /admin/v1/keys, rules, budgets, overrides, effective, usage, calls, audit, reservations, sessions, tokens, reload, and GET /admin/v1/openapi.json for all of them")
 	}))
 }
 

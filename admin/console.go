@@ -112,7 +112,7 @@ func newConsole(h *Handler) (*console, error) {
 	return c, nil
 }
 
-func (c *console) routes(m *http.ServeMux) {
+func (c *console) routes(m *patternMux) {
 	static, _ := fs.Sub(uiFiles, "ui/static")
 	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
 	m.HandleFunc("GET /ui/login", c.loginPage)

@@ -168,6 +168,7 @@ func (e *env) do(method, path, token string, body any) response {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	checkOpenAPI(e.t, req, resp, raw)
 	out := response{status: resp.StatusCode, raw: string(raw)}
 	if len(raw) > 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		if err := json.Unmarshal(raw, &out.body); err != nil {

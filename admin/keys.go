@@ -20,13 +20,17 @@ type keyRequest struct {
 	// Assert and AssertWorkspaces make a service key (catalog.Key).
 	Assert           []string `json:"assert"`
 	AssertWorkspaces []string `json:"assert_workspaces"`
+	// Limits are the key's own limits, made with it (see keyLimits).
+	Limits *keyLimitsRequest `json:"limits"`
 }
 
 // keySecret is a key with its secret: the answer to a creation or a
-// rotation, the only time the secret is shown.
+// rotation, the only time the secret is shown. A creation also lists the
+// overrides that hold the key's own limits.
 type keySecret struct {
-	Key    catalog.Key `json:"key"`
-	Secret string      `json:"secret"`
+	Key       catalog.Key        `json:"key"`
+	Secret    string             `json:"secret"`
+	Overrides []catalog.Override `json:"overrides,omitempty"`
 }
 
 func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -72,13 +76,20 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *principal
 			return errorf(http.StatusBadRequest, "invalid_key", "%v", err)
 		}
 	}
-	secret, k, err := h.cat.CreateKey(r.Context(), catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team,
-		User: req.User, Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, ExpiresAt: req.ExpiresAt,
-		Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces}, p.actor)
+	limits, err := h.keyLimits(req.Limits, req.Org)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, keySecret{Key: k, Secret: secret})
+	secret, k, overrides, err := h.cat.CreateKeyWithLimits(r.Context(), catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team,
+		User: req.User, Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, ExpiresAt: req.ExpiresAt,
+		Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces}, limits, p.actor)
+	if err != nil {
+		return err
+	}
+	if len(limits) > 0 {
+		h.changed()
+	}
+	writeJSON(w, http.StatusCreated, keySecret{Key: k, Secret: secret, Overrides: overrides})
 	return nil
 }
 

@@ -135,6 +135,12 @@ func keyTarget(id string) string { return "key/" + id }
 // User are required; Org defaults to "default"; ID, CreatedAt and RevokedAt
 // are set by the catalog. The creation is audited as done by actor.
 func (c *Catalog) CreateKey(ctx context.Context, k Key, actor string) (secret string, created Key, err error) {
+	return c.createKey(ctx, k, actor, nil)
+}
+
+// createKey is CreateKey; also, when set, in the key's transaction, after
+// the key is written and audited.
+func (c *Catalog) createKey(ctx context.Context, k Key, actor string, also func(tx *sql.Tx, k Key, now time.Time) error) (secret string, created Key, err error) {
 	now := c.now()
 	switch {
 	case k.Workspace == "":
@@ -181,7 +187,13 @@ func (c *Catalog) CreateKey(ctx context.Context, k Key, actor string) (secret st
 			dbTime(k.ExpiresAt), dbTime(k.CreatedAt), string(assertJSON), string(workspacesJSON)); err != nil {
 			return err
 		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyCreate, Target: keyTarget(k.ID), After: k, Workspace: k.Workspace, Org: k.Org}, now)
+		if err := c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyCreate, Target: keyTarget(k.ID), After: k, Workspace: k.Workspace, Org: k.Org}, now); err != nil {
+			return err
+		}
+		if also != nil {
+			return also(tx, k, now)
+		}
+		return nil
 	})
 	if err != nil {
 		return "", Key{}, fmt.Errorf("catalog: create key: %w", err)

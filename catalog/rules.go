@@ -149,34 +149,39 @@ func (c *Catalog) CreateRule(ctx context.Context, r Rule, actor string) (Rule, e
 	if err != nil {
 		return Rule{}, fmt.Errorf("catalog: create rule: %w", err)
 	}
-	err = c.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := c.loadRule(ctx, tx, r.Org, r.Name)
-		if err == nil {
-			if r.Org != "" {
-				return fmt.Errorf("%w: org %q already has a rule named %q", ErrRuleExists, r.Org, r.Name)
-			}
-			return fmt.Errorf("%w: a deployment rule named %q is already stored", ErrRuleExists, r.Name)
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		var n int
-		if err := tx.QueryRowContext(ctx, c.d.q(`SELECT COUNT(*) FROM rules WHERE org = ?`), r.Org).Scan(&n); err != nil {
-			return err
-		}
-		if n >= MaxRulesPerOrg {
-			return fmt.Errorf("%w: org %q already has %d rules, the most an org may store; delete one first", ErrTooManyRules, r.Org, n)
-		}
-		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO rules (name, org, definition, enabled, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)`),
-			r.Name, r.Org, string(def), r.Enabled, now.UnixNano(), now.UnixNano()); err != nil {
-			return err
-		}
-		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleCreate, Target: ruleTarget(r.Org, r.Name), After: r}, now)
-	})
+	err = c.inTx(ctx, func(tx *sql.Tx) error { return c.insertRule(ctx, tx, r, def, actor, now) })
 	if err != nil {
 		return Rule{}, fmt.Errorf("catalog: create rule: %w", err)
 	}
 	return r, nil
+}
+
+// insertRule stores the new rule r (def is its definition) in tx, audited:
+// ErrRuleExists when its name is taken in its org, ErrTooManyRules past
+// MaxRulesPerOrg.
+func (c *Catalog) insertRule(ctx context.Context, tx *sql.Tx, r Rule, def []byte, actor string, now time.Time) error {
+	_, err := c.loadRule(ctx, tx, r.Org, r.Name)
+	if err == nil {
+		if r.Org != "" {
+			return fmt.Errorf("%w: org %q already has a rule named %q", ErrRuleExists, r.Org, r.Name)
+		}
+		return fmt.Errorf("%w: a deployment rule named %q is already stored", ErrRuleExists, r.Name)
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, c.d.q(`SELECT COUNT(*) FROM rules WHERE org = ?`), r.Org).Scan(&n); err != nil {
+		return err
+	}
+	if n >= MaxRulesPerOrg {
+		return fmt.Errorf("%w: org %q already has %d rules, the most an org may store; delete one first", ErrTooManyRules, r.Org, n)
+	}
+	if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO rules (name, org, definition, enabled, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)`),
+		r.Name, r.Org, string(def), r.Enabled, now.UnixNano(), now.UnixNano()); err != nil {
+		return err
+	}
+	return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleCreate, Target: ruleTarget(r.Org, r.Name), After: r}, now)
 }
 
 // UpdateRule replaces the rule named name stored for org (empty: the

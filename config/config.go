@@ -208,6 +208,9 @@ type Model struct {
 	Aliases []string `yaml:"aliases,omitempty"`
 	// Fallbacks are the models tried, in order, when this one's rules refuse.
 	Fallbacks []string `yaml:"fallbacks,omitempty"`
+	// listed is the price list's row whose price the model took, when the
+	// file gave none (see PriceListed).
+	listed *ListedModel
 }
 
 // Prices are a model's prices in dollars per million tokens.

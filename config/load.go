@@ -276,6 +276,9 @@ func (c *Config) applyDefaults() {
 	for i := range c.Models {
 		m := &c.Models[i]
 		setString(&m.UpstreamName, m.Name)
+		if p, ok := c.Provider(m.Provider); ok {
+			priceFromList(m, p.Kind, KnownPrices())
+		}
 		if m.Price != nil {
 			if m.Price.CachedInput == nil {
 				v := m.Price.Input

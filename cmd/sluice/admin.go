@@ -251,4 +251,6 @@ type keyRequest struct {
 	// Assert and AssertWorkspaces make a service key (catalog.Key).
 	Assert           []string `json:"assert,omitempty"`
 	AssertWorkspaces []string `json:"assert_workspaces,omitempty"`
+	// Limits are the key's own limits (keyLimitFlags).
+	Limits map[string]any `json:"limits,omitempty"`
 }

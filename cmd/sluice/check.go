@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/sluicehq/sluice/config"
 )
@@ -45,6 +46,10 @@ func checkTo(out io.Writer, args []string) error {
 	for _, m := range cfg.Models {
 		fmt.Fprintf(out, "model %s (provider %s): max output %d tokens\n", m.Name, m.Provider, m.MaxOutputTokens)
 	}
+	listed, stale := priceListReport(cfg, time.Now())
+	for _, line := range listed {
+		fmt.Fprintln(out, line)
+	}
 	for _, t := range cfg.TenantModels {
 		fmt.Fprintf(out, "tenant model %s: %s\n", t.Name, describeTenantModel(t))
 	}
@@ -72,7 +77,7 @@ func checkTo(out io.Writer, args []string) error {
 	if cfg.PreAuthPerMinute > 0 {
 		fmt.Fprintf(out, "before authentication: %d requests per minute per client address, per replica\n", cfg.PreAuthPerMinute)
 	}
-	for _, warning := range cfg.Warnings() {
+	for _, warning := range append(cfg.Warnings(), stale...) {
 		fmt.Fprintln(out, "warning:", warning)
 	}
 	return nil
@@ -84,6 +89,28 @@ func costCeiling(micro int64) string {
 		return "unlimited"
 	}
 	return "$" + config.Dollars(micro).Cents()
+}
+
+// priceListReport says which models took their price from the price list
+// kept in the repository, and warns, when some did, that the list is older
+// than config.PriceListMaxAge at now.
+func priceListReport(cfg *config.Config, now time.Time) (listed, warnings []string) {
+	list := config.KnownPrices()
+	for i := range cfg.Models {
+		m := &cfg.Models[i]
+		l := m.PriceListed()
+		if l == nil {
+			continue
+		}
+		p := m.Price
+		listed = append(listed, fmt.Sprintf("price of model %s from the price list (%s, checked %s): $%s input, $%s cached input, $%s cache write, $%s output per million tokens; source %s",
+			m.Name, l.Name, list.Checked.Format(time.DateOnly), p.Input, *p.CachedInput, *p.CacheWrite, p.Output, l.Source))
+	}
+	if age := list.Age(now); len(listed) > 0 && age > config.PriceListMaxAge {
+		warnings = append(warnings, fmt.Sprintf("the price list was checked %s, %d days ago: its prices may be stale; give these models a price in the config, or update config/prices.yaml",
+			list.Checked.Format(time.DateOnly), int(age.Hours()/24)))
+	}
+	return listed, warnings
 }
 
 // ceiling writes a session ceiling, 0 being none.

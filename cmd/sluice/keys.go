@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,6 +42,10 @@ func keys(args []string) error {
 		fs.StringVar(&assert, "assert", "", "make a service key: comma-separated attributes (workspace,user,team) it may assert per request with X-Sluice-Workspace, X-Sluice-User, X-Sluice-Team")
 		fs.StringVar(&assertWorkspaces, "assert-workspaces", "", "comma-separated workspaces a service key may assert, each a name or a prefix ending in * (default: any in its org)")
 	}
+	limits := keyLimitFlags{}
+	if sub == "create" {
+		limits.register(fs)
+	}
 	workspace := ""
 	if sub == "list" {
 		fs.StringVar(&workspace, "workspace", "", "only this workspace")
@@ -52,6 +57,12 @@ func keys(args []string) error {
 		req.AllowedModels = strings.Split(*models, ",")
 	}
 	req.Assert, req.AssertWorkspaces = splitList(assert), splitList(assertWorkspaces)
+	if len(limits) > 0 {
+		if *adminURL == "" {
+			return errors.New("keys create: --rpm, --tpm, --max-in-flight and --budget-* need --admin-url: the running server stores a key's limits and applies them at once")
+		}
+		req.Limits = limits.request()
+	}
 	if *adminURL != "" {
 		return keysRemote(sub, *adminURL, req, workspace, fs.Args())
 	}
@@ -84,7 +95,7 @@ func keys(args []string) error {
 		if err != nil {
 			return err
 		}
-		printKeys(list)
+		printKeys(os.Stdout, list)
 	case "revoke":
 		if fs.NArg() != 1 {
 			return errors.New("want the key id")
@@ -113,14 +124,67 @@ func adminMessage(body []byte) string {
 	return strings.TrimSpace(string(body))
 }
 
+// keyLimitFlags are the key's own limits given to "sluice keys create", by
+// their field in the limits object of POST /admin/v1/keys.
+type keyLimitFlags map[string]string
+
+func (l keyLimitFlags) register(fs *flag.FlagSet) {
+	for _, f := range []struct{ flag, field, usage string }{
+		{"rpm", "requests_per_minute", "the key's own requests per minute"},
+		{"tpm", "tokens_per_minute", "the key's own tokens per minute"},
+		{"max-in-flight", "max_in_flight", "the key's own calls in flight"},
+		{"budget-dollars", "budget.dollars", "the key's own budget in dollars per --budget-period"},
+		{"budget-tokens", "budget.tokens", "the key's own budget in tokens per --budget-period"},
+		{"budget-period", "budget.period", "day, week or month (default month)"},
+	} {
+		fs.Func(f.flag, f.usage, func(v string) error {
+			if f.field != "budget.period" && f.field != "budget.dollars" {
+				if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+					return fmt.Errorf("want a whole number, got %q", v)
+				}
+			}
+			l[f.field] = v
+			return nil
+		})
+	}
+}
+
+// request returns the limits object: the whole numbers as JSON numbers,
+// dollars as the decimal written (the server reads it exactly), the
+// budget's period month by default.
+func (l keyLimitFlags) request() map[string]any {
+	out := map[string]any{}
+	budget := map[string]any{}
+	for field, v := range l {
+		var value any = json.Number(v)
+		if field == "budget.period" || field == "budget.dollars" {
+			value = v
+		}
+		if name, ok := strings.CutPrefix(field, "budget."); ok {
+			budget[name] = value
+		} else {
+			out[field] = value
+		}
+	}
+	if len(budget) > 0 {
+		if _, ok := budget["period"]; !ok {
+			budget["period"] = "month"
+		}
+		out["budget"] = budget
+	}
+	return out
+}
+
 // printCreated prints a new key, the secret alone on the last line.
 func printCreated(id, workspace, user, secret string) {
 	fmt.Printf("created key %s for workspace %q, user %q; the secret is shown once:\n%s\n", id, workspace, user, secret)
 }
 
-func printKeys(list []catalog.Key) {
-	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tORG\tWORKSPACE\tUSER\tTIER\tCREATED\tSTATUS\tASSERTS")
+// printKeys prints one key a line: "-" stands for no name, no tier, any
+// model.
+func printKeys(out io.Writer, list []catalog.Key) {
+	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tNAME\tORG\tWORKSPACE\tUSER\tTIER\tMODELS\tCREATED\tSTATUS\tASSERTS")
 	for _, k := range list {
 		status := "active"
 		if !k.RevokedAt.IsZero() {
@@ -128,9 +192,17 @@ func printKeys(list []catalog.Key) {
 		} else if !k.ExpiresAt.IsZero() && k.ExpiresAt.Before(time.Now()) {
 			status = "expired"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Org, k.Workspace, k.User, k.Tier, k.CreatedAt.UTC().Format(time.RFC3339), status, asserts(k))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, orDash(k.Name), k.Org, k.Workspace, k.User, orDash(k.Tier),
+			orDash(strings.Join(k.AllowedModels, ",")), k.CreatedAt.UTC().Format(time.RFC3339), status, asserts(k))
 	}
 	_ = w.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // asserts describes what a service key may assert: "workspace,user in
@@ -207,7 +279,7 @@ func keysRemote(sub, base string, req keyRequest, workspace string, args []strin
 		if err := json.Unmarshal(data, &out); err != nil {
 			return err
 		}
-		printKeys(out.Keys)
+		printKeys(os.Stdout, out.Keys)
 	case "revoke":
 		fmt.Println("revoked", args[0])
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,6 +98,79 @@ func TestKeysCreate_RefusesUnknownTierOrModel(t *testing.T) {
 		}
 		if len(list) != 2 {
 			t.Errorf("%s catalog holds %d keys, want 2", name, len(list))
+		}
+	}
+}
+
+// TestPrintKeys_ShowsNameTierAndModels checks the columns of "sluice keys
+// list".
+func TestPrintKeys_ShowsNameTierAndModels(t *testing.T) {
+	var out strings.Builder
+	printKeys(&out, []catalog.Key{
+		{ID: "aaaaaaaaaaaa", Name: "laptop", Org: "default", Workspace: "w", User: "u", Tier: "pro", AllowedModels: []string{"mock-small", "cheap"}},
+		{ID: "bbbbbbbbbbbb", Org: "default", Workspace: "w", User: "v"},
+	})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	if got := strings.Fields(lines[0]); !slices.Equal(got[:7], []string{"ID", "NAME", "ORG", "WORKSPACE", "USER", "TIER", "MODELS"}) {
+		t.Errorf("header %q", lines[0])
+	}
+	if got := strings.Fields(lines[1]); !slices.Equal(got[:7], []string{"aaaaaaaaaaaa", "laptop", "default", "w", "u", "pro", "mock-small,cheap"}) {
+		t.Errorf("first key %q", lines[1])
+	}
+	if got := strings.Fields(lines[2]); !slices.Equal(got[:7], []string{"bbbbbbbbbbbb", "-", "default", "w", "v", "-", "-"}) {
+		t.Errorf("second key %q", lines[2])
+	}
+}
+
+// TestKeysCreate_WithLimitsThroughTheAdminAPI checks that "sluice keys
+// create --admin-url" sends the key's own limits, which the server makes
+// with the key, and that without --admin-url they are refused.
+func TestKeysCreate_WithLimitsThroughTheAdminAPI(t *testing.T) {
+	cat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{FlushInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(admin.Options{Catalog: cat, Limiter: l, AdminToken: "keys-test-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Setenv("SLUICE_ADMIN_TOKEN", "keys-test-token")
+	err = keys([]string{"create", "--admin-url", srv.URL, "--workspace", "w", "--user", "u",
+		"--rpm", "30", "--max-in-flight", "2", "--budget-dollars", "12.50", "--budget-period", "week"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overrides, err := cat.ListOverrides(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, o := range overrides {
+		got[o.Rule] = *o.Limit
+	}
+	if len(got) != 3 || got[admin.KeyRuleRequestsPerMinute] != 30 || got[admin.KeyRuleInFlight] != 2 || got["key_cost_per_week"] != 12_500_000 {
+		t.Fatalf("overrides = %v", got)
+	}
+	for _, bad := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"create", "--workspace", "w", "--user", "v", "--rpm", "5"}, "need --admin-url"},
+		{[]string{"create", "--admin-url", srv.URL, "--workspace", "w", "--user", "v", "--rpm", "lots"}, "whole number"},
+		{[]string{"create", "--admin-url", srv.URL, "--workspace", "w", "--user", "v", "--budget-dollars", "1.0000001"}, "6 decimal places"},
+	} {
+		if err := keys(bad.args); err == nil || !strings.Contains(err.Error(), bad.says) {
+			t.Errorf("keys %v = %v, want an error saying %q", bad.args, err, bad.says)
 		}
 	}
 }
