@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -32,7 +33,7 @@ func serve(args []string) error {
 	c.flag(fs, "listen", config.VarListen, "client API address (default 127.0.0.1:8080)")
 	c.flag(fs, "admin-listen", config.VarAdminListen, "admin API address (default 127.0.0.1:8081)")
 	c.flag(fs, "store", config.VarStore, "URL of counters and reservations (default sqlite:// under the data directory)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg, err := c.load()
@@ -130,7 +131,11 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	printBanner(cfg, token)
+	if cfg.IsProduction() {
+		log.Info("serving", "listen", cfg.Listen, "admin_listen", cfg.AdminListen, "config", configName(c.path()), "data_dir", absPath(cfg.DataDir))
+	} else {
+		printBanner(cfg, c.path(), token)
+	}
 
 	<-ctx.Done()
 	log.Info("shutting down: finishing in-flight calls")
@@ -318,9 +323,13 @@ func adminToken(cfg *config.Config) (string, bool, error) {
 	return "sluice-admin-" + hex.EncodeToString(b), true, nil
 }
 
-func printBanner(cfg *config.Config, generatedToken string) {
+// printBanner tells a developer where the server listens, which config
+// and data directory it runs with, and how to make a first call. Production
+// logs one line instead.
+func printBanner(cfg *config.Config, configPath, generatedToken string) {
 	fmt.Printf(`sluice: client API on http://%s   admin API on http://%s
-`, cfg.Listen, cfg.AdminListen)
+sluice: config %s; data directory %s
+`, cfg.Listen, cfg.AdminListen, configName(configPath), absPath(cfg.DataDir))
 	if generatedToken != "" {
 		fmt.Printf("sluice: development admin token (set SLUICE_ADMIN_TOKEN to choose one): %s\n", generatedToken)
 	}
@@ -331,4 +340,21 @@ First call:
     -H 'Content-Type: application/json' \
     -d '{"model":"mock-small","messages":[{"role":"user","content":"hello"}],"max_tokens":16}'
 `, cfg.Listen)
+}
+
+// configName names the config file serve runs with.
+func configName(path string) string {
+	if path == "" {
+		return "(embedded default: set SLUICE_CONFIG or --config for a file)"
+	}
+	return absPath(path)
+}
+
+// absPath is path made absolute, or path itself when the working directory
+// is unknown.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }
