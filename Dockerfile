@@ -24,12 +24,12 @@ RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.
     CGO_ENABLED=0 GOFLAGS= GOPROXY="$GOPROXY" go build -trimpath -buildvcs=false \
       -ldflags "-s -w -X main.version=$VERSION -X main.revision=$REVISION" \
       -o /out/sluice ./cmd/sluice && \
-    mkdir -p /out/data && chown 65532:65532 /out/data && chmod 0700 /out/data
+    mkdir -p /out/data && chmod 0700 /out/data
 
 FROM scratch
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY deploy/docker/passwd deploy/docker/group /etc/
-COPY --from=build /out/data /data
+COPY --from=build --chown=65532:65532 /out/data /data
 COPY --from=build /out/sluice /usr/local/bin/sluice
 # Both listeners on every interface of the container: the client API and
 # the admin API (with /metrics). Production mode: JSON logs, and the

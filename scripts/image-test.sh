@@ -27,13 +27,15 @@ version="v0.0.0-imagetest"
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 tag=localhost/sluice:imagetest
 
+# The builder: busybox and CA certificates, with the host's Go mounted at
+# /usr/local/go for the build (copying the toolchain into vfs storage takes
+# minutes).
 go_image=${GO_IMAGE:-}
+goroot_volume=()
 if [ -z "$go_image" ]; then
-  echo "image-test: making a builder image from $(go env GOROOT) (Go $(go env GOVERSION))"
   b=$(ba from scratch)
   m=$(ba mount "$b")
-  mkdir -p "$m/usr/local" "$m/bin" "$m/etc/ssl/certs" "$m/tmp" "$m/root"
-  cp -a "$(go env GOROOT)" "$m/usr/local/go"
+  mkdir -p "$m/usr/local/go" "$m/bin" "$m/etc/ssl/certs" "$m/tmp" "$m/root"
   cp /bin/busybox "$m/bin/busybox"
   for applet in $("$m/bin/busybox" --list); do [ -e "$m/bin/$applet" ] || ln -s busybox "$m/bin/$applet"; done
   cp /etc/ssl/certs/ca-certificates.crt "$m/etc/ssl/certs/"
@@ -42,7 +44,8 @@ if [ -z "$go_image" ]; then
   ba commit -q "$b" localhost/sluice-go-builder >/dev/null
   ba rm "$b" >/dev/null
   go_image=localhost/sluice-go-builder
-  echo "image-test: builder image made in $((SECONDS - start)) s"
+  goroot_volume=(--volume "$(go env GOROOT):/usr/local/go:ro")
+  echo "image-test: builder image (busybox, host Go $(go env GOVERSION)) made in $((SECONDS - start)) s"
 fi
 goproxy=${GOPROXY_FOR_IMAGE:-file:///goproxy}
 modcache="$(go env GOMODCACHE)/cache/download"
@@ -53,7 +56,7 @@ t0=$SECONDS
 ba build -q --isolation chroot --pull=never --layers=false \
   --build-arg GO_IMAGE="$go_image" --build-arg GOPROXY="$goproxy" \
   --build-arg VERSION="$version" --build-arg REVISION="$revision" \
-  --volume "$modcache:/goproxy:ro" -t "$tag" . >/dev/null
+  --volume "$modcache:/goproxy:ro" "${goroot_volume[@]}" -t "$tag" . >/dev/null
 echo "image-test: built in $((SECONDS - t0)) s"
 
 # The image's configuration.
