@@ -76,6 +76,11 @@ grep -q "^sluice $version" <<<"$out" || { echo "image-test: version not stamped"
 grep -q "$revision" <<<"$out" || { echo "image-test: revision not stamped" >&2; exit 1; }
 
 mnt=$(ba mount "$ctr")
+# The image's user must reach its root through the storage directories
+# (created 0700).
+d=$mnt
+while [ "$d" != "$storage" ] && [ "$d" != / ]; do chmod o+x "$d"; d=$(dirname "$d"); done
+chmod o+x "$storage"
 [ "$(stat -c %u:%g "$mnt/data")" = 65532:65532 ] || { echo "image-test: /data is not the user's" >&2; exit 1; }
 grep -q '^sluice:x:65532:65532:' "$mnt/etc/passwd"
 if file "$mnt/usr/local/bin/sluice" | grep -q 'dynamically linked'; then
