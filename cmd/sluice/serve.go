@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -340,21 +339,4 @@ First call:
     -H 'Content-Type: application/json' \
     -d '{"model":"mock-small","messages":[{"role":"user","content":"hello"}],"max_tokens":16}'
 `, cfg.Listen)
-}
-
-// configName names the config file serve runs with.
-func configName(path string) string {
-	if path == "" {
-		return "(embedded default: set SLUICE_CONFIG or --config for a file)"
-	}
-	return absPath(path)
-}
-
-// absPath is path made absolute, or path itself when the working directory
-// is unknown.
-func absPath(path string) string {
-	if abs, err := filepath.Abs(path); err == nil {
-		return abs
-	}
-	return path
 }
