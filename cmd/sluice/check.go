@@ -21,7 +21,7 @@ func checkTo(out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg, err := c.load()

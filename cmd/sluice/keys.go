@@ -50,7 +50,7 @@ func keys(args []string) error {
 	if sub == "list" {
 		fs.StringVar(&workspace, "workspace", "", "only this workspace")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *models != "" {

@@ -37,7 +37,7 @@ func limitsCommand(out io.Writer, args []string) error {
 	limit := fs.String("limit", "", "the override's limit: a whole number, 0 to disable, or inherit (set)")
 	burst := fs.String("burst", "inherit", "the override's burst: a whole number or inherit (set)")
 	expires := fs.String("expires", "", "when the override ends: a duration from now (24h) or an RFC 3339 time (set)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

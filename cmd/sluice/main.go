@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 )
@@ -19,10 +21,22 @@ commands:
   usage            usage from the ledger of a running server (--admin-url)
   limits           show|set|unset limits of a running server (--admin-url)
   mock             run the mock provider alone: --listen ADDR
-  version          print the version
+  version          print the version (also: sluice --version)
 
-Run "sluice <command> -h" for a command's flags.
+Run "sluice <command> -h" for a command's flags. Flags may come before or
+after a command's arguments.
 `
+
+const keysUsage = `usage:
+  sluice keys create --workspace W --user U [--org O] [--team T] [--tier T] [--name N] [--models M,...]
+  sluice keys list   [--workspace W]
+  sluice keys revoke ID
+Each takes --admin-url URL to work through a running server's admin API
+instead of the data directory. Run "sluice keys <subcommand> -h" for its flags.
+`
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" }
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -32,6 +46,17 @@ func run(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
 		return 2
+	}
+	// The commands with subcommands answer a bare -h with their list.
+	if len(args) == 2 && isHelp(args[1]) {
+		switch args[0] {
+		case "keys":
+			fmt.Print(keysUsage)
+			return 0
+		case "limits":
+			fmt.Println(limitsUsage)
+			return 0
+		}
 	}
 	var err error
 	switch args[0] {
@@ -47,13 +72,16 @@ func run(args []string) int {
 		err = migrate(args[1:])
 	case "mock":
 		err = mock(args[1:])
-	case "version":
-		fmt.Println("sluice (development)")
+	case "version", "--version":
+		err = versionCommand(args[1:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 	default:
 		fmt.Fprintf(os.Stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
 		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sluice %s: %v\n", args[0], err)

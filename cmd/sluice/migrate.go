@@ -13,7 +13,7 @@ func migrate(args []string) error {
 	var c common
 	c.register(fs)
 	c.flag(fs, "store", "SLUICE_STORE", "URL of counters and reservations")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg, err := c.load()

@@ -18,7 +18,7 @@ func mock(args []string) error {
 	perChunk := fs.Int("tokens-per-chunk", 1, "tokens in each streamed chunk")
 	rateLimit := fs.Int64("rate-limit-requests", 0, "the mock's own rate limit: model calls per --rate-limit-window, told in the providers' rate-limit headers (0: none)")
 	rateWindow := fs.Duration("rate-limit-window", time.Minute, "the window of --rate-limit-requests")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	srv := &http.Server{Addr: *listen, ReadHeaderTimeout: 10 * time.Second,

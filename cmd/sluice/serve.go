@@ -33,7 +33,7 @@ func serve(args []string) error {
 	c.flag(fs, "listen", config.VarListen, "client API address (default 127.0.0.1:8080)")
 	c.flag(fs, "admin-listen", config.VarAdminListen, "admin API address (default 127.0.0.1:8081)")
 	c.flag(fs, "store", config.VarStore, "URL of counters and reservations (default sqlite:// under the data directory)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg, err := c.load()
@@ -170,7 +170,11 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	printBanner(cfg, token)
+	if cfg.IsProduction() {
+		log.Info("serving", "listen", cfg.Listen, "admin_listen", cfg.AdminListen, "config", configName(c.path()), "data_dir", absPath(cfg.DataDir))
+	} else {
+		printBanner(cfg, c.path(), token)
+	}
 
 	<-ctx.Done()
 	log.Info("shutting down: finishing in-flight calls")
@@ -387,9 +391,13 @@ func adminToken(cfg *config.Config) (string, bool, error) {
 	return "sluice-admin-" + hex.EncodeToString(b), true, nil
 }
 
-func printBanner(cfg *config.Config, generatedToken string) {
+// printBanner tells a developer where the server listens, which config
+// and data directory it runs with, and how to make a first call. Production
+// logs one line instead.
+func printBanner(cfg *config.Config, configPath, generatedToken string) {
 	fmt.Printf(`sluice: client API on http://%s   admin API on http://%s
-`, cfg.Listen, cfg.AdminListen)
+sluice: config %s; data directory %s
+`, cfg.Listen, cfg.AdminListen, configName(configPath), absPath(cfg.DataDir))
 	if generatedToken != "" {
 		fmt.Printf("sluice: development admin token (set SLUICE_ADMIN_TOKEN to choose one): %s\n", generatedToken)
 	}

@@ -48,13 +48,18 @@ func (c *common) env(name string) (string, bool) {
 	return os.LookupEnv(name)
 }
 
+// path is the config file: --config, else $SLUICE_CONFIG; empty for the
+// embedded default.
+func (c *common) path() string {
+	if c.configPath != "" {
+		return c.configPath
+	}
+	return os.Getenv("SLUICE_CONFIG")
+}
+
 // load reads the config, with flags over environment over file.
 func (c *common) load() (*config.Config, error) {
-	path := c.configPath
-	if path == "" {
-		path = os.Getenv("SLUICE_CONFIG")
-	}
-	return config.Load(path, c.env)
+	return config.Load(c.path(), c.env)
 }
 
 // sqlitePath returns the file of a sqlite:// URL, or def for "sqlite://".

@@ -112,7 +112,7 @@ func usageCommand(out io.Writer, args []string) error {
 	from := fs.String("from", "", "first day, YYYY-MM-DD (default: 30 days ago)")
 	to := fs.String("to", "", "last day, YYYY-MM-DD (default: today)")
 	groupBy := fs.String("group-by", "day", "comma-separated: "+strings.Join(catalog.UsageGroups, ", ")+" (empty: one total; by tag, a call with several tags counts in each)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
