@@ -31,7 +31,7 @@ import (
 const (
 	dashboardFile = "../deploy/grafana/sluice.json"
 	alertsFile    = "../deploy/prometheus/alerts.yml"
-	readmeFile    = "../README.md"
+	readmeFile    = "../docs/operating.md"
 )
 
 type oneKey struct{}
