@@ -31,12 +31,20 @@ type served struct {
 	exited chan error
 	mu     sync.Mutex
 	stderr strings.Builder
+	// serving is closed when the process logs that it serves (in
+	// production, where it prints no banner).
+	serving     chan struct{}
+	servingOnce sync.Once
 }
 
 func (s *served) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stderr.Write(p)
+	n, err := s.stderr.Write(p)
+	if strings.Contains(s.stderr.String(), `"msg":"serving"`) {
+		s.servingOnce.Do(func() { close(s.serving) })
+	}
+	return n, err
 }
 
 // Stderr is what the process wrote to its standard error so far.
@@ -47,10 +55,11 @@ func (s *served) Stderr() string {
 }
 
 // startServe starts cmd (the binary's serve, or a shell that execs it) and
-// waits for its banner; it is killed at cleanup.
+// waits for its banner, or in production its "serving" log line; it is
+// killed at cleanup.
 func startServe(t *testing.T, cmd *exec.Cmd) *served {
 	t.Helper()
-	s := &served{cmd: cmd, exited: make(chan error, 1)}
+	s := &served{cmd: cmd, exited: make(chan error, 1), serving: make(chan struct{})}
 	cmd.Stderr = s
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -71,6 +80,7 @@ func startServe(t *testing.T, cmd *exec.Cmd) *served {
 	}()
 	select {
 	case <-ready:
+	case <-s.serving:
 	case err := <-s.exited:
 		s.exited <- err
 		t.Fatalf("serve exited before its banner: %v\n%s", err, s.Stderr())
