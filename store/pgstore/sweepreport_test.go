@@ -16,7 +16,7 @@ import (
 func TestStore_SweepReportTellsWhatItCharged(t *testing.T) {
 	s := openStore(t, testSchema(t), pgstore.Options{PinTime: true})
 	var _ sluice.SweepReporter = s
-	clock := storetest.NewClock(time.Now())
+	clock := storetest.NewClock(awayFromMidnight())
 	var swept []sluice.SweptReservation
 	l, err := sluice.New(sluice.Options{Store: s, Clock: clock, Rules: []sluice.Rule{
 		{Name: "ws_tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay},
@@ -56,7 +56,7 @@ func TestStore_SweepReportTellsWhatItCharged(t *testing.T) {
 // two-argument call) still settles, reporting nothing.
 func TestStore_SweepWithoutReport(t *testing.T) {
 	s := openStore(t, testSchema(t), pgstore.Options{PinTime: true})
-	clock := storetest.NewClock(time.Now())
+	clock := storetest.NewClock(awayFromMidnight())
 	l, err := sluice.New(sluice.Options{Store: s, Clock: clock, Rules: []sluice.Rule{
 		{Name: "ws_tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay},
 	}})
@@ -70,4 +70,14 @@ func TestStore_SweepWithoutReport(t *testing.T) {
 	if res, err := l.Sweep(context.Background()); err != nil || res.Charged != 1 {
 		t.Fatalf("sweep %+v, %v", res, err)
 	}
+}
+
+// awayFromMidnight is now, unless the tests' five minutes would cross midnight UTC
+// (a budget's day): then a minute after it.
+func awayFromMidnight() time.Time {
+	now := time.Now()
+	if next := now.Truncate(24 * time.Hour).Add(24 * time.Hour); next.Sub(now) < 10*time.Minute {
+		return next.Add(time.Minute)
+	}
+	return now
 }
