@@ -122,8 +122,11 @@ func TestDeploy_DashboardAndAlertsNameScrapedSeries(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		families = scrapeHandler(t, m.Handler())
-		if value(families, "sluice_requests_total", "outcome", "admitted") >= 3 || time.Now().After(deadline) {
-			break // the stream's event comes once it is settled
+		// Each call's event comes once its answer is out (a stream's once
+		// it is settled), on the gateway's own time.
+		if value(families, "sluice_requests_total", "outcome", "admitted") >= 3 &&
+			value(families, "sluice_fail_open_admissions_total", "rule", "open_rpm") >= 1 || time.Now().After(deadline) {
+			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
