@@ -18,7 +18,7 @@ import (
 func TestSweepReport_TellsOfLeftoverReservations(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "store.db")
 	rules := []sluice.Rule{{Name: "ws_tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}}
-	clock := storetest.NewClock(awayFromMidnight())
+	clock := storetest.NewClock(storetest.Start)
 	open := func(onSwept func(sluice.SweptReservation)) (*sqlitestore.Store, *sluice.Limiter) {
 		s, err := sqlitestore.Open(sqlitestore.Options{Path: path, Clock: clock})
 		if err != nil {
@@ -53,14 +53,4 @@ func TestSweepReport_TellsOfLeftoverReservations(t *testing.T) {
 	if err != nil || len(eff) != 1 || eff[0].Used != 100 {
 		t.Fatalf("the store holds %+v, %v; want the 100 reported", eff, err)
 	}
-}
-
-// awayFromMidnight is now, unless the tests' five minutes would cross midnight UTC
-// (a budget's day): then a minute after it.
-func awayFromMidnight() time.Time {
-	now := time.Now()
-	if next := now.Truncate(24 * time.Hour).Add(24 * time.Hour); next.Sub(now) < 10*time.Minute {
-		return next.Add(time.Minute)
-	}
-	return now
 }
