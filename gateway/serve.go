@@ -505,20 +505,16 @@ func (c *call) upstreamBody(cand *model, capPer int64, clamped bool) (body []byt
 	return body, injected
 }
 
-// settleUsage turns reported usage into what the limiter charges.
-// maxUsage is the most tokens any call is believed to produce, whatever its
-// model: 2^40, a trillion.
-const maxUsage = 1 << 40
-
 // usageBound is the most tokens the call could produce: the model's context
-// window (or, unknown, maxUsage) plus the output cap sent times n.
+// window (or, unknown, the library's ceiling on one usage value) plus the
+// output cap sent times n.
 func (c *call) usageBound(cand *model) int64 {
 	window := cand.ContextWindow
 	if window <= 0 {
-		window = maxUsage
+		window = sluice.MaxTokens
 	}
 	n := max(c.bound.N, 1)
-	return min(window+c.capPer*n, maxUsage)
+	return min(window+c.capPer*n, sluice.MaxTokens)
 }
 
 // impossible reports usage the call could not have produced: a negative
@@ -532,6 +528,7 @@ func (c *call) impossible(cand *model, u llm.Usage) bool {
 	return u.InputTokens > bound || u.OutputTokens > bound || u.InputTokens+u.OutputTokens > bound
 }
 
+// settleUsage turns reported usage into what the limiter charges.
 func (c *call) settleUsage(cand *model, u llm.Usage) sluice.Usage {
 	su := sluice.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		CachedInputTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteTokens}
