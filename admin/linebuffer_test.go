@@ -2,6 +2,7 @@ package admin
 
 import (
 	"fmt"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +13,7 @@ import (
 // many goroutines reach the writer whole, each goroutine's in order, within
 // the interval and without a Flush.
 func TestLineBuffer_WritesLinesWholeInOrderWithinTheInterval(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	b := NewLineBuffer(&out, 20*time.Millisecond)
 	const writers, lines = 4, 200
 	var wg sync.WaitGroup
@@ -47,7 +48,7 @@ func TestLineBuffer_WritesLinesWholeInOrderWithinTheInterval(t *testing.T) {
 // TestLineBuffer_FlushWritesEverythingAtOnce: Flush leaves nothing behind,
 // and a buffer past its size limit is written without waiting.
 func TestLineBuffer_FlushWritesEverythingAtOnce(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	b := NewLineBuffer(&out, time.Hour)
 	b.Write([]byte("one\n"))
 	b.Write([]byte("two\n"))

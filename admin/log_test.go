@@ -6,13 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +21,6 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/mockprovider"
 )
-
-// syncBuffer is a bytes.Buffer safe for the gateway's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // catalogKeys adapts the catalog to the gateway, as sluice serve does.
 type catalogKeys struct{ cat *catalog.Catalog }
@@ -63,7 +45,7 @@ func TestLogs_OneJSONLinePerRequestAndNoSecret(t *testing.T) {
 		"rule": "rate_per_minute", "attribute": "workspace", "value": "acme", "limit": 2})
 	upstream := httptest.NewServer(mockprovider.New(mockprovider.Options{}))
 	t.Cleanup(upstream.Close)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	log := NewLogger(&out, true)
 	g, err := gateway.New(gateway.Options{
 		Limiter: e.limiter, Keys: catalogKeys{e.cat}, Logger: log,

@@ -2,10 +2,10 @@ package gateway_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"io"
 	"log/slog"
 	"net"
@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -303,28 +302,10 @@ func TestGateway_IdentityHeadersDoNotChangeWhoPays(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the log's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestGateway_ServerErrorsGoToTheLog: what the HTTP server says about a
 // body over the cap goes to the gateway's structured log, not to stderr.
 func TestGateway_ServerErrorsGoToTheLog(t *testing.T) {
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	h := newHarness(t, nil, func(o *gateway.Options) {
 		o.MaxBodyBytes = 1024
 		o.Logger = slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,7 +20,7 @@ import (
 // its cause and once when it ends. /healthz stays 200.
 func TestGateway_ReadyzFollowsDependencies(t *testing.T) {
 	var down atomic.Bool
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	h := newHarness(t, nil, func(o *gateway.Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		o.Dependencies = []gateway.Dependency{{Name: "store", Check: func(context.Context) error {

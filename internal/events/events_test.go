@@ -1,10 +1,10 @@
 package events_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -50,25 +50,11 @@ func (a *auditLog) wait(t *testing.T, n int) []catalog.AuditEntry {
 	}
 }
 
-// syncBuffer is a log sink safe for the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines returns the JSON log lines whose "event" is typ.
-func (s *syncBuffer) lines(t *testing.T, typ string) []map[string]any {
+// logLines returns the JSON log lines of s whose "event" is typ.
+func logLines(t *testing.T, s *syncbuf.Buffer, typ string) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(s.String()), "\n") {
 		if l == "" {
 			continue
 		}
@@ -83,9 +69,9 @@ func (s *syncBuffer) lines(t *testing.T, typ string) []map[string]any {
 	return out
 }
 
-func newEvents(t *testing.T) (*events.Events, *auditLog, *syncBuffer, *[]string) {
+func newEvents(t *testing.T) (*events.Events, *auditLog, *syncbuf.Buffer, *[]string) {
 	t.Helper()
-	audit, logs := &auditLog{}, &syncBuffer{}
+	audit, logs := &auditLog{}, &syncbuf.Buffer{}
 	var warned []string
 	var mu sync.Mutex
 	e := events.New(events.Options{Log: slog.New(slog.NewJSONHandler(logs, nil)), Audit: audit,
@@ -133,7 +119,7 @@ func TestEvents_BudgetWarningOncePerPeriod(t *testing.T) {
 	if b := entries[2].After.(events.Warning); b.Level != "soft_limit" || b.Threshold != 0 || b.RequestID != "r3" {
 		t.Errorf("third entry %+v, want the soft limit", b)
 	}
-	lines := logs.lines(t, events.BudgetWarning)
+	lines := logLines(t, logs, events.BudgetWarning)
 	if len(lines) != 4 || lines[0]["rule"] != "daily" || lines[0]["subject"] != "acme/ws1" || lines[0]["request_id"] != "r1" {
 		t.Errorf("log lines %v", lines)
 	}
@@ -151,7 +137,7 @@ func TestEvents_OverrunAudited(t *testing.T) {
 	if a.Action != events.BudgetOverrun || a.After != (events.Overrun{Rule: "daily", Subject: "acme/ws1", Reserved: 100, Actual: 250}) {
 		t.Errorf("audit entry %+v", a)
 	}
-	l := logs.lines(t, events.BudgetOverrun)
+	l := logLines(t, logs, events.BudgetOverrun)
 	if len(l) != 1 || l[0]["reserved"] != 100.0 || l[0]["actual"] != 250.0 || l[0]["rule"] != "daily" {
 		t.Errorf("log lines %v", l)
 	}
@@ -161,7 +147,7 @@ func TestEvents_OverrunAudited(t *testing.T) {
 func TestEvents_ShadowRefusalLogged(t *testing.T) {
 	e, _, logs, _ := newEvents(t)
 	e.Observe(event.Event{RequestID: "r9", Workspace: "ws1", KeyID: "k1", Model: "m", Shadowed: []string{"try_rpm", "try_budget"}})
-	l := logs.lines(t, events.ShadowRefusal)
+	l := logLines(t, logs, events.ShadowRefusal)
 	if len(l) != 2 || l[0]["rule"] != "try_rpm" || l[1]["rule"] != "try_budget" || l[0]["request_id"] != "r9" || l[0]["key"] != "k1" {
 		t.Errorf("log lines %v", l)
 	}

@@ -1,12 +1,11 @@
 package pgstore_test
 
 import (
-	"bytes"
 	"context"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"log/slog"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +16,6 @@ import (
 	"github.com/sluicehq/sluice/store/storetest"
 )
 
-// syncBuffer is a log destination safe for the store's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Counters holding what no saturating store writes (a usage wrapped
 // negative or at 2^63-1, a negative reservation) are repaired when the
 // store opens: usage to the ceiling, spent until the period ends,
@@ -42,7 +23,7 @@ func (s *syncBuffer) String() string {
 // are left alone, and the next Open finds nothing to repair.
 func TestOpen_RepairsBadCounters(t *testing.T) {
 	schema := testSchema(t)
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	opts := pgstore.Options{PinTime: true, Logger: slog.New(slog.NewTextHandler(&logged, nil))}
 	s := openStore(t, schema, opts)
 	h := &storetest.Harness{T: t, Store: s, Clock: storetest.NewClock(storetest.Start), Ctx: context.Background()}

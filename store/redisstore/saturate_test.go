@@ -1,11 +1,10 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
+	"github.com/sluicehq/sluice/internal/syncbuf"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +13,6 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store/redisstore"
 )
-
-// syncBuffer is a log destination written from the store's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // budgetKeys returns the budget hashes under prefix, by the workspace
 // their key names.
@@ -61,7 +42,7 @@ func budgetKeys(t *testing.T, raw rueidis.Client, prefix string) map[string]stri
 // with one warning naming each key; a good hash is left alone.
 func TestBudget_RepairsBadCounters(t *testing.T) {
 	url := redisURL(t)
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	prefix := freshPrefix()
 	h := harness(t, redisstore.Options{URL: url, PinTime: true, Prefix: prefix, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	l := h.Limiter(sluice.Rule{Name: "daily", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens,
