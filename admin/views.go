@@ -79,7 +79,9 @@ func (h *Handler) identityOf(ctx context.Context, q url.Values, p *principal) (s
 		if !p.canReadIn(k.Org, k.Workspace) {
 			return sluice.Identity{}, forbiddenWorkspace(k.Workspace)
 		}
-		id.Org, id.Workspace, id.Team, id.User, id.Tier, id.Key = k.Org, k.Workspace, k.Team, k.User, k.Tier, k.ID
+		model, route := id.Model, id.Route
+		id = keyIdentity(k)
+		id.Model, id.Route = model, route
 	}
 	ws, err := scopeWorkspace(p, id.Workspace)
 	if err != nil {
@@ -87,6 +89,12 @@ func (h *Handler) identityOf(ctx context.Context, q url.Values, p *principal) (s
 	}
 	id.Workspace = ws
 	return id, nil
+}
+
+// keyIdentity is the identity of a request made with key k, as the
+// gateway builds it from the key's record.
+func keyIdentity(k catalog.Key) sluice.Identity {
+	return sluice.Identity{Org: k.Org, Workspace: k.Workspace, Team: k.Team, User: k.User, Tier: k.Tier, Key: k.ID}
 }
 
 // limitView is one limit that applies to a subject, where it came from,
