@@ -288,9 +288,12 @@ func (c *console) reservations(w http.ResponseWriter, r *http.Request, p *princi
 	if !p.isAdmin() {
 		return 0, "", errorf(http.StatusForbidden, "forbidden", "open reservations span workspaces: an admin token is needed")
 	}
-	var list []Reservation
+	list := ReservationList{Source: FromProcess}
 	if c.h.opts.Metrics != nil {
-		list = c.h.opts.Metrics.OpenReservations(c.h.now())
+		var err error
+		if list, err = c.h.opts.Metrics.Reservations(r.Context(), c.h.now(), maxReservations); err != nil {
+			return 0, "", err
+		}
 	}
 	v.Title, v.Nav, v.Data = "Open reservations", "reservations", list
 	return http.StatusOK, "reservations", nil

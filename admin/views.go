@@ -25,6 +25,20 @@ func checkParams(q url.Values, allowed ...string) error {
 	return nil
 }
 
+// limitParam reads the limit query parameter: an integer from 1 to most,
+// def when it is absent.
+func limitParam(q url.Values, def, most int) (int, error) {
+	s := q.Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > most {
+		return 0, errorf(http.StatusBadRequest, "invalid", "limit: want an integer from 1 to %d, got %q", most, s)
+	}
+	return n, nil
+}
+
 // scopeWorkspace returns the workspace a request reads: ws as given for an
 // admin; for a viewer, ws when it is in scope (403 otherwise), or its one
 // workspace when ws is empty.
@@ -303,12 +317,8 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, p *principal) er
 			}
 		}
 	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 || n > 1000 {
-			return errorf(http.StatusBadRequest, "invalid", "limit: want an integer from 1 to 1000, got %q", s)
-		}
-		aq.Limit = n
+	if aq.Limit, err = limitParam(q, 0, 1000); err != nil {
+		return err
 	}
 	switch ws := q.Get("workspace"); {
 	case ws != "" && !p.canRead(ws):
@@ -327,13 +337,29 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, p *principal) er
 	return nil
 }
 
-// reservations answers GET /admin/v1/reservations: the reservations open
-// in this process, oldest first.
-func (h *Handler) reservations(w http.ResponseWriter, _ *http.Request, _ *principal) error {
+// maxReservations bounds a listing of open reservations.
+const maxReservations = 1000
+
+// reservations answers GET /admin/v1/reservations?limit=: the open
+// reservations of every replica sharing the store (or, when the store
+// cannot list them, of this process), the soonest deadline first.
+func (h *Handler) reservations(w http.ResponseWriter, r *http.Request, _ *principal) error {
 	if h.opts.Metrics == nil {
 		return errorf(http.StatusNotImplemented, "not_implemented", "this server does not track reservations")
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"reservations": h.opts.Metrics.OpenReservations(h.now())})
+	q := r.URL.Query()
+	if err := checkParams(q, "limit"); err != nil {
+		return err
+	}
+	limit, err := limitParam(q, maxReservations, maxReservations)
+	if err != nil {
+		return err
+	}
+	list, err := h.opts.Metrics.Reservations(r.Context(), h.now(), limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
 	return nil
 }
 
