@@ -83,7 +83,6 @@ func newConsole(h *Handler) (*console, error) {
 			}
 			return *p
 		},
-		"durationText": sluice.Duration.String,
 		"limitText": func(p *int64) string {
 			if p == nil {
 				return "inherit"
