@@ -6,7 +6,8 @@
 // skipped, unless CI=true, where a missing service is a failure. Each
 // package using the gate runs its tests through Run in its TestMain, which
 // ends the package's output with the integration tests it skipped and the
-// variables that run them.
+// variables that run them, and says so on the terminal too when go test
+// would not show that output (see Run).
 package testenv
 
 import (
@@ -17,6 +18,8 @@ import (
 	"io"
 	neturl "net/url"
 	"os"
+	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -140,32 +143,75 @@ func lookup(tb testing.TB, name string) string {
 	return ""
 }
 
+// example is a value for the variable name, as a developer would set it.
 func example(name string) string {
-	if name == RedisVar {
+	switch name {
+	case RedisVar:
 		return RedisExample
+	case PostgresVar:
+		return PostgresExample
 	}
-	return PostgresExample
+	return HelmExample
 }
 
-// Run runs the package's tests, then prints which of them the gate skipped
-// and how to run them; it returns m.Run's exit code. A package's TestMain
-// calls os.Exit(testenv.Run(m)).
+// Run runs the package's tests, then reports which of them the gate
+// skipped and how to run them; it returns m.Run's exit code. A package's
+// TestMain calls os.Exit(testenv.Run(m)).
+//
+// The report ends the package's output. go test shows that output only
+// with -v, for a package that fails, or when it tests the current
+// directory; otherwise, after a pass, the report is written to the
+// terminal (/dev/tty) as well, which go test does not capture, so that
+// go test ./... without the services says what it skipped. Without a
+// terminal (CI, a pipe from cron) there is nothing more. A result go
+// test takes from its cache runs nothing, so reports nothing: -count=1
+// runs it again.
 func Run(m *testing.M) int {
 	code := m.Run()
 	if err := dropSchemas(); err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
 	}
 	skips.report(os.Stdout)
+	if outputHidden(code, testing.Verbose(), os.Stdout) {
+		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+			skips.report(tty)
+			tty.Close()
+		}
+	}
 	return code
 }
 
+// outputHidden reports whether go test hides what the test binary writes
+// to stdout: after a pass (code 0), without -v (or -json, which implies
+// it), unless stdout is a character device, the terminal go test hands
+// the tests of the current directory (or /dev/null).
+func outputHidden(code int, verbose bool, stdout *os.File) bool {
+	if code != 0 || verbose {
+		return false
+	}
+	info, err := stdout.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice == 0
+}
+
 // skips records the tests the gate skipped, by the variable that was
-// missing. Tests run in parallel, so it is locked.
-var skips skipLog
+// missing, and names the package they are in. Tests run in parallel, so
+// it is locked.
+var skips = skipLog{pkg: packagePath()}
 
 type skipLog struct {
+	pkg   string
 	mu    sync.Mutex
 	tests map[string][]string
+}
+
+// packagePath is the import path of the package under test, from the test
+// binary's build information (whose path ends in ".test"), or the
+// binary's name when it has none.
+func packagePath() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Path != "" {
+		return strings.TrimSuffix(info.Path, ".test")
+	}
+	return strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
 }
 
 func (l *skipLog) add(name, test string) {
@@ -184,13 +230,13 @@ const maxNames = 8
 
 // report writes, when any test was skipped, a summary such as
 //
-//	testenv: 3 integration tests skipped (TestA, TestB, TestC)
+//	testenv: github.com/sluicehq/sluice/catalog: 3 integration tests skipped (TestA, TestB, TestC)
 //	testenv: set SLUICE_TEST_POSTGRES_URL=postgres://... to run them (.ci/run starts the services and sets them)
 func (l *skipLog) report(w io.Writer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var names, vars []string
-	for _, name := range []string{RedisVar, PostgresVar} {
+	for _, name := range []string{RedisVar, PostgresVar, HelmVar} {
 		if len(l.tests[name]) == 0 {
 			continue
 		}
@@ -210,7 +256,7 @@ func (l *skipLog) report(w io.Writer) {
 	if len(names) == 1 {
 		noun = "test"
 	}
-	fmt.Fprintf(w, "testenv: %d integration %s skipped (%s)\n", len(names), noun, listed)
+	fmt.Fprintf(w, "testenv: %s: %d integration %s skipped (%s)\n", l.pkg, len(names), noun, listed)
 	fmt.Fprintf(w, "testenv: set %s to run them (.ci/run starts the services and sets them)\n", strings.Join(vars, " "))
 }
 

@@ -20,17 +20,20 @@ func TestSkipLog_ReportNamesTheTestsAndTheVariables(t *testing.T) {
 	}{
 		"none": {nil, ""},
 		"one": {map[string][]string{PostgresVar: {"TestA/postgres"}},
-			"testenv: 1 integration test skipped (TestA/postgres)\n" +
+			"testenv: example.com/p: 1 integration test skipped (TestA/postgres)\n" +
 				"testenv: set " + PostgresVar + "=" + PostgresExample + " to run them (.ci/run starts the services and sets them)\n"},
 		"both, many": {map[string][]string{
 			PostgresVar: {"T1", "T2", "T3", "T4", "T5"},
 			RedisVar:    {"T6", "T7", "T8", "T9", "T0"},
-		}, "testenv: 10 integration tests skipped (T0, T1, T2, T3, T4, T5, T6, T7 and 2 more)\n" +
+		}, "testenv: example.com/p: 10 integration tests skipped (T0, T1, T2, T3, T4, T5, T6, T7 and 2 more)\n" +
 			"testenv: set " + RedisVar + "=" + RedisExample + " " + PostgresVar + "=" + PostgresExample +
 			" to run them (.ci/run starts the services and sets them)\n"},
+		"helm": {map[string][]string{HelmVar: {"TestChart"}},
+			"testenv: example.com/p: 1 integration test skipped (TestChart)\n" +
+				"testenv: set " + HelmVar + "=" + HelmExample + " to run them (.ci/run starts the services and sets them)\n"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var l skipLog
+			l := skipLog{pkg: "example.com/p"}
 			for v, tests := range tc.skipped {
 				for _, test := range tests {
 					l.add(v, test)
@@ -43,6 +46,46 @@ func TestSkipLog_ReportNamesTheTestsAndTheVariables(t *testing.T) {
 				t.Fatalf("report:\n%s\nwant:\n%s", out.String(), tc.want)
 			}
 		})
+	}
+}
+
+// TestOutputHidden: the report goes to the terminal too only when go test
+// would not show the package's output: after a pass, without -v, and
+// with stdout not a terminal.
+func TestOutputHidden(t *testing.T) {
+	r, pipe, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer pipe.Close()
+	device, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer device.Close()
+	for _, tc := range []struct {
+		name    string
+		code    int
+		verbose bool
+		stdout  *os.File
+		hidden  bool
+	}{
+		{"go test ./... passes", 0, false, pipe, true},
+		{"go test ./... fails: the output is shown", 1, false, pipe, false},
+		{"go test -v", 0, true, pipe, false},
+		{"go test in the package's directory: stdout is the terminal", 0, false, device, false},
+	} {
+		if got := outputHidden(tc.code, tc.verbose, tc.stdout); got != tc.hidden {
+			t.Errorf("%s: outputHidden = %v, want %v", tc.name, got, tc.hidden)
+		}
+	}
+}
+
+// TestPackagePath: the report names the package under test.
+func TestPackagePath(t *testing.T) {
+	if got, want := packagePath(), "github.com/sluicehq/sluice/internal/testenv"; got != want {
+		t.Errorf("packagePath() = %q, want %q", got, want)
 	}
 }
 
