@@ -7,30 +7,29 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-func TestSkipLog_ReportNamesTheTestsAndTheVariables(t *testing.T) {
+func TestSkipLog_ReportNamesTheTestsAndHowToRunThem(t *testing.T) {
+	postgres, redis := "set "+PostgresVar+"="+PostgresExample, "set "+RedisVar+"="+RedisExample
 	for name, tc := range map[string]struct {
 		skipped map[string][]string
 		want    string
 	}{
 		"none": {nil, ""},
-		"one": {map[string][]string{PostgresVar: {"TestA/postgres"}},
+		"one": {map[string][]string{postgres: {"TestA/postgres"}},
 			"testenv: example.com/p: 1 integration test skipped (TestA/postgres)\n" +
-				"testenv: set " + PostgresVar + "=" + PostgresExample + " to run them (.ci/run starts the services and sets them)\n"},
+				"testenv: to run them, " + postgres + " (.ci/run does all of it)\n"},
 		"both, many": {map[string][]string{
-			PostgresVar: {"T1", "T2", "T3", "T4", "T5"},
-			RedisVar:    {"T6", "T7", "T8", "T9", "T0"},
+			postgres: {"T1", "T2", "T3", "T4", "T5"},
+			redis:    {"T6", "T7", "T8", "T9", "T0"},
 		}, "testenv: example.com/p: 10 integration tests skipped (T0, T1, T2, T3, T4, T5, T6, T7 and 2 more)\n" +
-			"testenv: set " + RedisVar + "=" + RedisExample + " " + PostgresVar + "=" + PostgresExample +
-			" to run them (.ci/run starts the services and sets them)\n"},
-		"helm": {map[string][]string{HelmVar: {"TestChart"}},
-			"testenv: example.com/p: 1 integration test skipped (TestChart)\n" +
-				"testenv: set " + HelmVar + "=" + HelmExample + " to run them (.ci/run starts the services and sets them)\n"},
+			"testenv: to run them, " + postgres + "; " + redis + " (.ci/run does all of it)\n"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := skipLog{pkg: "example.com/p"}
@@ -48,6 +47,44 @@ func TestSkipLog_ReportNamesTheTestsAndTheVariables(t *testing.T) {
 		})
 	}
 }
+
+// TestMissing_SkipsAndReports: a test that lacks what it needs is skipped
+// and recorded for the report, or fails when CI=true.
+func TestMissing_SkipsAndReports(t *testing.T) {
+	const how = "install the frobnicator"
+	t.Setenv("CI", "")
+	t.Run("lacking", func(t *testing.T) { Missing(t, "frobnicator is not installed", how) })
+	skips.mu.Lock()
+	recorded := skips.tests[how]
+	delete(skips.tests, how) // not a skip of this package's
+	skips.mu.Unlock()
+	if want := []string{"TestMissing_SkipsAndReports/lacking"}; !slices.Equal(recorded, want) {
+		t.Errorf("recorded %q, want %q", recorded, want)
+	}
+	t.Setenv("CI", "true")
+	var fake fakeTB
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Missing(&fake, "frobnicator is not installed", how)
+	}()
+	<-done
+	if !fake.failed || fake.skipped {
+		t.Errorf("with CI=true: failed %v, skipped %v; want a failure", fake.failed, fake.skipped)
+	}
+}
+
+// fakeTB records how a gate ended a test, which it ends as testing does,
+// with runtime.Goexit.
+type fakeTB struct {
+	testing.TB
+	failed, skipped bool
+}
+
+func (f *fakeTB) Helper()               {}
+func (f *fakeTB) Name() string          { return "fake" }
+func (f *fakeTB) Fatalf(string, ...any) { f.failed = true; runtime.Goexit() }
+func (f *fakeTB) Skipf(string, ...any)  { f.skipped = true; runtime.Goexit() }
 
 // TestOutputHidden: the report goes to the terminal too only when go test
 // would not show the package's output: after a pass, without -v, and
