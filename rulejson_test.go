@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -31,18 +32,48 @@ func TestRuleJSON_EveryFieldRoundTrips(t *testing.T) {
 	if err := json.Unmarshal(b, &fields); err != nil {
 		t.Fatal(err)
 	}
-	for f := range reflect.TypeFor[sluice.Rule]().Fields() {
-		if f.Type != reflect.TypeFor[time.Duration]() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		s, _ := fields[name].(string)
-		if d, err := time.ParseDuration(s); err != nil || d != reflect.ValueOf(r).FieldByIndex(f.Index).Interface() {
-			t.Errorf("%s is written as %s: %v = %v, want a duration string (give it a Duration in RuleJSON)", f.Name, name, fields[name], err)
-		}
-	}
+	durationsAreStrings(t, "rule", reflect.TypeFor[sluice.Rule](), fields)
 	if fields["enabled"] != false || fields["disabled"] != nil || fields["source"] != nil {
 		t.Errorf("enabled %v, disabled %v, source %v: want false, absent, absent", fields["enabled"], fields["disabled"], fields["source"])
+	}
+}
+
+// durationsAreStrings checks that every time.Duration of v, the JSON of a
+// value of type typ (nested fields included), was written as a duration
+// string, not as encoding/json's nanoseconds.
+func durationsAreStrings(t *testing.T, path string, typ reflect.Type, v any) {
+	t.Helper()
+	switch {
+	case typ == reflect.TypeFor[time.Duration]():
+		if s, ok := v.(string); !ok {
+			t.Errorf("%s is written as %v, not a duration string: in a rule's JSON a duration is a sluice.Duration", path, v)
+		} else if _, err := time.ParseDuration(s); err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+	case typ.Kind() == reflect.Pointer, typ.Kind() == reflect.Slice && typ.Elem().Kind() != reflect.Uint8:
+		list, _ := v.([]any)
+		if typ.Kind() == reflect.Pointer {
+			list = []any{v}
+		}
+		for i, e := range list {
+			durationsAreStrings(t, fmt.Sprintf("%s[%d]", path, i), typ.Elem(), e)
+		}
+	case typ.Kind() == reflect.Map:
+		m, _ := v.(map[string]any)
+		for k, e := range m {
+			durationsAreStrings(t, path+"."+k, typ.Elem(), e)
+		}
+	case typ.Kind() == reflect.Struct:
+		m, _ := v.(map[string]any)
+		for f := range typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" {
+				name = f.Name
+			}
+			if f.IsExported() && name != "-" {
+				durationsAreStrings(t, path+"."+name, f.Type, m[name])
+			}
+		}
 	}
 }
 
