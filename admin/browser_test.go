@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // chromium finds the browser: $SLUICE_TEST_CHROMIUM, /usr/bin/chromium or
@@ -33,10 +34,7 @@ func chromium(t *testing.T) string {
 	if p, err := exec.LookPath("chromium"); err == nil {
 		return p
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed (.ci/run installs it)")
-	}
-	t.Skip("chromium is not installed; set SLUICE_TEST_CHROMIUM or install Debian's chromium")
+	testenv.Missing(t, "chromium is not installed", "install chromium (or set SLUICE_TEST_CHROMIUM to a browser)")
 	return ""
 }
 

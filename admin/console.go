@@ -79,8 +79,7 @@ func newConsole(h *Handler) (*console, error) {
 			}
 			return *p
 		},
-		"durationText": sluice.Duration.String,
-		"limitText":    func(p *int64) string { return overrideAmount("", p) },
+		"limitText": func(p *int64) string { return overrideAmount("", p) },
 	}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(uiFiles, "ui/layout.html", "ui/bar.html", "ui/chart.html")
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// TestMain ends the package's output with the Redis and PostgreSQL tests it
-// skipped.
+// TestMain ends the package's output with the integration tests it
+// skipped (Redis, PostgreSQL, the browser, promtool).
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Run(m))
 }
