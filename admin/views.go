@@ -257,11 +257,11 @@ func parseDay(name, s string) (time.Time, error) {
 	return time.Time{}, errorf(http.StatusBadRequest, "invalid", "%s: want a date (2006-01-02) or an RFC 3339 time, got %q", name, s)
 }
 
-// usage answers GET /admin/v1/usage?org=&workspace=&from=&to=&group_by=org,workspace,day,route,model,key,user,team,tag,kind.
+// usage answers GET /admin/v1/usage?org=&workspace=&key=&from=&to=&group_by=org,workspace,day,route,model,key,user,team,tag,kind.
 // A viewer reads its own org's workspaces only.
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request, p *principal) error {
 	q := r.URL.Query()
-	if err := checkParams(q, "org", "workspace", "from", "to", "group_by"); err != nil {
+	if err := checkParams(q, "org", "workspace", "key", "from", "to", "group_by"); err != nil {
 		return err
 	}
 	org := q.Get("org")
@@ -287,7 +287,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request, p *principal) er
 	if g := q.Get("group_by"); g != "" {
 		groups = strings.Split(g, ",")
 	}
-	rows, err := h.cat.Usage(r.Context(), catalog.UsageQuery{Org: org, Workspace: ws, From: from, To: to, GroupBy: groups})
+	rows, err := h.cat.Usage(r.Context(), catalog.UsageQuery{Org: org, Workspace: ws, Key: q.Get("key"), From: from, To: to, GroupBy: groups})
 	if err != nil {
 		return err
 	}
