@@ -380,6 +380,11 @@ func classRefusal(charges []Charge) bool {
 	return true
 }
 
+// maxSignals is the limit of a demand marker in its period of signals: it
+// counts the signals of one period, one or a few (see signalDemand), and
+// stays within what every store computes exactly.
+const maxSignals = 1 << 20
+
 // signalDemand records, for each class refused by its own share, that the
 // class asks for it: borrowers of the share are refused until the end of
 // the next demand period. The marker of this period and of the next are
@@ -396,7 +401,7 @@ func (l *Limiter) signalDemand(ctx context.Context, now time.Time, first []Charg
 		for ahead := range int64(2) {
 			start, end := demandPeriod(s.period, now, ahead)
 			b.Charges = append(b.Charges, Charge{Key: CounterKey{Rule: s.list[c.class-1].demand, Subject: c.Key.Subject, Period: start},
-				Kind: KindBudget, Limit: max(1, CounterCeiling*(1-ahead)), Amount: 1, Actual: 1, PeriodEnd: end, rule: s.demand})
+				Kind: KindBudget, Limit: max(1, maxSignals*(1-ahead)), Amount: 1, Actual: 1, PeriodEnd: end, rule: s.demand})
 			b.Deadline = end
 		}
 	}

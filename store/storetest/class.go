@@ -54,7 +54,7 @@ var classScenarios = map[string]func(t *testing.T, h *Harness){
 		if !admit(marker(1, start, 1, 0)) {
 			t.Fatal("a check of an empty marker was refused")
 		}
-		if !admit(marker(2, start, sluice.CounterCeiling, 1)) {
+		if !admit(marker(2, start, 1<<20, 1)) {
 			t.Fatal("setting the marker was refused")
 		}
 		if admit(marker(3, start, 1, 0)) {
