@@ -48,6 +48,7 @@ func BenchmarkAdmitSettleClasses(b *testing.B) {
 				}
 			}
 			b.ReportAllocs()
+			cpu := startCPU()
 			for b.Loop() {
 				r, err := l.Admit(ctx, req)
 				if err != nil {
@@ -57,6 +58,7 @@ func BenchmarkAdmitSettleClasses(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			cpu.report(b)
 		})
 	}
 }
