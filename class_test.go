@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/memstore"
 )
 
 // modelCalls is the documented example: 12 calls in flight shared by
@@ -322,4 +323,33 @@ func TestClasses_TooLargeOnlyPastTheLargestShare(t *testing.T) {
 	if !errors.As(err, &tl) || tl.Limit != 900 {
 		t.Errorf("%v, want too large for the largest share, 900", err)
 	}
+}
+
+// signalDownStore fails the admissions that signal a class's demand (a
+// budget charge of one), and serves the others.
+type signalDownStore struct{ sluice.Store }
+
+func (s signalDownStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+	for _, c := range b.Charges {
+		if c.Kind == sluice.KindBudget && c.Amount == 1 {
+			return false, errors.New("connection reset")
+		}
+	}
+	return s.Store.Admit(ctx, now, b)
+}
+
+// A demand signal the store fails is the refusal's store error, with its
+// cause: the class's claim on its share was not recorded.
+func TestClasses_FailedDemandSignalIsStoreError(t *testing.T) {
+	rule := sluice.Rule{Name: "two", Kind: sluice.KindConcurrency, Subject: "global", Limit: 2,
+		Classes: []sluice.Class{{Name: "interactive", Floor: 1}, {Name: "batch", Floor: 1}}}
+	l, _ := newLimiter(t, sluice.Options{Store: signalDownStore{memstore.New(memstore.Options{})}, Rules: []sluice.Rule{rule}})
+	held := admit(t, l, inClass("interactive", "i"))
+	admit(t, l, inClass("batch", "b"))
+	_, err := l.Admit(context.Background(), inClass("interactive", "i"))
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || !strings.Contains(err.Error(), "connection reset") {
+		t.Fatalf("got %v, want store unavailable naming its cause", err)
+	}
+	settle(t, held, sluice.Usage{})
+	admit(t, l, inClass("interactive", "i"))
 }
