@@ -159,6 +159,13 @@ type Rule struct {
 	// refusals tell a client to wait (the earliest of its calls to end may
 	// be far off: a call's deadline). Zero means Options.BusyRetryAfter.
 	BusyRetryAfter time.Duration `json:"busy_retry_after,omitempty" yaml:"busy_retry_after,omitempty"`
+	// Classes split a rate or concurrency rule's capacity between priority
+	// classes, each with a floor and a weight (see Class); the floors add
+	// up to at most Limit. Empty: no classes.
+	Classes []Class `json:"classes,omitempty" yaml:"classes,omitempty"`
+	// DefaultClass is the class of a request whose identity names none of
+	// Classes; empty means the last class listed.
+	DefaultClass string `json:"default_class,omitempty" yaml:"default_class,omitempty"`
 	// Disabled rules are not checked and count nothing. The config file
 	// and the JSON form write it as enabled (true by default).
 	Disabled bool `json:"-" yaml:"-"`

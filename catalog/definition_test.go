@@ -116,3 +116,26 @@ func TestCatalog_LoadsAStoredDefinition(t *testing.T) {
 		}
 	})
 }
+
+// TestRule_ClassesRoundTrip: a rule's priority classes are kept in its
+// definition, read into the engine's rule and written back unchanged.
+func TestRule_ClassesRoundTrip(t *testing.T) {
+	const def = `{"name":"model-calls","kind":"concurrency","subject":"global","limit":12,"classes":[{"name":"interactive","weight":3,"floor":6},{"name":"batch"}],"default_class":"batch","enabled":true}`
+	var r Rule
+	if err := json.Unmarshal([]byte(def), &r); err != nil {
+		t.Fatal(err)
+	}
+	got := r.Rule
+	want := []sluice.Class{{Name: "interactive", Weight: 3, Floor: 6}, {Name: "batch"}}
+	if !reflect.DeepEqual(got.Classes, want) || got.DefaultClass != "batch" {
+		t.Errorf("engine rule classes %+v, default %q; want %+v, batch", got.Classes, got.DefaultClass, want)
+	}
+	b, err := json.Marshal(Rule{Rule: got})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Rule
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, r) {
+		t.Errorf("written back as\n%s\nread as %+v (%v), want %+v", b, back, err, r)
+	}
+}

@@ -189,6 +189,20 @@ func TestParse_Good(t *testing.T) {
 			},
 		},
 		{
+			name: "a rule with priority classes",
+			yaml: `rules:
+  - {name: model-calls, kind: concurrency, subject: global, limit: 12, default_class: standard,
+     classes: [{name: interactive, weight: 3, floor: 6}, {name: standard, weight: 2, floor: 3}, {name: batch, weight: 1}]}
+`,
+			check: func(t *testing.T, c *Config) {
+				r := c.Rules[0].SluiceRule()
+				want := []sluice.Class{{Name: "interactive", Weight: 3, Floor: 6}, {Name: "standard", Weight: 2, Floor: 3}, {Name: "batch", Weight: 1}}
+				if r.DefaultClass != "standard" || !slices.Equal(r.Classes, want) {
+					t.Errorf("rule %+v, want the classes %+v", r, want)
+				}
+			},
+		},
+		{
 			name: "comments only",
 			yaml: "# nothing yet\n",
 			check: func(t *testing.T, c *Config) {
