@@ -47,12 +47,17 @@ func appName(prefix string) string {
 
 // withAppName returns the test URL with application_name set.
 func withAppName(b *testing.B, name string) string {
+	return withParam(b, "application_name", name)
+}
+
+// withParam returns the test URL with the parameter key set to value.
+func withParam(b *testing.B, key, value string) string {
 	u, err := url.Parse(postgresURL(b))
 	if err != nil {
 		b.Fatal(err)
 	}
 	q := u.Query()
-	q.Set("application_name", name)
+	q.Set(key, value)
 	u.RawQuery = q.Encode()
 	return u.String()
 }
@@ -292,14 +297,7 @@ func BenchmarkAdmitSettle(b *testing.B) {
 // settlement carrying its call's ledger record, as serve's gateway
 // attaches it.
 func ledgerStore(b *testing.B, schema, app string) (*pgstore.Store, *sluice.Limiter, func(subject string) context.Context) {
-	u, err := url.Parse(postgresURL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	cat, err := catalog.OpenPostgres(context.Background(), u.String(), catalog.Options{})
+	cat, err := catalog.OpenPostgres(context.Background(), withParam(b, "search_path", schema), catalog.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
