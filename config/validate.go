@@ -450,8 +450,13 @@ func (v *checker) tiers() {
 		if t.Promote == nil {
 			continue
 		}
-		if t.Promote.After <= 0 {
-			v.add(at+".promote.after", "must be a positive duration, got %v", t.Promote.After)
+		switch p := t.Promote; {
+		case p.After < 0:
+			v.add(at+".promote.after", "must be a positive duration, got %v", p.After)
+		case p.Tokens < 0:
+			v.add(at+".promote.tokens", "must be positive, got %d", p.Tokens)
+		case p.After == 0 && p.Tokens == 0 && p.Cost == 0:
+			v.add(at+".promote", "needs after (a key's age), tokens or cost (its settled usage)")
 		}
 		switch _, ok := names[t.Promote.To]; {
 		case t.Promote.To == "":
