@@ -204,6 +204,12 @@ type Model struct {
 	// ContextWindow is the model's input plus output limit in tokens; 0 means
 	// unknown.
 	ContextWindow int64 `yaml:"context_window,omitempty"`
+	// Tokenizer is the encoding the gateway counts a prompt with to refuse
+	// one certainly longer than ContextWindow: "o200k_base" or
+	// "cl100k_base"; "none" counts nothing; empty picks the encoding of an
+	// OpenAI model by its upstream name on an openai or azure provider,
+	// and none elsewhere.
+	Tokenizer string `yaml:"tokenizer,omitempty"`
 	// Aliases are other names clients may use for it.
 	Aliases []string `yaml:"aliases,omitempty"`
 	// Fallbacks are the models tried, in order, when this one's rules refuse.
@@ -223,6 +229,9 @@ type Prices struct {
 	CacheWrite *Dollars `yaml:"cache_write,omitempty"`
 	Output     Dollars  `yaml:"output"`
 }
+
+// TokenizerNone is the tokenizer of a model whose prompts are not counted.
+const TokenizerNone = "none"
 
 // SluicePrice returns the model's price list for the engine; the zero Price
 // when the model has none.

@@ -324,6 +324,11 @@ func (v *checker) models() {
 		} else if m.ContextWindow > 0 && m.MaxOutputTokens > m.ContextWindow {
 			v.add(at+".max_output_tokens", "%d is larger than context_window (%d)", m.MaxOutputTokens, m.ContextWindow)
 		}
+		switch m.Tokenizer {
+		case "", TokenizerNone, "o200k_base", "cl100k_base":
+		default:
+			v.add(at+".tokenizer", "must be o200k_base, cl100k_base or none, got %q", m.Tokenizer)
+		}
 		v.price(at+".price", m.Price)
 		for j, a := range m.Aliases {
 			path := fmt.Sprintf("%s.aliases[%d]", at, j)

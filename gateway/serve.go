@@ -161,6 +161,9 @@ func (c *call) run() error {
 		return errUnknownModel(c.bound.Model)
 	}
 	c.model = m
+	if err := c.checkContext(m); err != nil {
+		return err
+	}
 	if sid := ctx.Request.Header.Peek(HeaderSession); len(sid) > 0 {
 		if err := c.joinSession(string(sid), m); err != nil {
 			return err

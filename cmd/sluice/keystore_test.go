@@ -128,7 +128,11 @@ tiers:
 	}
 	settled := &settledByKey{}
 	keys := keyStore{cat: cat, config: func() *config.Config { return cfg }, now: time.Now, settled: settled}
-	g, err := gateway.New(gateway.Options{Limiter: l, Keys: keys, Usage: ledger{cat}, Models: modelsOf(cfg), Providers: providers})
+	models, err := modelsOf(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(gateway.Options{Limiter: l, Keys: keys, Usage: ledger{cat}, Models: models, Providers: providers})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/catalogsessions"
 	"github.com/sluicehq/sluice/internal/mockprovider"
+	"github.com/sluicehq/sluice/llm/bpe"
 	"go.opentelemetry.io/otel"
 )
 
@@ -127,11 +128,15 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	models, err := modelsOf(cfg)
+	if err != nil {
+		return err
+	}
 	g, err := gateway.New(gateway.Options{
 		Limiter:          limiter,
 		Keys:             auth,
 		Usage:            ledger{cat},
-		Models:           modelsOf(cfg),
+		Models:           models,
 		TenantModels:     tenantModelsOf(cfg),
 		Providers:        providers,
 		MaxBodyBytes:     int(cfg.MaxBodyBytes),
@@ -253,14 +258,42 @@ func providersOf(ctx context.Context, cfg *config.Config, log *slog.Logger) ([]g
 	return out, nil
 }
 
-func modelsOf(cfg *config.Config) []gateway.Model {
+func modelsOf(cfg *config.Config) ([]gateway.Model, error) {
 	var out []gateway.Model
 	for _, m := range cfg.Models {
-		out = append(out, gateway.Model{Name: m.Name, Provider: m.Provider, UpstreamName: m.UpstreamName,
+		gm := gateway.Model{Name: m.Name, Provider: m.Provider, UpstreamName: m.UpstreamName,
 			Price: m.SluicePrice(), MaxOutputTokens: m.MaxOutputTokens, ContextWindow: m.ContextWindow,
-			Aliases: m.Aliases, Fallbacks: m.Fallbacks})
+			Aliases: m.Aliases, Fallbacks: m.Fallbacks}
+		if name := tokenizerOf(cfg, &m); name != "" && m.ContextWindow > 0 {
+			enc, err := bpe.Get(name)
+			if err != nil {
+				return nil, fmt.Errorf("model %s: %w", m.Name, err)
+			}
+			gm.Tokenizer = enc
+		}
+		out = append(out, gm)
 	}
-	return out
+	return out, nil
+}
+
+// tokenizerOf is the encoding model m's prompts are counted with (see
+// config.Model.Tokenizer); "" for none.
+func tokenizerOf(cfg *config.Config, m *config.Model) string {
+	switch m.Tokenizer {
+	case config.TokenizerNone:
+		return ""
+	case "":
+		p, ok := cfg.Provider(m.Provider)
+		if !ok || (p.Kind != config.KindOpenAI && p.Kind != config.KindAzure) {
+			return ""
+		}
+		upstream := m.UpstreamName
+		if upstream == "" {
+			upstream = m.Name
+		}
+		return bpe.ForModel(upstream)
+	}
+	return m.Tokenizer
 }
 
 func tenantModelsOf(cfg *config.Config) []gateway.TenantModel {

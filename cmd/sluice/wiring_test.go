@@ -50,7 +50,11 @@ tenant_models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := gateway.New(gateway.Options{Limiter: l, Keys: keyStore{}, Models: modelsOf(cfg), Providers: providers,
+	models, err := modelsOf(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gateway.New(gateway.Options{Limiter: l, Keys: keyStore{}, Models: models, Providers: providers,
 		TenantModels: tenantModelsOf(cfg)}); err != nil {
 		t.Errorf("gateway.New: %v", err)
 	}
