@@ -1,6 +1,9 @@
 package gateway
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // Tokenizer counts the tokens of a piece of prompt text exactly as the
 // model's provider does (see llm/bpe for OpenAI's encodings). It must be
@@ -35,19 +38,30 @@ func (c *call) checkContext(m *model) error {
 	if tk == nil || window <= 0 || c.rt.text == nil || c.bound.PromptBytes <= window {
 		return nil
 	}
+	// Counting costs about two seconds per megabyte on a loaded machine: a
+	// long piece is counted in chunks (each cut is a piece's joint, covered
+	// by boundarySlack), and counting stops once the window is certainly
+	// passed, so no prompt costs much more than its window's worth.
 	var tokens, pieces int64
+	over := func() bool { return tokens-boundarySlack*pieces > window }
 	if _, err := c.rt.text(c.body, func(text []byte) {
-		tokens += int64(tk.Count(text))
-		pieces++
-	}); err != nil {
-		return nil // parsed once already; the provider will say
+		for len(text) > 0 && !over() {
+			n := min(len(text), countChunk)
+			for n < len(text) && !utf8.RuneStart(text[n]) {
+				n++
+			}
+			tokens += int64(tk.Count(text[:n]))
+			pieces++
+			text = text[n:]
+		}
+	}); err != nil || !over() {
+		return nil // an error: parsed once already, the provider will say
 	}
-	least := tokens - boundarySlack*pieces
-	if least <= window {
-		return nil
-	}
-	return errContextLength(m.Name, window, least)
+	return errContextLength(m.Name, window, tokens-boundarySlack*pieces)
 }
+
+// countChunk is the most text checkContext counts at once.
+const countChunk = 16 << 10
 
 func errContextLength(model string, window, least int64) error {
 	return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "context_length_exceeded", param: "messages",

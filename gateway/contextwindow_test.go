@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice"
@@ -66,5 +67,45 @@ func TestGateway_ContextWindowRefusesOnlyPromptsCertainlyTooLong(t *testing.T) {
 			}
 			h.rec.waitUsage(t, i+1) // settled before the next subtest reads the budget
 		})
+	}
+}
+
+// countingTokenizer counts the bytes it is given.
+type countingTokenizer struct {
+	gateway.Tokenizer
+	bytes atomic.Int64
+}
+
+func (c *countingTokenizer) Count(text []byte) int {
+	c.bytes.Add(int64(len(text)))
+	return c.Tokenizer.Count(text)
+}
+
+// TestGateway_ContextWindowCountsNoMoreThanItNeeds: a 3 MB prompt against
+// a 1,000-token window is refused after counting a chunk or two of it, not
+// all of it; a prompt no longer in bytes than the window is not counted.
+func TestGateway_ContextWindowCountsNoMoreThanItNeeds(t *testing.T) {
+	enc, err := bpe.Get(bpe.O200k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := &countingTokenizer{Tokenizer: enc}
+	h := newHarness(t, nil, func(o *gateway.Options) {
+		o.Models = slices.Clone(o.Models)
+		o.Models[0].ContextWindow, o.Models[0].Tokenizer = 1000, tk
+	})
+	r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"`+strings.Repeat("hello ", 500_000)+`"}]}`, nil)
+	if r.status != 400 || !strings.Contains(string(r.body), "context_length_exceeded") {
+		t.Fatalf("3 MB prompt: %d %.300s", r.status, r.body)
+	}
+	if n := tk.bytes.Load(); n == 0 || n > 64<<10 {
+		t.Errorf("counted %d bytes of a 3 MB prompt to refuse it against 1,000 tokens", n)
+	}
+	tk.bytes.Store(0)
+	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
+		t.Fatalf("small prompt: %d %s", r.status, r.body)
+	}
+	if n := tk.bytes.Load(); n != 0 {
+		t.Errorf("counted %d bytes of a prompt shorter in bytes than the window", n)
 	}
 }
