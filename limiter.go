@@ -254,15 +254,31 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 // req, for the header fields of a request that never fits; nil when the
 // store does not answer (the refusal stands without them).
 func (l *Limiter) roomFor(ctx context.Context, req *Request, now time.Time) *Result {
+	res, err := l.room(ctx, req, now)
+	if err != nil || res.Rule == "" {
+		return nil
+	}
+	return &res
+}
+
+// Room reads, without charging, the room of every rule that applies to req
+// (its Max is neither charged nor checked): the Result to report in the
+// header fields of an answer that admits nothing, such as a refusal an
+// application or the gateway makes itself. The zero Result when no rule
+// applies; a *StoreError when the store does not answer.
+func (l *Limiter) Room(ctx context.Context, req Request) (Result, error) {
+	return l.room(ctx, &req, l.clock.Now())
+}
+
+func (l *Limiter) room(ctx context.Context, req *Request, now time.Time) (Result, error) {
 	r := &Reservation{l: l}
 	if err := l.build(l.policy.Load(), req, now, r, false); err != nil || len(r.batch.Charges) == 0 {
-		return nil
+		return Result{}, err
 	}
 	if err := l.peek(ctx, now, r); err != nil {
-		return nil
+		return Result{}, err
 	}
-	res := resultOf(r.batch.Charges)
-	return &res
+	return resultOf(r.batch.Charges), nil
 }
 
 // inZones puts each budget's ResetAt in its rule's time zone, as

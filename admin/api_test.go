@@ -417,7 +417,8 @@ func TestAPI_BudgetsWithLiveUsageAndReserved(t *testing.T) {
 		t.Fatalf("daily budget = %v", daily)
 	}
 	cost := limitIn(t, r, "budgets", "acme_cost")
-	if cost == nil || cost["reserved"] != float64(2000) || cost["source"] != "rule" {
+	// Money in dollars: the 2,000 micro-dollars reserved are $0.002.
+	if cost == nil || cost["reserved"] != "$0.002" || cost["used"] != "$0.002" || cost["limit"] != "$5" || cost["source"] != "rule" {
 		t.Fatalf("cost budget = %v", cost)
 	}
 	if limitIn(t, r, "budgets", "rate_per_minute") != nil {

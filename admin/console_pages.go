@@ -2,6 +2,7 @@ package admin
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -205,22 +206,29 @@ func (c *console) renderWorkspace(r *http.Request, p *principal, v *view, ws str
 }
 
 // overrideForm reads the override form: an empty limit or burst inherits,
-// 0 disables; an expiry is a UTC date and time.
-func overrideForm(r *http.Request, org, ws string) (overrideRequest, error) {
+// 0 disables; on a cost rule (cost) they are dollars ("500", "$12.50"),
+// else whole numbers; an expiry is a UTC date and time.
+func overrideForm(r *http.Request, org, ws string, cost bool) (overrideRequest, error) {
 	req := overrideRequest{Rule: r.PostFormValue("rule"), Org: org, Attribute: "workspace", Value: ws}
 	for _, f := range []struct {
 		name string
-		dst  **int64
+		dst  *json.RawMessage
 	}{{"limit", &req.Limit}, {"burst", &req.Burst}} {
 		s := strings.TrimSpace(r.PostFormValue(f.name))
-		if s == "" {
+		switch {
+		case s == "":
+			continue
+		case cost:
+			// A string is read as dollars, never as the micro-dollars a
+			// bare number once meant.
+			*f.dst, _ = json.Marshal(s)
 			continue
 		}
 		n, err := strconv.ParseInt(strings.ReplaceAll(s, ",", ""), 10, 64)
 		if err != nil {
 			return req, errorf(http.StatusBadRequest, "invalid", "%s: want a whole number (empty inherits, 0 disables), got %q", f.name, s)
 		}
-		*f.dst = &n
+		*f.dst = strconv.AppendInt(nil, n, 10)
 	}
 	if s := strings.TrimSpace(r.PostFormValue("expires_at")); s != "" {
 		t, err := time.Parse("2006-01-02T15:04", s)
@@ -234,7 +242,7 @@ func overrideForm(r *http.Request, org, ws string) (overrideRequest, error) {
 
 func (c *console) setOverride(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
 	ws := r.PathValue("ws")
-	req, err := overrideForm(r, orgOf(r, p), ws)
+	req, err := overrideForm(r, orgOf(r, p), ws, c.h.ruleIsCost(r.PostFormValue("rule")))
 	if err == nil {
 		_, err = c.h.setOverrideFrom(r.Context(), req, p.actor)
 	}

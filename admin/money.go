@@ -104,8 +104,41 @@ func inDollars(metric sluice.Metric, b []byte, err error) ([]byte, error) {
 	return costAmounts.ReplaceAllFunc(b, func(m []byte) []byte {
 		sub := costAmounts.FindSubmatch(m)
 		n, _ := strconv.ParseInt(string(sub[2]), 10, 64)
-		return fmt.Appendf(nil, `"%s":"$%s"`, sub[1], config.Dollars(n))
+		return fmt.Appendf(nil, `"%s":"%s"`, sub[1], dollarText(n))
 	}), nil
+}
+
+// dollarText writes micro-dollars n as the API writes money: "$500",
+// "$0.000123", "-$2.5" (what a rate rule in debt has left).
+func dollarText(n int64) string {
+	if n < 0 {
+		return "-$" + config.Dollars(-n).String()
+	}
+	return "$" + config.Dollars(n).String()
+}
+
+// money is an amount in micro-dollars that the API writes in dollars.
+type money int64
+
+func (m money) MarshalJSON() ([]byte, error) { return json.Marshal(dollarText(int64(m))) }
+
+// moneyPtr is p as money; nil stays nil.
+func moneyPtr(p *int64) *money {
+	if p == nil {
+		return nil
+	}
+	m := money(*p)
+	return &m
+}
+
+// ruleIsCost reports whether the rule in force named name counts money.
+func (h *Handler) ruleIsCost(name string) bool {
+	for _, r := range h.limiter.Policy().Rules {
+		if r.Name == name {
+			return r.Metric == sluice.MetricCost
+		}
+	}
+	return false
 }
 
 func rulesOut(rules []catalog.Rule) []ruleOut {

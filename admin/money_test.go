@@ -1,9 +1,13 @@
 package admin
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
 )
 
 // TestAPI_CostRuleMoneyInDollars: a cost rule's limit and soft_limit are
@@ -42,4 +46,77 @@ func TestAPI_CostRuleMoneyInDollars(t *testing.T) {
 	}
 	e.must(http.StatusBadRequest, "POST", "/admin/v1/rules", rootToken, map[string]any{
 		"name": "tpd2", "kind": "budget", "subject": "workspace", "metric": "tokens", "limit": "$5", "period": "day"})
+}
+
+// TestAPI_OverrideAndReportedMoneyInDollars: an override of a cost rule is
+// sent and read back in dollars, as the rule is; a bare whole number is
+// refused with what to send; the effective limits, the budgets and the
+// usage report money in the same form; a token rule's override and limits
+// stay counts.
+func TestAPI_OverrideAndReportedMoneyInDollars(t *testing.T) {
+	e := newEnv(t)
+	e.createKey("acme", "ada")
+	e.must(http.StatusCreated, "POST", "/admin/v1/rules", rootToken, map[string]any{
+		"name": "spend", "kind": "budget", "subject": "workspace", "metric": "cost", "limit": "$500", "period": "month"})
+	r := e.must(http.StatusOK, "PUT", "/admin/v1/overrides", rootToken, map[string]any{
+		"rule": "spend", "attribute": "workspace", "value": "acme", "limit": "$50"})
+	if o := r.body["override"].(map[string]any); o["limit"] != "$50" || o["burst"] != nil {
+		t.Fatalf("override = %s", r.raw)
+	}
+	acme := sluice.Identity{Org: sluice.DefaultOrg, Workspace: "acme"}
+	eff, err := e.limiter.Effective(context.Background(), acme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range eff {
+		if l.Rule == "spend" && l.Limit != 50_000_000 {
+			t.Fatalf("in force: %d micro-dollars, want $50", l.Limit)
+		}
+	}
+	list := e.must(http.StatusOK, "GET", "/admin/v1/overrides?workspace=acme", rootToken, nil)
+	if o := list.body["overrides"].([]any)[0].(map[string]any); o["limit"] != "$50" {
+		t.Fatalf("list = %s", list.raw)
+	}
+	bad := e.do("PUT", "/admin/v1/overrides", rootToken, map[string]any{
+		"rule": "spend", "attribute": "workspace", "value": "acme", "limit": 50_000_000})
+	if bad.status != http.StatusBadRequest || !strings.Contains(bad.raw, `$50.00`) || !strings.Contains(bad.raw, "dollars") {
+		t.Fatalf("a micro-dollar override: %d %s", bad.status, bad.raw)
+	}
+	e.must(http.StatusBadRequest, "PUT", "/admin/v1/overrides", rootToken, map[string]any{
+		"rule": "spend", "attribute": "workspace", "value": "acme", "limit": "-$5"})
+	tok := e.must(http.StatusOK, "PUT", "/admin/v1/overrides", rootToken, map[string]any{
+		"rule": "daily_token_budget", "attribute": "workspace", "value": "acme", "limit": 5000})
+	if o := tok.body["override"].(map[string]any); o["limit"] != float64(5000) {
+		t.Fatalf("token override = %s", tok.raw)
+	}
+	e.must(http.StatusBadRequest, "PUT", "/admin/v1/overrides", rootToken, map[string]any{
+		"rule": "daily_token_budget", "attribute": "workspace", "value": "acme", "limit": "$5"})
+
+	// $1.25 spent.
+	res, err := e.limiter.Admit(context.Background(), sluice.Request{Identity: acme, Max: sluice.Usage{Cost: 1_250_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Settle(context.Background(), sluice.Usage{Cost: 1_250_000}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []struct{ path, field string }{{"/admin/v1/effective?workspace=acme", "limits"}, {"/admin/v1/budgets?workspace=acme", "budgets"}} {
+		r := e.must(http.StatusOK, "GET", q.path, rootToken, nil)
+		spend := limitIn(t, r, q.field, "spend")
+		if spend == nil || spend["limit"] != "$50" || spend["used"] != "$1.25" || spend["remaining"] != "$48.75" || spend["reserved"] != "$0" {
+			t.Errorf("%s: spend = %v", q.path, spend)
+		}
+		if tokens := limitIn(t, r, q.field, "daily_token_budget"); tokens == nil || tokens["limit"] != float64(5000) {
+			t.Errorf("%s: daily_token_budget = %v", q.path, tokens)
+		}
+	}
+
+	e.cat.RecordUsage(catalog.UsageEntry{Workspace: "acme", Route: "chat", Model: "mock-small", Requests: 1, InputTokens: 10, CostMicros: 1_250_007})
+	if err := e.cat.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	u := e.must(http.StatusOK, "GET", "/admin/v1/usage?workspace=acme", rootToken, nil)
+	if row := u.body["usage"].([]any)[0].(map[string]any); row["cost"] != "$1.250007" || row["cost_micros"] != float64(1_250_007) {
+		t.Errorf("usage = %s", u.raw)
+	}
 }

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"time"
@@ -16,25 +17,52 @@ var overrideAttributes = []string{"workspace", "user", "key", "team", "org"}
 
 // overrideRequest is the body of PUT /admin/v1/overrides. Limit and Burst
 // are null (or absent) to inherit the rule's value, 0 to disable the rule
-// for the subject.
+// for the subject; on a cost rule they are dollars, as the rule's own (see
+// amountOf).
 type overrideRequest struct {
 	Rule string `json:"rule"`
 	// Org is the org of a workspace, team or user value; empty means
 	// "default".
-	Org       string    `json:"org"`
-	Attribute string    `json:"attribute"`
-	Value     string    `json:"value"`
-	Limit     *int64    `json:"limit"`
-	Burst     *int64    `json:"burst"`
-	ExpiresAt time.Time `json:"expires_at"`
+	Org       string          `json:"org"`
+	Attribute string          `json:"attribute"`
+	Value     string          `json:"value"`
+	Limit     json.RawMessage `json:"limit"`
+	Burst     json.RawMessage `json:"burst"`
+	ExpiresAt time.Time       `json:"expires_at"`
 }
 
-// validate checks what the catalog cannot: the attribute the API accepts,
-// the rule in the live policy, an expiry in the future.
-func (h *Handler) validateOverride(o *overrideRequest) error {
+// override validates o and returns it as the catalog keeps it. It checks
+// what the catalog cannot: the rule in the live policy, the attribute the
+// API accepts, amounts in the rule's unit, an expiry in the future.
+func (h *Handler) override(req *overrideRequest) (catalog.Override, error) {
+	if req.Rule == "" {
+		return catalog.Override{}, errorf(http.StatusBadRequest, "invalid", "rule is required")
+	}
+	if !h.ruleInPolicy(req.Rule) {
+		return catalog.Override{}, errorf(http.StatusNotFound, "unknown_rule", "no rule named %q is in force; GET /admin/v1/rules lists them", req.Rule)
+	}
+	o := catalog.Override{Rule: req.Rule, Org: req.Org, Attribute: req.Attribute, Value: req.Value, ExpiresAt: req.ExpiresAt}
+	cost := h.ruleIsCost(req.Rule)
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  **int64
+	}{{"limit", req.Limit, &o.Limit}, {"burst", req.Burst, &o.Burst}} {
+		if isNull(f.raw) {
+			continue // inherits
+		}
+		n, err := amountOf(f.name, f.raw, cost)
+		if err != nil {
+			return catalog.Override{}, err
+		}
+		*f.dst = &n
+	}
+	return o, h.validateOverride(&o)
+}
+
+// validateOverride checks o's attribute, amounts and expiry.
+func (h *Handler) validateOverride(o *catalog.Override) error {
 	switch {
-	case o.Rule == "":
-		return errorf(http.StatusBadRequest, "invalid", "rule is required")
 	case !slices.Contains(overrideAttributes, o.Attribute):
 		return errorf(http.StatusBadRequest, "invalid", "attribute must be one of workspace, user, key, team, org; got %q", o.Attribute)
 	case o.Value == "":
@@ -46,9 +74,6 @@ func (h *Handler) validateOverride(o *overrideRequest) error {
 	case !o.ExpiresAt.IsZero() && !o.ExpiresAt.After(h.now()):
 		return errorf(http.StatusBadRequest, "invalid", "expires_at %s is not in the future", o.ExpiresAt.Format(time.RFC3339))
 	}
-	if !h.ruleInPolicy(o.Rule) {
-		return errorf(http.StatusNotFound, "unknown_rule", "no rule named %q is in force; GET /admin/v1/rules lists them", o.Rule)
-	}
 	return nil
 }
 
@@ -58,10 +83,10 @@ func (h *Handler) ruleInPolicy(name string) bool {
 
 // setOverrideFrom validates and stores an override, then tells the server.
 func (h *Handler) setOverrideFrom(ctx context.Context, req overrideRequest, actor string) (catalog.Override, error) {
-	if err := h.validateOverride(&req); err != nil {
+	o, err := h.override(&req)
+	if err != nil {
 		return catalog.Override{}, err
 	}
-	o := catalog.Override{Rule: req.Rule, Org: req.Org, Attribute: req.Attribute, Value: req.Value, Limit: req.Limit, Burst: req.Burst, ExpiresAt: req.ExpiresAt}
 	if err := h.cat.SetSubjectOverride(ctx, o, actor); err != nil {
 		return catalog.Override{}, err
 	}
@@ -78,8 +103,25 @@ func (h *Handler) setOverride(w http.ResponseWriter, r *http.Request, p *princip
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"override": o})
+	writeJSON(w, http.StatusOK, map[string]any{"override": h.overrideOut(o)})
 	return nil
+}
+
+// overrideOut is an override as the API writes it: an override of a cost
+// rule has its limit and burst in dollars ("$500"), as the rule has; one
+// whose rule is no longer in force, as stored.
+type overrideOut struct {
+	catalog.Override
+	Limit any `json:"limit"`
+	Burst any `json:"burst"`
+}
+
+func (h *Handler) overrideOut(o catalog.Override) overrideOut {
+	out := overrideOut{Override: o, Limit: o.Limit, Burst: o.Burst}
+	if h.ruleIsCost(o.Rule) {
+		out.Limit, out.Burst = moneyPtr(o.Limit), moneyPtr(o.Burst)
+	}
+	return out
 }
 
 // deleteOverride answers DELETE /admin/v1/overrides/{rule}/{attribute}/{value}[?org=]:
@@ -113,7 +155,11 @@ func (h *Handler) listOverrides(w http.ResponseWriter, r *http.Request, p *princ
 		}
 		return q.Get("rule") != "" && o.Rule != q.Get("rule")
 	})
-	writeJSON(w, http.StatusOK, map[string]any{"overrides": out})
+	views := make([]overrideOut, 0, len(out))
+	for _, o := range out {
+		views = append(views, h.overrideOut(o))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"overrides": views})
 	return nil
 }
 

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -134,6 +135,30 @@ type limitView struct {
 	Reserved  *int64    `json:"reserved,omitempty"`
 	Remaining int64     `json:"remaining"`
 	ResetAt   time.Time `json:"reset_at,omitzero"`
+}
+
+// MarshalJSON writes the view; a cost rule's amounts in dollars ("$500"),
+// as the rule API writes its limit.
+func (v limitView) MarshalJSON() ([]byte, error) {
+	type plain limitView
+	if v.Metric != string(sluice.MetricCost) {
+		return json.Marshal(plain(v))
+	}
+	return json.Marshal(struct {
+		plain
+		Limit     money  `json:"limit"`
+		Burst     money  `json:"burst,omitempty"`
+		Used      money  `json:"used"`
+		Reserved  *money `json:"reserved,omitempty"`
+		Remaining money  `json:"remaining"`
+	}{plain(v), money(v.Limit), money(v.Burst), money(v.Used), moneyPtr(v.Reserved), money(v.Remaining)})
+}
+
+// usageOut is a usage row as the API writes it: its cost in dollars as
+// well as in micro-dollars (cost_micros, which clients read before).
+type usageOut struct {
+	catalog.UsageRow
+	Cost money `json:"cost"`
 }
 
 // limitsOf returns the limits that apply to id now.
@@ -291,7 +316,11 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request, p *principal) er
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"usage": nonNilSlice(rows)})
+	out := make([]usageOut, 0, len(rows))
+	for _, row := range rows {
+		out = append(out, usageOut{row, money(row.CostMicros)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"usage": out})
 	return nil
 }
 

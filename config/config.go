@@ -204,6 +204,12 @@ type Model struct {
 	// ContextWindow is the model's input plus output limit in tokens; 0 means
 	// unknown.
 	ContextWindow int64 `yaml:"context_window,omitempty"`
+	// Tokenizer is the encoding the gateway counts a prompt with to refuse
+	// one certainly longer than ContextWindow: "o200k_base" or
+	// "cl100k_base"; "none" counts nothing; empty picks the encoding of an
+	// OpenAI model by its upstream name on an openai or azure provider,
+	// and none elsewhere.
+	Tokenizer string `yaml:"tokenizer,omitempty"`
 	// Aliases are other names clients may use for it.
 	Aliases []string `yaml:"aliases,omitempty"`
 	// Fallbacks are the models tried, in order, when this one's rules refuse.
@@ -223,6 +229,9 @@ type Prices struct {
 	CacheWrite *Dollars `yaml:"cache_write,omitempty"`
 	Output     Dollars  `yaml:"output"`
 }
+
+// TokenizerNone is the tokenizer of a model whose prompts are not counted.
+const TokenizerNone = "none"
 
 // SluicePrice returns the model's price list for the engine; the zero Price
 // when the model has none.
@@ -275,7 +284,7 @@ type Tier struct {
 	// Percent of each limit that applies (100 = unchanged).
 	Percent int64 `yaml:"percent"`
 	// Promote, when set, moves an account to another tier once it is old
-	// enough; the gateway applies it.
+	// enough or has spent enough; the gateway applies it.
 	Promote *Promotion `yaml:"promote,omitempty"`
 	// SessionModel, when set, is the model of the tier's sessions.
 	SessionModel string `yaml:"session_model,omitempty"`
@@ -337,12 +346,38 @@ func (c *Config) SessionTerms(tier string) SessionTerms {
 		MaxCost: scale(int64(s.MaxCost)), MaxContext: scale(s.MaxContextTokens)}
 }
 
-// Promotion moves an account from one tier to another.
+// Promotion moves an account from one tier to another once it reaches any
+// one of its thresholds (at least one is set): an age, or usage settled
+// over the account's life. The account is a key: its age is the key's,
+// its usage what the ledger holds for it.
 type Promotion struct {
 	// After is the account's age at which it is promoted.
-	After time.Duration `yaml:"after"`
+	After time.Duration `yaml:"after,omitempty"`
+	// Tokens is the settled tokens (input plus output, as token budgets
+	// count them) at which it is promoted.
+	Tokens int64 `yaml:"tokens,omitempty"`
+	// Cost is the settled spend at which it is promoted.
+	Cost Dollars `yaml:"cost,omitempty"`
 	// To names the tier it is promoted to.
 	To string `yaml:"to"`
+}
+
+// Settled is an account's usage over its life, as the ledger holds it.
+type Settled struct {
+	Tokens int64
+	Cost   int64 // micro-dollars
+}
+
+// reached reports whether an account of that age and settled usage has
+// reached one of p's thresholds.
+func (p *Promotion) reached(age time.Duration, used Settled) bool {
+	return p.After > 0 && age >= p.After || p.Tokens > 0 && used.Tokens >= p.Tokens || p.Cost > 0 && used.Cost >= int64(p.Cost)
+}
+
+// PromotesByUsage reports whether a tier is promoted by settled usage, so
+// that the gateway needs to read keys' usage from the ledger.
+func (c *Config) PromotesByUsage() bool {
+	return slices.ContainsFunc(c.Tiers, func(t Tier) bool { return t.Promote != nil && (t.Promote.Tokens > 0 || t.Promote.Cost > 0) })
 }
 
 // SluiceTiers returns the tiers for the engine's Policy.
@@ -354,17 +389,18 @@ func (c *Config) SluiceTiers() []sluice.Tier {
 	return tiers
 }
 
-// PromotedTier returns the tier an account of the given tier and age is
-// in once the tiers' promotions are applied: a tier whose promote.after
-// the age has reached moves the account to promote.to, and so on down the
-// chain (each after is the account's age, not time spent in the tier). A
-// tier without a promotion, or an age below its after, stays.
-func (c *Config) PromotedTier(tier string, age time.Duration) string {
+// PromotedTier returns the tier an account of the given tier, age and
+// settled usage is in once the tiers' promotions are applied: a tier one
+// of whose thresholds the account has reached moves it to promote.to, and
+// so on down the chain (each threshold is the account's age or lifetime
+// usage, not what it did in the tier). A tier without a promotion, or
+// whose thresholds are not reached, stays.
+func (c *Config) PromotedTier(tier string, age time.Duration, used Settled) string {
 	// Validate refuses cycles; the bound keeps an unvalidated config from
 	// looping.
 	for range len(c.Tiers) {
 		i := slices.IndexFunc(c.Tiers, func(t Tier) bool { return t.Name == tier })
-		if i < 0 || c.Tiers[i].Promote == nil || age < c.Tiers[i].Promote.After {
+		if i < 0 || c.Tiers[i].Promote == nil || !c.Tiers[i].Promote.reached(age, used) {
 			return tier
 		}
 		tier = c.Tiers[i].Promote.To

@@ -149,7 +149,7 @@ func TestLoad_FullExample(t *testing.T) {
 	if got := c.SluiceTiers(); !reflect.DeepEqual(got, wantTiers) {
 		t.Errorf("SluiceTiers() = %v", got)
 	}
-	if p := c.Tiers[0].Promote; p == nil || p.After != 168*time.Hour || p.To != "standard" {
+	if p := c.Tiers[0].Promote; p == nil || p.After != 168*time.Hour || p.Cost != 20_000_000 || p.To != "standard" {
 		t.Errorf("tiers[0].promote = %+v", p)
 	}
 	wantWarnings := []string{
@@ -415,9 +415,54 @@ tiers:
 		{"", 10000 * time.Hour, ""},
 		{"unknown", 10000 * time.Hour, "unknown"},
 	} {
-		if got := c.PromotedTier(tc.tier, tc.age); got != tc.want {
+		if got := c.PromotedTier(tc.tier, tc.age, Settled{}); got != tc.want {
 			t.Errorf("PromotedTier(%q, %v) = %q, want %q", tc.tier, tc.age, got, tc.want)
 		}
+	}
+}
+
+// TestPromotedTier_BySettledUsage: a tier is left when the key is old
+// enough or has settled enough tokens or spend, whichever comes first.
+func TestPromotedTier_BySettledUsage(t *testing.T) {
+	c, err := Parse([]byte(`
+tiers:
+  - {name: trial, percent: 10, promote: {after: 720h, tokens: 100000, to: new}}
+  - {name: new, percent: 50, promote: {cost: 25.50, to: standard}}
+  - {name: standard, percent: 100}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.PromotesByUsage() {
+		t.Error("PromotesByUsage is false")
+	}
+	for _, tc := range []struct {
+		tier string
+		age  time.Duration
+		used Settled
+		want string
+	}{
+		{"trial", time.Hour, Settled{Tokens: 99_999, Cost: 1 << 40}, "trial"}, // cost is not trial's threshold
+		{"trial", time.Hour, Settled{Tokens: 100_000}, "new"},
+		{"trial", 720 * time.Hour, Settled{}, "new"},
+		{"new", time.Hour, Settled{Cost: 25_499_999}, "new"},
+		{"new", time.Hour, Settled{Cost: 25_500_000}, "standard"},
+		{"trial", time.Hour, Settled{Tokens: 100_000, Cost: 25_500_000}, "standard"},
+	} {
+		if got := c.PromotedTier(tc.tier, tc.age, tc.used); got != tc.want {
+			t.Errorf("PromotedTier(%q, %v, %+v) = %q, want %q", tc.tier, tc.age, tc.used, got, tc.want)
+		}
+	}
+	byAge, err := Parse([]byte(`
+tiers:
+  - {name: trial, percent: 10, promote: {after: 24h, to: standard}}
+  - {name: standard, percent: 100}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byAge.PromotesByUsage() {
+		t.Error("PromotesByUsage is true for promotions by age only")
 	}
 }
 

@@ -324,6 +324,11 @@ func (v *checker) models() {
 		} else if m.ContextWindow > 0 && m.MaxOutputTokens > m.ContextWindow {
 			v.add(at+".max_output_tokens", "%d is larger than context_window (%d)", m.MaxOutputTokens, m.ContextWindow)
 		}
+		switch m.Tokenizer {
+		case "", TokenizerNone, "o200k_base", "cl100k_base":
+		default:
+			v.add(at+".tokenizer", "must be o200k_base, cl100k_base or none, got %q", m.Tokenizer)
+		}
 		v.price(at+".price", m.Price)
 		for j, a := range m.Aliases {
 			path := fmt.Sprintf("%s.aliases[%d]", at, j)
@@ -450,8 +455,13 @@ func (v *checker) tiers() {
 		if t.Promote == nil {
 			continue
 		}
-		if t.Promote.After <= 0 {
-			v.add(at+".promote.after", "must be a positive duration, got %v", t.Promote.After)
+		switch p := t.Promote; {
+		case p.After < 0:
+			v.add(at+".promote.after", "must be a positive duration, got %v", p.After)
+		case p.Tokens < 0:
+			v.add(at+".promote.tokens", "must be positive, got %d", p.Tokens)
+		case p.After == 0 && p.Tokens == 0 && p.Cost == 0:
+			v.add(at+".promote", "needs after (a key's age), tokens or cost (its settled usage)")
 		}
 		switch _, ok := names[t.Promote.To]; {
 		case t.Promote.To == "":

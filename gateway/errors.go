@@ -23,6 +23,9 @@ type apiError struct {
 	terminal  bool // x-should-retry: false
 	retryHint time.Duration
 	limit     *sluice.RefusalLimit // the limit object, when a limit refused
+	// room is the room of the rules that apply to the caller, for the
+	// rate-limit header fields (see call.withRoom); nil sends none.
+	room *sluice.Result
 	// cause is the failure behind the refusal (a store's error, the
 	// provider's connection error): logged, never sent to the client,
 	// whose message says only what failed.
@@ -34,13 +37,13 @@ func (e *apiError) Error() string { return e.message }
 // Unwrap returns the cause.
 func (e *apiError) Unwrap() error { return e.cause }
 
-func errBadKey() error {
+func errBadKey() *apiError {
 	return &apiError{status: 401, typ: "invalid_request_error", anthType: "authentication_error", code: "invalid_api_key",
 		message: "Invalid API key: send your Sluice key in the Authorization header (Bearer) or in x-api-key."}
 }
 
 // errBadToken refuses a JWT bearer token, saying why.
-func errBadToken(reason string) error {
+func errBadToken(reason string) *apiError {
 	return &apiError{status: 401, typ: "invalid_request_error", anthType: "authentication_error", code: "invalid_token",
 		message: "Invalid bearer token: " + reason + "."}
 }
@@ -107,7 +110,7 @@ func errWrongAPI(name string, rt *route) error {
 		message: fmt.Sprintf("The model %q is served by a provider that does not speak %s; use %s.", name, rt.path, use)}
 }
 
-func errBodyTooLarge(limit int) error {
+func errBodyTooLarge(limit int) *apiError {
 	return &apiError{status: 413, typ: "invalid_request_error", anthType: "request_too_large", code: "request_too_large", terminal: true,
 		message: fmt.Sprintf("The request body is larger than this gateway accepts (%d bytes).", limit)}
 }
@@ -180,8 +183,11 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		case errors.As(err, &ae):
 			status, typ, anthType, code, param, message = ae.status, ae.typ, ae.anthType, ae.code, ae.param, ae.message
 			terminal, limit = ae.terminal, ae.limit
-			// The gateway's own refusals get their retry headers where
-			// the library's do.
+			// The gateway's own refusals get their rate-limit and retry
+			// headers where the library's do.
+			if ae.room != nil {
+				ae.room.SetHeaders(h, time.Now())
+			}
 			hr := sluice.HTTPRefusal{RetryAfter: ae.retryHint, Terminal: ae.terminal}
 			hr.SetHeaders(h, time.Now())
 		default:

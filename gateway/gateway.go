@@ -117,7 +117,12 @@ type Model struct {
 	Price           sluice.Price
 	MaxOutputTokens int64
 	ContextWindow   int64
-	Aliases         []string
+	// Tokenizer, when set, counts prompts as the provider does: a prompt
+	// certainly longer than ContextWindow is refused 400
+	// context_length_exceeded before admission (see checkContext). Nil
+	// checks nothing.
+	Tokenizer Tokenizer
+	Aliases   []string
 	// Fallbacks are tried in order when this model's own rules refuse or its
 	// provider fails before the first byte.
 	Fallbacks []string

@@ -17,6 +17,9 @@ type route struct {
 	name      string
 	anthropic bool
 	parse     func(body []byte) (llm.Bound, error)
+	// text parses as parse does, handing each piece of prompt text to a
+	// function (for checkContext); nil where no window is checked.
+	text func(body []byte, fn llm.TextFunc) (llm.Bound, error)
 	// setCap returns the body with its output cap set; nil for routes
 	// without output.
 	setCap func(body []byte, b llm.Bound, n int64) []byte
@@ -34,12 +37,12 @@ type streamReader interface {
 var routes = map[string]*route{
 	"/v1/chat/completions": {
 		path: "/v1/chat/completions", name: "chat",
-		parse: openai.ParseChat, setCap: openai.SetChatOutputCap, usage: openai.ChatUsage,
+		parse: openai.ParseChat, text: openai.ParseChatText, setCap: openai.SetChatOutputCap, usage: openai.ChatUsage,
 		stream: func(injected bool) streamReader { return &openai.ChatStream{StripUsage: injected} },
 	},
 	"/v1/responses": {
 		path: "/v1/responses", name: "responses",
-		parse: openai.ParseResponses, setCap: openai.SetResponsesOutputCap, usage: openai.ResponsesUsage,
+		parse: openai.ParseResponses, text: openai.ParseResponsesText, setCap: openai.SetResponsesOutputCap, usage: openai.ResponsesUsage,
 		stream: func(bool) streamReader { return &openai.ResponsesStream{} },
 	},
 	"/v1/embeddings": {
@@ -48,7 +51,7 @@ var routes = map[string]*route{
 	},
 	"/v1/messages": {
 		path: "/v1/messages", name: "messages", anthropic: true,
-		parse: anthropic.ParseMessages, setCap: anthropic.SetMaxTokens, usage: anthropic.MessageUsage,
+		parse: anthropic.ParseMessages, text: anthropic.ParseMessagesText, setCap: anthropic.SetMaxTokens, usage: anthropic.MessageUsage,
 		stream: func(bool) streamReader { return &anthropic.MessagesStream{} },
 	},
 	// Counting a prompt's tokens runs no model: request rules count the

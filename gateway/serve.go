@@ -76,6 +76,10 @@ type call struct {
 	// upstreamReported, for the upstream span.
 	upstreamUsage    llm.Usage
 	upstreamReported bool
+	// authenticated is set once who is known; tried is the last model
+	// the call was admitted for, or tried to be.
+	authenticated bool
+	tried         *model
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
@@ -87,6 +91,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 		err = c.withFitHint(err)
 		c.event.Outcome, c.event.Class = outcomeOf(err)
 		c.event.Cause = causeOf(err)
+		c.withRoom(err)
 		writeError(ctx, rt, err)
 	}
 	c.event.Status = ctx.Response.StatusCode()
@@ -139,7 +144,7 @@ func (c *call) run() error {
 	if err != nil {
 		return err
 	}
-	c.who, c.asserted = who, asserted
+	c.who, c.asserted, c.authenticated = who, asserted, true
 	c.event.Org, c.event.Workspace, c.event.KeyID = who.Org, who.Workspace, who.KeyID
 	c.body = ctx.PostBody()
 	if len(c.body) > g.opts.MaxBodyBytes {
@@ -156,6 +161,9 @@ func (c *call) run() error {
 		return errUnknownModel(c.bound.Model)
 	}
 	c.model = m
+	if err := c.checkContext(m); err != nil {
+		return err
+	}
 	if sid := ctx.Request.Header.Peek(HeaderSession); len(sid) > 0 {
 		if err := c.joinSession(string(sid), m); err != nil {
 			return err
@@ -192,6 +200,7 @@ func (c *call) run() error {
 			}
 			continue
 		}
+		c.tried = cand
 		endAdmit := c.trace.admitSpan(cand.Name)
 		res, capPer, clamped, err := c.admit(cand)
 		endAdmit(err)
@@ -232,6 +241,24 @@ func (c *call) run() error {
 	return last
 }
 
+// withRoom gives a refusal the gateway makes itself after authentication
+// (a session's ceiling, a paced provider, a body too large, an upstream
+// failure, a bad request) the rate-limit fields of the caller's rules, read
+// from the store without charging, as a request that never fits gets
+// them: an admission made before the refusal has been released by then,
+// so the figures are what the caller has left. A refusal by a limit has
+// its own; a client that left reads nothing; a store that does not answer
+// leaves the fields out.
+func (c *call) withRoom(err error) {
+	var ae *apiError
+	if !c.authenticated || !errors.As(err, &ae) || ae.room != nil || ae.status == 499 {
+		return
+	}
+	if room, err := c.g.limiter.Room(context.Background(), sluice.Request{Identity: c.identity(c.tried)}); err == nil {
+		ae.room = &room
+	}
+}
+
 // fitHint is a refusal by a budget with room left, less than the request
 // may use, with the largest max_tokens that would fit.
 type fitHint struct {
@@ -267,15 +294,27 @@ func (c *call) withFitHint(err error) error {
 // JWTAuthenticator) to the principal of its trusted record, with the
 // attributes a service key asserts in the request's headers. Identity
 // headers the key may not assert are named in ev.IgnoredIdentity.
+//
+// A 401 carries the rate-limit fields of the pre-auth limit, the one limit
+// that applies to a caller nobody knows; none when it is off. No tenant's
+// rule applies, and the deployment-wide rules' room is not told to whoever
+// sends a bad key (nor read from the store for them).
 func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (Principal, attrSet, error) {
+	var room *sluice.Result
 	if g.preAuth != nil {
-		if err := g.admitAddress(ip); err != nil {
+		r, err := g.admitAddress(ip)
+		if err != nil {
 			return Principal{}, 0, err
 		}
+		room = &r
+	}
+	unauthorized := func(e *apiError) error {
+		e.room = room
+		return e
 	}
 	secret := bearer(&ctx.Request.Header)
 	if secret == "" {
-		return Principal{}, 0, errBadKey()
+		return Principal{}, 0, unauthorized(errBadKey())
 	}
 	kctx, cancel := context.WithTimeout(context.Background(), g.opts.CatalogTimeout)
 	who, err := g.opts.Keys.Authenticate(kctx, secret)
@@ -283,10 +322,10 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 	if err != nil {
 		var te *tokenError
 		if errors.As(err, &te) {
-			return Principal{}, 0, errBadToken(te.reason)
+			return Principal{}, 0, unauthorized(errBadToken(te.reason))
 		}
 		if errors.Is(err, ErrBadKey) {
-			return Principal{}, 0, errBadKey()
+			return Principal{}, 0, unauthorized(errBadKey())
 		}
 		return Principal{}, 0, errKeyStore(err)
 	}
@@ -299,15 +338,28 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 }
 
 // admitAddress counts a request against its client address's pre-auth
-// limit. The admission is settled at once, charged: what is limited is
-// requests arriving, not requests in flight.
-func (g *Gateway) admitAddress(ip string) error {
+// limit and returns the limit's room. The admission is settled at once,
+// charged: what is limited is requests arriving, not requests in flight.
+func (g *Gateway) admitAddress(ip string) (sluice.Result, error) {
 	ctx := context.Background()
 	res, err := g.preAuth.Admit(ctx, sluice.Request{Identity: sluice.Identity{IP: ip}})
 	if err != nil {
-		return err
+		return sluice.Result{}, err
 	}
-	return res.Settle(ctx, sluice.Usage{})
+	return res.Result(), res.Settle(ctx, sluice.Usage{})
+}
+
+// addressRoom is the room of the pre-auth limit of the request's client
+// address, read without charging; nil when the limit is off.
+func (g *Gateway) addressRoom(ctx *fasthttp.RequestCtx) *sluice.Result {
+	if g.preAuth == nil {
+		return nil
+	}
+	room, err := g.preAuth.Room(context.Background(), sluice.Request{Identity: sluice.Identity{IP: clientIP(ctx, g.opts.TrustedProxies)}})
+	if err != nil {
+		return nil
+	}
+	return &room
 }
 
 // bearer returns the API key from Authorization: Bearer or x-api-key.
@@ -343,8 +395,18 @@ func (c *call) outputCap(cand *model) int64 {
 	return cand.MaxOutputTokens
 }
 
-func (c *call) request(cand *model, capPer int64) sluice.Request {
+// identity is who the call is charged to, on cand (nil: no model yet).
+func (c *call) identity(cand *model) sluice.Identity {
 	who := &c.who
+	id := sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User,
+		Key: who.KeyID, IP: c.ip, Session: c.session.id, Route: c.rt.name, Tier: who.Tier, Tags: c.tags}
+	if cand != nil {
+		id.Model = cand.Name
+	}
+	return id
+}
+
+func (c *call) request(cand *model, capPer int64) sluice.Request {
 	max := sluice.Usage{InputTokens: c.bound.InputTokens, OutputTokens: capPer * c.bound.N}
 	price := cand.Price
 	if c.ownKey != "" {
@@ -352,8 +414,7 @@ func (c *call) request(cand *model, capPer int64) sluice.Request {
 	}
 	max.Cost = price.Cost(max)
 	return sluice.Request{
-		Identity: sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User,
-			Key: who.KeyID, IP: c.ip, Session: c.session.id, Model: cand.Name, Route: c.rt.name, Tier: who.Tier, Tags: c.tags},
+		Identity:    c.identity(cand),
 		Max:         max,
 		OutputPrice: price.Output,
 		Timeout:     c.g.opts.RequestTimeout,

@@ -92,7 +92,11 @@ func (l serverLog) Printf(format string, args ...any) {
 func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 	rt := routeForShape(string(ctx.Path()))
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeError(ctx, rt, errBodyTooLarge(g.opts.MaxBodyBytes))
+		// Refused before its key was read: the only limit that applies
+		// is the client address's pre-auth limit.
+		e := errBodyTooLarge(g.opts.MaxBodyBytes)
+		e.room = g.addressRoom(ctx)
+		writeError(ctx, rt, e)
 		ctx.SetConnectionClose()
 		return
 	}

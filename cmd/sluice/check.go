@@ -55,8 +55,18 @@ func checkTo(out io.Writer, args []string) error {
 	}
 	for _, t := range cfg.Tiers {
 		fmt.Fprintf(out, "tier %s: %d%% of each limit", t.Name, t.Percent)
-		if t.Promote != nil {
-			fmt.Fprintf(out, ", promoted to %s once a key is %v old", t.Promote.To, t.Promote.After)
+		if p := t.Promote; p != nil {
+			var when []string
+			if p.After > 0 {
+				when = append(when, fmt.Sprintf("is %v old", p.After))
+			}
+			if p.Tokens > 0 {
+				when = append(when, fmt.Sprintf("has settled %s tokens", count(p.Tokens)))
+			}
+			if p.Cost > 0 {
+				when = append(when, fmt.Sprintf("has spent $%s", p.Cost.Cents()))
+			}
+			fmt.Fprintf(out, ", promoted to %s once a key %s", p.To, strings.Join(when, " or "))
 		}
 		fmt.Fprintln(out)
 	}

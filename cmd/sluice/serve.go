@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/catalogsessions"
 	"github.com/sluicehq/sluice/internal/mockprovider"
+	"github.com/sluicehq/sluice/llm/bpe"
 	"github.com/sluicehq/sluice/store/pgstore"
 	"go.opentelemetry.io/otel"
 )
@@ -124,7 +126,12 @@ func serve(args []string) error {
 		return err
 	}
 	keys := newKeyStore(cat, cfg)
+	keys.settled.start(ctx, cat, keys.config, log)
 	auth, err := authenticatorOf(ctx, cfg, keys, log)
+	if err != nil {
+		return err
+	}
+	models, err := modelsOf(cfg)
 	if err != nil {
 		return err
 	}
@@ -132,7 +139,7 @@ func serve(args []string) error {
 		Limiter:          limiter,
 		Keys:             auth,
 		Usage:            led,
-		Models:           modelsOf(cfg),
+		Models:           models,
 		TenantModels:     tenantModelsOf(cfg),
 		Providers:        providers,
 		MaxBodyBytes:     int(cfg.MaxBodyBytes),
@@ -254,14 +261,42 @@ func providersOf(ctx context.Context, cfg *config.Config, log *slog.Logger) ([]g
 	return out, nil
 }
 
-func modelsOf(cfg *config.Config) []gateway.Model {
+func modelsOf(cfg *config.Config) ([]gateway.Model, error) {
 	var out []gateway.Model
 	for _, m := range cfg.Models {
-		out = append(out, gateway.Model{Name: m.Name, Provider: m.Provider, UpstreamName: m.UpstreamName,
+		gm := gateway.Model{Name: m.Name, Provider: m.Provider, UpstreamName: m.UpstreamName,
 			Price: m.SluicePrice(), MaxOutputTokens: m.MaxOutputTokens, ContextWindow: m.ContextWindow,
-			Aliases: m.Aliases, Fallbacks: m.Fallbacks})
+			Aliases: m.Aliases, Fallbacks: m.Fallbacks}
+		if name := tokenizerOf(cfg, &m); name != "" && m.ContextWindow > 0 {
+			enc, err := bpe.Get(name)
+			if err != nil {
+				return nil, fmt.Errorf("model %s: %w", m.Name, err)
+			}
+			gm.Tokenizer = enc
+		}
+		out = append(out, gm)
 	}
-	return out
+	return out, nil
+}
+
+// tokenizerOf is the encoding model m's prompts are counted with (see
+// config.Model.Tokenizer); "" for none.
+func tokenizerOf(cfg *config.Config, m *config.Model) string {
+	switch m.Tokenizer {
+	case config.TokenizerNone:
+		return ""
+	case "":
+		p, ok := cfg.Provider(m.Provider)
+		if !ok || (p.Kind != config.KindOpenAI && p.Kind != config.KindAzure) {
+			return ""
+		}
+		upstream := m.UpstreamName
+		if upstream == "" {
+			upstream = m.Name
+		}
+		return bpe.ForModel(upstream)
+	}
+	return m.Tokenizer
 }
 
 func tenantModelsOf(cfg *config.Config) []gateway.TenantModel {
@@ -288,21 +323,81 @@ func sessionsOf(cat *catalog.Catalog, live func() *config.Config) *gateway.Sessi
 }
 
 // keyStore adapts the catalog to the gateway's Authenticator. It applies
-// the configuration's tier promotions: the account's age is its key's.
+// the configuration's tier promotions: the account's age is its key's, its
+// usage what the ledger holds for the key.
 type keyStore struct {
 	cat *catalog.Catalog
 	// config returns the configuration in force (it follows reloads).
 	config func() *config.Config
 	now    func() time.Time
+	// settled is every key's usage, for promotions by usage; nil counts
+	// none.
+	settled *settledByKey
 }
 
 func newKeyStore(cat *catalog.Catalog, started *config.Config) keyStore {
-	return keyStore{cat: cat, now: time.Now, config: func() *config.Config {
+	return keyStore{cat: cat, now: time.Now, settled: &settledByKey{}, config: func() *config.Config {
 		if c := liveConfig.Load(); c != nil {
 			return c
 		}
 		return started
 	}}
+}
+
+// settledRefresh is how often the keys' settled usage is read from the
+// ledger for promotions by usage: a key is promoted within this much of
+// its usage reaching the ledger.
+const settledRefresh = 30 * time.Second
+
+// settledByKey is every key's usage over its life, read from the ledger
+// in one grouped query every settledRefresh, never on a request's path. It
+// is safe for concurrent use.
+type settledByKey struct {
+	totals atomic.Pointer[map[string]config.Settled]
+}
+
+// of returns what key id has settled, as of the last read (none before).
+func (s *settledByKey) of(id string) config.Settled {
+	if s == nil {
+		return config.Settled{}
+	}
+	if m := s.totals.Load(); m != nil {
+		return (*m)[id]
+	}
+	return config.Settled{}
+}
+
+// refresh reads the ledger's totals per key: settled calls and the sweep's
+// charges, what the budgets were charged.
+func (s *settledByKey) refresh(ctx context.Context, cat *catalog.Catalog) error {
+	rows, err := cat.Usage(ctx, catalog.UsageQuery{GroupBy: []string{"key"}})
+	if err != nil {
+		return fmt.Errorf("tier promotions: read the keys' usage: %w", err)
+	}
+	m := make(map[string]config.Settled, len(rows))
+	for _, r := range rows {
+		if r.Key != "" {
+			m[r.Key] = config.Settled{Tokens: r.Tokens, Cost: r.CostMicros}
+		}
+	}
+	s.totals.Store(&m)
+	return nil
+}
+
+// start refreshes s now, before the first request, then every
+// settledRefresh until ctx ends, while a tier of the configuration in
+// force is promoted by usage. A failed read keeps the last totals: a key
+// is not demoted because the catalog did not answer.
+func (s *settledByKey) start(ctx context.Context, cat *catalog.Catalog, live func() *config.Config, log *slog.Logger) {
+	read := func() {
+		if live().PromotesByUsage() {
+			if err := s.refresh(ctx, cat); err != nil {
+				log.Warn("tier promotions by usage use the last totals read", "err", err)
+			}
+		}
+	}
+	read()
+	go everyInterval(ctx, settledRefresh, read)
 }
 
 func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Principal, error) {
@@ -315,7 +410,7 @@ func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Prin
 	}
 	tier := key.Tier
 	if tier != "" && !key.CreatedAt.IsZero() {
-		tier = k.config().PromotedTier(tier, k.now().Sub(key.CreatedAt))
+		tier = k.config().PromotedTier(tier, k.now().Sub(key.CreatedAt), k.settled.of(key.ID))
 	}
 	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
 		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces}, nil

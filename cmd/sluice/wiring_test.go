@@ -50,8 +50,53 @@ tenant_models:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := gateway.New(gateway.Options{Limiter: l, Keys: keyStore{}, Models: modelsOf(cfg), Providers: providers,
+	models, err := modelsOf(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gateway.New(gateway.Options{Limiter: l, Keys: keyStore{}, Models: models, Providers: providers,
 		TenantModels: tenantModelsOf(cfg)}); err != nil {
 		t.Errorf("gateway.New: %v", err)
+	}
+}
+
+// TestServe_TokenizerOfEachModel: OpenAI models on openai and azure
+// providers get their encoding by upstream name, a tokenizer set in the
+// file wins, none and other providers' models get none; serve hands the
+// gateway a tokenizer only where there is a context window to check.
+func TestServe_TokenizerOfEachModel(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+providers:
+  - {name: openai, kind: openai, base_url: "http://127.0.0.1:1/v1"}
+  - {name: az, kind: azure, base_url: "http://127.0.0.1:1", api_version: "2024-10-21"}
+  - {name: local, kind: openai-compatible, base_url: "http://127.0.0.1:1/v1"}
+  - {name: anthropic, kind: anthropic, base_url: "http://127.0.0.1:1"}
+models:
+  - {name: mini, provider: openai, upstream_name: gpt-4o-mini, max_output_tokens: 100, context_window: 128000}
+  - {name: old, provider: az, upstream_name: gpt-4, max_output_tokens: 100, context_window: 8192}
+  - {name: off, provider: openai, upstream_name: gpt-4o, max_output_tokens: 100, context_window: 128000, tokenizer: none}
+  - {name: oss, provider: local, upstream_name: gpt-4o, max_output_tokens: 100, context_window: 128000}
+  - {name: set, provider: local, max_output_tokens: 100, context_window: 32000, tokenizer: cl100k_base}
+  - {name: claude, provider: anthropic, upstream_name: claude-sonnet-4-5, max_output_tokens: 100, context_window: 200000}
+  - {name: nowindow, provider: openai, upstream_name: gpt-4o, max_output_tokens: 100}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"mini": "o200k_base", "old": "cl100k_base", "off": "", "oss": "", "set": "cl100k_base", "claude": "", "nowindow": "o200k_base"}
+	for i := range cfg.Models {
+		m := &cfg.Models[i]
+		if got := tokenizerOf(cfg, m); got != want[m.Name] {
+			t.Errorf("tokenizerOf(%s) = %q, want %q", m.Name, got, want[m.Name])
+		}
+	}
+	models, err := modelsOf(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range models {
+		if has := m.Tokenizer != nil; has != (want[m.Name] != "" && m.ContextWindow > 0) {
+			t.Errorf("model %s: tokenizer set %v", m.Name, has)
+		}
 	}
 }

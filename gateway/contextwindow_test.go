@@ -1,0 +1,111 @@
+package gateway_test
+
+import (
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/llm/bpe"
+)
+
+// TestGateway_ContextWindowRefusesOnlyPromptsCertainlyTooLong: mock-small
+// with a 1,000-token window counted with o200k_base. A prompt of about
+// 1,500 tokens is refused 400 context_length_exceeded in the API's shape,
+// never forwarded nor charged; one of about 800 tokens whose bytes / 3
+// estimate (1,200) is over the window is served.
+func TestGateway_ContextWindowRefusesOnlyPromptsCertainlyTooLong(t *testing.T) {
+	enc, err := bpe.Get(bpe.O200k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := sluice.Rule{Name: "daily_tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}
+	h := newHarness(t, []sluice.Rule{budget}, func(o *gateway.Options) {
+		o.Models = slices.Clone(o.Models)
+		o.Models[0].ContextWindow, o.Models[0].Tokenizer = 1000, enc
+	})
+	long := strings.Repeat("hello ", 1500)
+	if n := enc.Count([]byte(long)); n < 1400 {
+		t.Fatalf("the long prompt has %d tokens", n)
+	}
+	fits := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 80)
+	if n := enc.Count([]byte(fits)); n > 900 || int64(len(fits))/3 <= 1000 {
+		t.Fatalf("the prompt that fits has %d tokens in %d bytes", n, len(fits))
+	}
+	for i, api := range []struct{ name, path, body string }{
+		{"OpenAI", "/v1/chat/completions", `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"%s"}]}`},
+		{"Anthropic", "/v1/messages", `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"%s"}]}]}`},
+	} {
+		t.Run(api.name, func(t *testing.T) {
+			calls, used := h.mockCalls(), h.used("daily_tokens")
+			r := h.post(api.path, strings.Replace(api.body, "%s", long, 1), nil)
+			var e errorReply
+			if api.name == "OpenAI" {
+				e = openaiError(t, r)
+				if e.Error.Code == nil || *e.Error.Code != "context_length_exceeded" || e.Error.Type != "invalid_request_error" {
+					t.Errorf("error %s", r.body)
+				}
+			} else {
+				e = anthropicError(t, r)
+				if e.Error.Type != "invalid_request_error" {
+					t.Errorf("error %s", r.body)
+				}
+			}
+			if r.status != 400 || !strings.Contains(e.Error.Message, "maximum context length is 1000 tokens") {
+				t.Fatalf("long prompt: %d %s", r.status, r.body)
+			}
+			if h.mockCalls() != calls {
+				t.Error("the long prompt was forwarded")
+			}
+			if got := h.used("daily_tokens"); got != used {
+				t.Errorf("the refusal charged %d tokens", got-used)
+			}
+			if r := h.post(api.path, strings.Replace(api.body, "%s", fits, 1), nil); r.status != 200 {
+				t.Fatalf("a prompt that fits: %d %s", r.status, r.body)
+			}
+			h.rec.waitUsage(t, i+1) // settled before the next subtest reads the budget
+		})
+	}
+}
+
+// countingTokenizer counts the bytes it is given.
+type countingTokenizer struct {
+	gateway.Tokenizer
+	bytes atomic.Int64
+}
+
+func (c *countingTokenizer) Count(text []byte) int {
+	c.bytes.Add(int64(len(text)))
+	return c.Tokenizer.Count(text)
+}
+
+// TestGateway_ContextWindowCountsNoMoreThanItNeeds: a 3 MB prompt against
+// a 1,000-token window is refused after counting a chunk or two of it, not
+// all of it; a prompt no longer in bytes than the window is not counted.
+func TestGateway_ContextWindowCountsNoMoreThanItNeeds(t *testing.T) {
+	enc, err := bpe.Get(bpe.O200k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := &countingTokenizer{Tokenizer: enc}
+	h := newHarness(t, nil, func(o *gateway.Options) {
+		o.Models = slices.Clone(o.Models)
+		o.Models[0].ContextWindow, o.Models[0].Tokenizer = 1000, tk
+	})
+	r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"`+strings.Repeat("hello ", 500_000)+`"}]}`, nil)
+	if r.status != 400 || !strings.Contains(string(r.body), "context_length_exceeded") {
+		t.Fatalf("3 MB prompt: %d %.300s", r.status, r.body)
+	}
+	if n := tk.bytes.Load(); n == 0 || n > 64<<10 {
+		t.Errorf("counted %d bytes of a 3 MB prompt to refuse it against 1,000 tokens", n)
+	}
+	tk.bytes.Store(0)
+	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
+		t.Fatalf("small prompt: %d %s", r.status, r.body)
+	}
+	if n := tk.bytes.Load(); n != 0 {
+		t.Errorf("counted %d bytes of a prompt shorter in bytes than the window", n)
+	}
+}

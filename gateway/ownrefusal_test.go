@@ -1,0 +1,128 @@
+package gateway_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/mockprovider"
+)
+
+// dailyRequests is a budget of 100 requests a day per workspace: the rule
+// whose fields the gateway's own refusals below must carry.
+var dailyRequests = sluice.Rule{Name: "daily_requests", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests, Limit: 100, Period: sluice.PeriodDay}
+
+// checkRequestFields checks the X-RateLimit, IETF and OpenAI request fields
+// describe rule with limit, and remaining as the store has it now: what a
+// refusal that charged nothing leaves.
+func checkRequestFields(t *testing.T, h *harness, r reply, rule string, limit int64, maxReset time.Duration) {
+	t.Helper()
+	remaining := limit - h.used(rule)
+	checkLimitHeaders(t, r, rule, limit, remaining, maxReset)
+	if got := r.header.Get("x-ratelimit-limit-requests"); got != strconv.FormatInt(limit, 10) {
+		t.Errorf("x-ratelimit-limit-requests %q, want %d", got, limit)
+	}
+	if got := r.header.Get("x-ratelimit-remaining-requests"); got != strconv.FormatInt(remaining, 10) {
+		t.Errorf("x-ratelimit-remaining-requests %q, want %d", got, remaining)
+	}
+}
+
+// TestGateway_SessionCeilingCarriesRateLimitFields: a call refused by its
+// session's ceiling carries the fields of the key's rules, with the
+// refused call's reservation given back.
+func TestGateway_SessionCeilingCarriesRateLimitFields(t *testing.T) {
+	h := sessionHarness(t, []sluice.Rule{dailyRequests})
+	_, s := h.sessionCall("POST", "/v1/sessions", `{"max_turns":1}`, nil)
+	in := map[string]string{gateway.HeaderSession: s.ID}
+	if r := h.post("/v1/chat/completions", sessionChat, in); r.status != 200 {
+		t.Fatalf("first turn: %d %s", r.status, r.body)
+	}
+	h.rec.waitUsage(t, 1)
+	r := h.post("/v1/chat/completions", sessionChat, in)
+	if r.status != 429 || !strings.Contains(string(r.body), "session_ceiling_reached") {
+		t.Fatalf("second turn: %d %s", r.status, r.body)
+	}
+	if h.used("daily_requests") != 1 {
+		t.Fatalf("the budget counts %d requests, want the 1 served", h.used("daily_requests"))
+	}
+	checkRequestFields(t, h, r, "daily_requests", 100, 24*time.Hour)
+}
+
+// TestGateway_PacedRefusalCarriesRateLimitFields: a call refused by pacing
+// (its provider's own limit) carries the fields of the key's rules.
+func TestGateway_PacedRefusalCarriesRateLimitFields(t *testing.T) {
+	h := startHarness(t, setup{rules: []sluice.Rule{dailyRequests}, mock: mockprovider.Options{RateLimitRequests: 1, RateLimitWindow: 20 * time.Second},
+		tweak: []func(*gateway.Options){paced, func(o *gateway.Options) { o.PaceMaxWait = 50 * time.Millisecond }}})
+	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
+		t.Fatalf("first call: %d %s", r.status, r.body)
+	}
+	r := h.post("/v1/chat/completions", smallChat, nil)
+	if r.status != 429 || !strings.Contains(string(r.body), "provider_rate_limited") {
+		t.Fatalf("paced call: %d %s", r.status, r.body)
+	}
+	checkRequestFields(t, h, r, "daily_requests", 100, 24*time.Hour)
+}
+
+// TestGateway_UnauthenticatedRefusalsCarryThePreAuthFields: a 401, and a
+// body too large refused before its key is read, carry the fields of the
+// one limit that applies to an unknown caller, its address's pre-auth
+// limit; without it, none.
+func TestGateway_UnauthenticatedRefusalsCarryThePreAuthFields(t *testing.T) {
+	badKey := map[string]string{"Authorization": "Bearer sk-sluice-wrong"}
+	preAuth := func(o *gateway.Options) { o.PreAuthPerMinute, o.MaxBodyBytes = 5, 1024 }
+	t.Run("BadKey", func(t *testing.T) {
+		h := newHarness(t, []sluice.Rule{dailyRequests}, preAuth)
+		for i := range 2 {
+			r := h.post("/v1/chat/completions", smallChat, badKey)
+			if r.status != 401 {
+				t.Fatalf("bad key: %d %s", r.status, r.body)
+			}
+			// Each request arriving is counted; the bucket refills one
+			// every 12 s.
+			checkLimitHeaders(t, r, gateway.PreAuthRule, 5, int64(4-i), time.Minute)
+			if !strings.HasPrefix(r.header.Get("RateLimit-Policy"), `"pre_auth_per_ip";q=5;w=60`) {
+				t.Errorf("RateLimit-Policy %q", r.header.Get("RateLimit-Policy"))
+			}
+		}
+	})
+	t.Run("BodyTooLarge", func(t *testing.T) {
+		h := newHarness(t, []sluice.Rule{dailyRequests}, preAuth)
+		r := h.post("/v1/chat/completions", `{"model":"mock-small","messages":[{"role":"user","content":"`+strings.Repeat("x", 2048)+`"}]}`, nil)
+		if r.status != 413 {
+			t.Fatalf("large body: %d %s", r.status, r.body)
+		}
+		// Read, not charged: the body was never read, nor its key.
+		checkLimitHeaders(t, r, gateway.PreAuthRule, 5, 5, time.Minute)
+	})
+	t.Run("NoPreAuthLimit", func(t *testing.T) {
+		h := newHarness(t, []sluice.Rule{dailyRequests})
+		r := h.post("/v1/chat/completions", smallChat, badKey)
+		if r.status != 401 {
+			t.Fatalf("bad key: %d %s", r.status, r.body)
+		}
+		for _, f := range []string{"X-RateLimit-Limit", "RateLimit", "RateLimit-Policy", "x-ratelimit-limit-requests"} {
+			if v := r.header.Get(f); v != "" {
+				t.Errorf("a 401 without a pre-auth limit carries %s: %q, a tenant's or the deployment's figures", f, v)
+			}
+		}
+	})
+}
+
+// TestGateway_AuthenticatedBadRequestCarriesRateLimitFields: a request
+// refused after its key is known (a model that does not exist) carries its
+// key's fields.
+func TestGateway_AuthenticatedBadRequestCarriesRateLimitFields(t *testing.T) {
+	h := newHarness(t, []sluice.Rule{dailyRequests})
+	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
+		t.Fatalf("first call: %d %s", r.status, r.body)
+	}
+	h.rec.waitUsage(t, 1)
+	r := h.post("/v1/chat/completions", `{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if r.status != 404 {
+		t.Fatalf("unknown model: %d %s", r.status, r.body)
+	}
+	checkRequestFields(t, h, r, "daily_requests", 100, 24*time.Hour)
+}
