@@ -2,18 +2,12 @@ package main
 
 import (
 	"context"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/catalog"
-	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/store/memstore"
 )
 
 // TestKeys_ClassAndMaxWaitFlags checks that "sluice keys create" and
@@ -22,31 +16,7 @@ import (
 // and refuse a --max-wait that is no duration and an update that changes
 // nothing.
 func TestKeys_ClassAndMaxWaitFlags(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(cfgPath, []byte(keysTestConfig+"data_dir: "+filepath.Join(dir, "data")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(cfgPath, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	remoteCat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{FlushInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { remoteCat.Close() })
-	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := admin.New(admin.Options{Catalog: remoteCat, Limiter: l, AdminToken: "keys-test-token", CheckKey: checkKeyLive(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	t.Setenv("SLUICE_ADMIN_TOKEN", "keys-test-token")
+	cfgPath, cfg, remoteCat, srv := keysTestSides(t)
 
 	// The one key of a side's catalog.
 	theKey := func(where string) catalog.Key {
