@@ -22,7 +22,9 @@ type Identity struct {
 	Model     string
 	Route     string
 	Tier      string
-	// Class is the request's priority class on rules with classes (set from its key or tier); empty is the rule's default class.
+	// Class is the request's priority class on rules with classes (see
+	// Class); empty, or a class a rule does not list, is the rule's
+	// DefaultClass.
 	Class string
 	// Tags attribute a request to cooperating groups; a rule on "tag"
 	// charges one counter per distinct tag.
