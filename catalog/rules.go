@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/names"
 )
 
 // MaxRulesPerOrg bounds the rules stored for one org (and the deployment
@@ -78,8 +79,11 @@ var errRuleOrg = errors.New("the rule's org differs from the org it is stored un
 // validateRule checks r as the engine would, so that a stored rule can
 // always be compiled into a policy.
 func validateRule(r *Rule) error {
-	if strings.ContainsAny(r.Name, "/ \t\n") {
-		return fmt.Errorf("%w: rule %q: name must not contain spaces or slashes", ErrInvalid, r.Name)
+	// An empty name is the engine's to refuse, below.
+	if r.Name != "" {
+		if err := names.Check(r.Name); err != nil {
+			return fmt.Errorf("%w: rule name %v", ErrInvalid, err)
+		}
 	}
 	if err := checkValue("org", r.Org); err != nil {
 		return fmt.Errorf("%w: rule %q: %v", ErrInvalid, r.Name, err)

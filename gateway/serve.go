@@ -40,7 +40,9 @@ type call struct {
 	ownKey  string
 	tags    []string
 	maxWait time.Duration
-	turn    string // X-Sluice-Turn
+	// waitSource says what set maxWait, for the refusal that names it.
+	waitSource string
+	turn       string // X-Sluice-Turn
 	// capPer is the output cap per completion sent to the provider.
 	capPer int64
 	event  Event
@@ -88,7 +90,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 	c.event.Route, c.event.RequestID = rt.name, requestIDOf(ctx)
 	c.trace = g.startTrace(ctx, rt, c.event.RequestID)
 	if err := c.run(); err != nil {
-		err = c.withFitHint(err)
+		err = c.withWaitHint(c.withFitHint(err))
 		c.event.Outcome, c.event.Class = outcomeOf(err)
 		c.event.Cause = causeOf(err)
 		c.withRoom(err)
@@ -172,7 +174,7 @@ func (c *call) run() error {
 	c.ownKey = string(ctx.Request.Header.Peek(HeaderProviderKey))
 	c.tags = parseTags(ctx.Request.Header.Peek(HeaderTags))
 	c.event.SessionID, c.event.Tags = c.session.id, c.tags
-	if c.maxWait, err = g.maxWait(&ctx.Request.Header, who.Tier); err != nil {
+	if c.maxWait, c.waitSource, err = g.maxWait(&ctx.Request.Header, &who); err != nil {
 		return err
 	}
 	if c.turn, err = turnOf(&ctx.Request.Header); err != nil {
@@ -334,6 +336,10 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 	if err != nil {
 		return Principal{}, 0, err
 	}
+	if who.Class == "" {
+		// A key's own class beats its tier's.
+		who.Class = g.opts.TierClass[who.Tier]
+	}
 	return who, asserted, nil
 }
 
@@ -399,7 +405,7 @@ func (c *call) outputCap(cand *model) int64 {
 func (c *call) identity(cand *model) sluice.Identity {
 	who := &c.who
 	id := sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User,
-		Key: who.KeyID, IP: c.ip, Session: c.session.id, Route: c.rt.name, Tier: who.Tier, Tags: c.tags}
+		Key: who.KeyID, IP: c.ip, Session: c.session.id, Route: c.rt.name, Tier: who.Tier, Class: who.Class, Tags: c.tags}
 	if cand != nil {
 		id.Model = cand.Name
 	}

@@ -24,13 +24,13 @@ tenant_models:
     routes: [{org: acme, model: mock-large}]
 `
 
-// TestKeysCreate_RefusesUnknownTierOrModel checks that "sluice keys
-// create" refuses a tier or model the configuration does not know, on the
-// data directory and through a running server's admin API, and creates
-// the keys that name known ones.
-func TestKeysCreate_RefusesUnknownTierOrModel(t *testing.T) {
+// keysTestSides writes keysTestConfig to a config file over a fresh data
+// directory, and starts the admin API of a server running on it over a
+// catalog of its own (the remote side), its token in SLUICE_ADMIN_TOKEN.
+func keysTestSides(t *testing.T) (cfgPath string, cfg *config.Config, remoteCat *catalog.Catalog, srv *httptest.Server) {
+	t.Helper()
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "sluice.yaml")
+	cfgPath = filepath.Join(dir, "sluice.yaml")
 	if err := os.WriteFile(cfgPath, []byte(keysTestConfig+"data_dir: "+filepath.Join(dir, "data")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +38,7 @@ func TestKeysCreate_RefusesUnknownTierOrModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The admin API of a server running on cfg, over its own catalog.
-	remoteCat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{FlushInterval: -1})
+	remoteCat, err = catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{FlushInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +51,18 @@ func TestKeysCreate_RefusesUnknownTierOrModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	srv = httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Setenv("SLUICE_ADMIN_TOKEN", "keys-test-token")
+	return cfgPath, cfg, remoteCat, srv
+}
+
+// TestKeysCreate_RefusesUnknownTierOrModel checks that "sluice keys
+// create" refuses a tier or model the configuration does not know, on the
+// data directory and through a running server's admin API, and creates
+// the keys that name known ones.
+func TestKeysCreate_RefusesUnknownTierOrModel(t *testing.T) {
+	cfgPath, cfg, remoteCat, srv := keysTestSides(t)
 
 	for _, tc := range []struct {
 		name  string

@@ -149,6 +149,7 @@ func serve(args []string) error {
 		TerminalStatus:   cfg.TerminalStatus,
 		BatchMaxWait:     cfg.MaxWait,
 		TierMaxWait:      tierMaxWaits(cfg),
+		TierClass:        tierClasses(cfg),
 		RequestTimeout:   cfg.RequestTimeout,
 		UpstreamRetries:  *cfg.UpstreamRetries,
 		TrustedProxies:   cfg.TrustedPrefixes(),
@@ -413,7 +414,8 @@ func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Prin
 		tier = k.config().PromotedTier(tier, k.now().Sub(key.CreatedAt), k.settled.of(key.ID))
 	}
 	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
-		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces}, nil
+		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces,
+		Class: key.Class, MaxWait: time.Duration(key.MaxWait)}, nil
 }
 
 // dependenciesOf is what /readyz checks: the counter store when it can be
@@ -538,6 +540,17 @@ func tierMaxWaits(cfg *config.Config) map[string]time.Duration {
 	for _, t := range cfg.Tiers {
 		if t.MaxWait > 0 {
 			m[t.Name] = t.MaxWait
+		}
+	}
+	return m
+}
+
+// tierClasses returns the tiers' priority classes, by tier name.
+func tierClasses(cfg *config.Config) map[string]string {
+	m := map[string]string{}
+	for _, t := range cfg.Tiers {
+		if t.Class != "" {
+			m[t.Name] = t.Class
 		}
 	}
 	return m
