@@ -229,8 +229,8 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 
 // A gateway's decisions by a rule with priority classes are counted by
 // rule and class: admissions by the class's own share and by a borrowed
-// one, and refusals. Every call here is in the rule's default class,
-// batch (no gateway path sets Identity.Class yet).
+// one, and refusals. The key names no class: every call here is in the
+// rule's default class, batch.
 func TestMetrics_ClassAdmissionsAndRefusals(t *testing.T) {
 	m := NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small"}, Providers: []string{"mock"}})
 	rules := []sluice.Rule{{Name: "calls", Kind: sluice.KindRate, Subject: "global", Limit: 2, Window: time.Hour,

@@ -13,7 +13,7 @@ import (
 )
 
 // modelCalls is a concurrency cap of 2 split between two classes, floors 1
-// and 1. No gateway path sets Identity.Class yet: every call is in the
+// and 1. The test key names no class: every call is in the rule's
 // default class, batch, whose share is 1 and which may borrow
 // interactive's idle one.
 var modelCalls = sluice.Rule{Name: "model-calls", Kind: sluice.KindConcurrency, Subject: "global", Limit: 2,
