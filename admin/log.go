@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,7 +62,8 @@ func Redact(_ []string, a slog.Attr) slog.Attr {
 // route, model, provider, who was charged (org, workspace, key ID: never
 // the key), session, tags, duration and time to first token, outcome,
 // class, status, the provider's status, upstream attempts, decision time,
-// usage and, for a failure, its cause (masked by Redact: the cause of a
+// usage, the priority classes of rules with classes (and the classes whose
+// shares were borrowed) and, for a failure, its cause (masked by Redact: the cause of a
 // failure is the one value here that could carry a secret).
 func LogRequest(log *slog.Logger, e event.Event) {
 	level := slog.LevelInfo
@@ -90,10 +92,35 @@ func LogRequest(log *slog.Logger, e event.Event) {
 		slog.Int64("output_tokens", e.Usage.OutputTokens),
 		slog.Int64("cost_micros", e.Usage.Cost),
 	}
+	if classes, borrowed := priorityClasses(e); classes != "" {
+		attrs = append(attrs, slog.String("priority_class", classes))
+		if borrowed != "" {
+			attrs = append(attrs, slog.String("borrowed_from", borrowed))
+		}
+	}
 	if e.Cause != nil {
 		attrs = append(attrs, Redact(nil, slog.String("cause", e.Cause.Error())))
 	}
 	log.LogAttrs(context.Background(), level, "request", attrs...)
+}
+
+// priorityClasses returns the request's classes on the rules with classes
+// that admitted or refused it, and the classes whose shares it borrowed,
+// each comma-separated (one rule's, or the distinct names of several).
+func priorityClasses(e event.Event) (classes, borrowed string) {
+	var names, lenders []string
+	for _, cs := range e.Classes {
+		if !slices.Contains(names, cs.Class) {
+			names = append(names, cs.Class)
+		}
+		if cs.BorrowedFrom != "" && !slices.Contains(lenders, cs.BorrowedFrom) {
+			lenders = append(lenders, cs.BorrowedFrom)
+		}
+	}
+	if e.RefusedClass != nil && !slices.Contains(names, e.RefusedClass.Class) {
+		names = append(names, e.RefusedClass.Class)
+	}
+	return strings.Join(names, ","), strings.Join(lenders, ",")
 }
 
 // LineBuffer is a writer for the request log: each Write (one line from a

@@ -43,3 +43,36 @@ func TestLogRequest_Fields(t *testing.T) {
 		t.Errorf("an admitted call's line has a cause: %s", buf.String())
 	}
 }
+
+// The line names the request's priority class when a class rule decided
+// it, the classes whose shares it borrowed, and nothing of classes when no
+// class rule applied.
+func TestLogRequest_PriorityClass(t *testing.T) {
+	share := func(rule, class, from string) sluice.ClassShare {
+		return sluice.ClassShare{Rule: rule, Class: class, Floor: 1, Share: 1, Capacity: 2, BorrowedFrom: from}
+	}
+	refused := share("model-calls", "batch", "")
+	for _, tc := range []struct {
+		name            string
+		e               event.Event
+		class, borrowed any
+	}{
+		{"Own", event.Event{Outcome: "admitted", Classes: []sluice.ClassShare{share("model-calls", "batch", "")}}, "batch", nil},
+		{"Borrowed", event.Event{Outcome: "admitted", Classes: []sluice.ClassShare{share("model-calls", "batch", "interactive"),
+			share("tpm", "batch", "")}}, "batch", "interactive"},
+		{"Refused", event.Event{Outcome: "busy", Class: "throttled", RefusedClass: &refused}, "batch", nil},
+		{"NoClassRule", event.Event{Outcome: "admitted"}, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			LogRequest(slog.New(slog.NewJSONHandler(&buf, nil)), tc.e)
+			var m map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+				t.Fatal(err)
+			}
+			if m["priority_class"] != tc.class || m["borrowed_from"] != tc.borrowed {
+				t.Errorf("priority_class %v, borrowed_from %v; want %v, %v: %s", m["priority_class"], m["borrowed_from"], tc.class, tc.borrowed, buf.String())
+			}
+		})
+	}
+}

@@ -80,6 +80,8 @@ type Metrics struct {
 	firstToken  *prometheus.HistogramVec
 	failedOpen  *prometheus.CounterVec
 	shadowed    *prometheus.CounterVec
+	classAdmits *prometheus.CounterVec
+	classRefuse *prometheus.CounterVec
 	sessions    *prometheus.CounterVec
 	sessionCost prometheus.Histogram
 	sessionTurn prometheus.Histogram
@@ -154,6 +156,16 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		Name: "sluice_shadow_refusals_total",
 		Help: "Admitted requests that a shadow rule would have refused, by rule.",
 	}, []string{"rule"})
+	// The class label takes a class rule's class names: at most 16 per
+	// rule (the library's bound), from the policy.
+	m.classAdmits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_class_admissions_total",
+		Help: "Admissions by a rule with priority classes, by rule, the request's class, and share: own (its class's share admitted it) or borrowed (another class's idle share did).",
+	}, []string{"rule", "class", "share"})
+	m.classRefuse = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_class_refusals_total",
+		Help: "Refusals by a rule with priority classes (after any wait), by rule and the request's class.",
+	}, []string{"rule", "class"})
 	m.storeTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sluice_store_seconds",
 		Help:    "Latency of store operations (admit, settle, peek, sweep).",
@@ -226,7 +238,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	}
 	reg.MustRegister(m.requests, m.tokens, m.cost, m.decision, m.attempts, m.attemptsSum, m.storeTime,
 		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sweptBudget, m.sessions, m.sessionCost, m.sessionTurn, m.ignoredID,
-		m.impossible, inFlight, m.duration, m.upstream, m.firstToken, m.failedOpen, m.shadowed, buildInfo())
+		m.impossible, inFlight, m.duration, m.upstream, m.firstToken, m.failedOpen, m.shadowed, m.classAdmits, m.classRefuse, buildInfo())
 	return m
 }
 
@@ -357,6 +369,16 @@ func (m *Metrics) Observe(e event.Event) {
 	}
 	for _, r := range e.Shadowed {
 		m.shadowed.WithLabelValues(m.rule(r)).Inc()
+	}
+	for _, cs := range e.Classes {
+		share := "own"
+		if cs.BorrowedFrom != "" {
+			share = "borrowed"
+		}
+		m.classAdmits.WithLabelValues(m.rule(cs.Rule), cs.Class, share).Inc()
+	}
+	if cs := e.RefusedClass; cs != nil {
+		m.classRefuse.WithLabelValues(m.rule(cs.Rule), cs.Class).Inc()
 	}
 	switch e.Session {
 	case "opened":

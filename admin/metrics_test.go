@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/store/memstore"
 )
 
 // scrape fetches /metrics with token and parses it with the Prometheus
@@ -223,5 +224,48 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 	}
 	if got := value(e.scrape(rootToken), "sluice_in_flight"); got != 0 {
 		t.Fatalf("in flight after settle = %v", got)
+	}
+}
+
+// A gateway's decisions by a rule with priority classes are counted by
+// rule and class: admissions by the class's own share and by a borrowed
+// one, and refusals. The key names no class: every call here is in the
+// rule's default class, batch.
+func TestMetrics_ClassAdmissionsAndRefusals(t *testing.T) {
+	m := NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small"}, Providers: []string{"mock"}})
+	rules := []sluice.Rule{{Name: "calls", Kind: sluice.KindRate, Subject: "global", Limit: 2, Window: time.Hour,
+		DefaultClass: "batch", Classes: []sluice.Class{{Name: "interactive", Floor: 1}, {Name: "batch", Floor: 1}}}}
+	url := startGateway(t, m, memstore.New(memstore.Options{}), rules, false)
+	body := `{"model":"mock-small","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
+	chat(t, url, body, 200) // batch's own share
+	chat(t, url, body, 200) // interactive's idle share, borrowed
+	chat(t, url, body, 429) // both full
+	want := []struct {
+		family string
+		labels []string
+		n      float64
+	}{
+		{"sluice_class_admissions_total", []string{"rule", "calls", "class", "batch", "share", "own"}, 1},
+		{"sluice_class_admissions_total", []string{"rule", "calls", "class", "batch", "share", "borrowed"}, 1},
+		{"sluice_class_refusals_total", []string{"rule", "calls", "class", "batch"}, 1},
+	}
+	var families map[string]*dto.MetricFamily
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		families = scrapeHandler(t, m.Handler())
+		// Each call's event comes once its answer is out.
+		if value(families, "sluice_requests_total", "outcome", "admitted") >= 2 &&
+			value(families, "sluice_requests_total", "outcome", "rate_limited") >= 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, w := range want {
+		if got := value(families, w.family, w.labels...); got != w.n {
+			t.Errorf("%s%v = %v, want %v", w.family, w.labels, got, w.n)
+		}
+	}
+	if n := len(families["sluice_class_admissions_total"].GetMetric()); n != 2 {
+		t.Errorf("%d series of sluice_class_admissions_total, want 2", n)
 	}
 }

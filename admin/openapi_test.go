@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -18,8 +19,10 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/llm/anthropic"
 	"github.com/sluicehq/sluice/llm/openai"
+	"github.com/sluicehq/sluice/store/memstore"
 )
 
 // adminServer is the admin listener of the description's servers: the
@@ -286,6 +289,60 @@ func TestOpenAPI_RefusalShapesMatchTheEncoders(t *testing.T) {
 			if err := d.doc.Components.Schemas[schema].Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
 				t.Errorf("%s in the %s shape does not match admin/openapi.json: %v\n%s", hr.Code, schema, err, body)
 			}
+		}
+	}
+}
+
+// A gateway's answers under a rule with priority classes match the
+// description: the class headers of an admission are described, and the
+// limit object of a class's refusal, with its class, is the RefusalLimit
+// of both error shapes.
+func TestOpenAPI_ClassRefusalAndHeadersDescribed(t *testing.T) {
+	d := loadOpenAPI(t)
+	described := map[string]bool{}
+	for name := range d.doc.Components.Headers {
+		described[strings.ToLower(name)] = true
+	}
+	rules := []sluice.Rule{{Name: "calls", Kind: sluice.KindRate, Subject: "global", Limit: 2, Window: time.Hour,
+		DefaultClass: "batch", Classes: []sluice.Class{{Name: "interactive", Floor: 1}, {Name: "batch", Floor: 1}}}}
+	url := startGateway(t, NewMetrics(MetricsOptions{}), memstore.New(memstore.Options{}), rules, false)
+	post := func(path string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url+path, strings.NewReader(`{"model":"mock-small","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer sk-dash")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, body
+	}
+	post("/v1/chat/completions")
+	borrowed, _ := post("/v1/chat/completions")
+	for _, name := range []string{gateway.HeaderClass, gateway.HeaderClassBorrowedFrom} {
+		if borrowed.Header.Get(name) == "" || !described[strings.ToLower(name)] {
+			t.Errorf("%s %q on a borrowed admission, described: %v", name, borrowed.Header.Get(name), described[strings.ToLower(name)])
+		}
+	}
+	for path, schema := range map[string]string{"/v1/chat/completions": "OpenAIError", "/v1/messages": "AnthropicError"} {
+		resp, body := post(path)
+		var v struct {
+			Error struct {
+				Limit struct {
+					Class map[string]any `json:"class"`
+				} `json:"limit"`
+			} `json:"error"`
+		}
+		var raw any
+		if resp.StatusCode != 429 || json.Unmarshal(body, &v) != nil || json.Unmarshal(body, &raw) != nil || v.Error.Limit.Class["name"] != "batch" {
+			t.Fatalf("%s: %d %s, want a refusal naming the class", path, resp.StatusCode, body)
+		}
+		if err := d.doc.Components.Schemas[schema].Value.VisitJSON(raw, openapi3.EnableJSONSchema2020()); err != nil {
+			t.Errorf("%s: the class refusal does not match admin/openapi.json's %s: %v\n%s", path, schema, err, body)
 		}
 	}
 }

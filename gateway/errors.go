@@ -205,6 +205,9 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 	var limitAny any
 	if limit != nil {
 		limitAny = limit
+		if cs := refusedClass(err); cs != nil {
+			limitAny = classLimit{limit, refusalClass{Name: cs.Class, Floor: cs.Floor, Share: cs.Share, Capacity: cs.Capacity}}
+		}
 	}
 	var body []byte
 	if rt != nil && rt.anthropic {
@@ -215,6 +218,37 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(body)
+}
+
+// classLimit is the limit object of a refusal by a class rule: the
+// library's, whose limit, used and remaining are then the class's share's,
+// with the class.
+type classLimit struct {
+	*sluice.RefusalLimit
+	Class refusalClass `json:"class"`
+}
+
+// refusalClass names the class a class rule refused: its floor and its
+// share of the rule's capacity.
+type refusalClass struct {
+	Name     string `json:"name"`
+	Floor    int64  `json:"floor"`
+	Share    int64  `json:"share"`
+	Capacity int64  `json:"capacity"`
+}
+
+// refusedClass returns the class of a refusal by a class rule (rate or
+// concurrency: a budget has no classes); nil for any other error.
+func refusedClass(err error) *sluice.ClassShare {
+	var rl *sluice.RateLimitError
+	var bz *sluice.BusyError
+	switch {
+	case errors.As(err, &rl):
+		return rl.Class
+	case errors.As(err, &bz):
+		return bz.Class
+	}
+	return nil
 }
 
 // errorTypes returns the OpenAI and Anthropic error types of a refusal

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,18 @@ const (
 	// HeaderPriority set to "batch" lets the request wait for rate and
 	// concurrency rules instead of being refused at once.
 	HeaderPriority = "X-Sluice-Priority"
+)
+
+// Response headers of an admission by rules with priority classes: one of
+// each per class rule.
+const (
+	// HeaderClass names the request's class on a class rule, its floor,
+	// its share and the rule's capacity:
+	// "batch; rule=model-calls; floor=1; share=1; capacity=2".
+	HeaderClass = "X-Sluice-Class"
+	// HeaderClassBorrowedFrom names the class whose idle share admitted
+	// the request, when its own was full: "interactive; rule=model-calls".
+	HeaderClassBorrowedFrom = "X-Sluice-Class-Borrowed-From"
 )
 
 // call is one client request on its way through the gateway.
@@ -92,6 +105,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 	if err := c.run(); err != nil {
 		err = c.withWaitHint(c.withFitHint(err))
 		c.event.Outcome, c.event.Class = outcomeOf(err)
+		c.event.RefusedClass = refusedClass(err)
 		c.event.Cause = causeOf(err)
 		c.withRoom(err)
 		writeError(ctx, rt, err)
@@ -207,6 +221,7 @@ func (c *call) run() error {
 		res, capPer, clamped, err := c.admit(cand)
 		endAdmit(err)
 		if err != nil {
+			c.event.Classes = nil // an earlier candidate's admission was released
 			last = err
 			if i+1 < len(candidates) && g.modelScoped(err, cand) {
 				continue
@@ -219,6 +234,7 @@ func (c *call) run() error {
 				return err
 			}
 		}
+		c.event.Classes = res.Result().Classes
 		answered, err := c.forward(cand, res, capPer, clamped)
 		if answered {
 			return nil
@@ -684,6 +700,12 @@ func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sl
 	c.event.Shadowed, c.event.FailedOpen, c.event.BudgetWarnings = r.Shadowed, r.FailedOpenRules, r.Warnings
 	r.SetHeaders(h, time.Now())
 	h.Set("X-Sluice-Model", cand.Name)
+	for _, cs := range r.Classes {
+		h.Add(HeaderClass, fmt.Sprintf("%s; rule=%s; floor=%d; share=%d; capacity=%d", cs.Class, cs.Rule, cs.Floor, cs.Share, cs.Capacity))
+		if cs.BorrowedFrom != "" {
+			h.Add(HeaderClassBorrowedFrom, cs.BorrowedFrom+"; rule="+cs.Rule)
+		}
+	}
 	if r.FailedOpen {
 		// The limit store did not answer and every rule in play says
 		// on_store_error: open: admitted uncharged.

@@ -87,6 +87,14 @@ type Event struct {
 	// BudgetWarnings are the budget thresholds and soft limits the
 	// admission found reached (the X-Sluice-Budget-Warning header's).
 	BudgetWarnings []sluice.Warning
+	// Classes are the priority classes of the call's admission, one per
+	// class rule: the class, its floor and share, and the class whose
+	// share it borrowed, if any (the admission's Result.Classes). Empty
+	// when no class rule applied or the call was not admitted.
+	Classes []sluice.ClassShare
+	// RefusedClass is the class of a refusal by a class rule, waited for
+	// or not (the refusal's Refusal.Class); nil for any other answer.
+	RefusedClass *sluice.ClassShare
 }
 
 // SessionUsage is what a session used.
