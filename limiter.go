@@ -87,6 +87,9 @@ type Limiter struct {
 	nextID  atomic.Uint64
 	waiters waitQueues
 	turns   turns
+	// provided holds what the providers allow, for the rules that take
+	// their limit from them.
+	provided providerLimits
 
 	admitted, refused, overruns, failedOpen atomic.Int64
 }
@@ -211,6 +214,9 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		l.admitted.Add(1)
 		return nil
 	}
+	if err := l.held(req, r.batch.Charges, now); err != nil {
+		return err
+	}
 	ok, err := l.store.Admit(ctx, now, &r.batch)
 	if err != nil {
 		if !failOpen(r.batch.Charges) {
@@ -287,7 +293,7 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		if !rule.matches(id) {
 			continue
 		}
-		limit, burst, source := p.effective(rule, id, now)
+		limit, burst, source := p.effective(rule, id, now, &l.provided)
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
 			continue
 		}
@@ -306,11 +312,11 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		switch rule.Kind {
 		case KindRate:
 			if checkFit && !c.Shadow && c.Amount > c.BurstOrLimit() {
-				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: c.BurstOrLimit()}
+				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: c.BurstOrLimit(), Source: source.name(rule)}
 			}
 		case KindBudget:
 			if checkFit && !c.Shadow && c.Amount > limit {
-				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: limit}
+				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: limit, Source: source.name(rule)}
 			}
 			start, end := PeriodBounds(rule.Period, now, rule.location)
 			c.Key.Period, c.PeriodEnd = start.Unix(), end
@@ -407,7 +413,7 @@ func refusalOf(c *Charge, room *Result) Refusal {
 	return Refusal{
 		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
 		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining, Requested: c.Amount,
-		Window: rule.Window, Period: rule.Period,
+		Window: rule.Window, Period: rule.Period, Source: c.source.name(rule),
 		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt, Result: room,
 	}
 }
