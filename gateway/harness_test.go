@@ -259,6 +259,7 @@ type limitObject struct {
 	Requested    int64  `json:"requested"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	ResetAt      string `json:"reset_at"`
+	Source       string `json:"source"`
 }
 
 // errorReply is an error body in either shape: OpenAI's
