@@ -42,6 +42,7 @@ type Rule struct {
 	Subject         string                  `json:"subject"`
 	Metric          sluice.Metric           `json:"metric,omitempty"`
 	Limit           int64                   `json:"limit"`
+	LimitFrom       string                  `json:"limit_from,omitempty"`
 	Burst           int64                   `json:"burst,omitempty"`
 	Window          sluice.Duration         `json:"window,omitempty"`
 	Period          sluice.Period           `json:"period,omitempty"`
@@ -69,7 +70,7 @@ type Rule struct {
 func (r Rule) Sluice() sluice.Rule {
 	return sluice.Rule{
 		Name: r.Name, Org: r.Org, Kind: r.Kind, Subject: r.Subject, Metric: r.Metric,
-		Limit: r.Limit, Burst: r.Burst, Window: time.Duration(r.Window),
+		Limit: r.Limit, LimitFrom: r.LimitFrom, Burst: r.Burst, Window: time.Duration(r.Window),
 		Period: r.Period, TimeZone: r.TimeZone, SoftLimit: r.SoftLimit,
 		WarnAt:  slices.Clone(r.WarnAt),
 		Reserve: r.Reserve, ReserveAmount: r.ReserveAmount,
@@ -91,7 +92,7 @@ func (r Rule) Sluice() sluice.Rule {
 func RuleOf(r sluice.Rule) Rule {
 	return Rule{
 		Name: r.Name, Org: r.Org, Kind: r.Kind, Subject: r.Subject, Metric: r.Metric,
-		Limit: r.Limit, Burst: r.Burst, Window: sluice.Duration(r.Window),
+		Limit: r.Limit, LimitFrom: r.LimitFrom, Burst: r.Burst, Window: sluice.Duration(r.Window),
 		Period: r.Period, TimeZone: r.TimeZone, SoftLimit: r.SoftLimit,
 		WarnAt: r.WarnAt, Reserve: r.Reserve, ReserveAmount: r.ReserveAmount,
 		OnExpiry: r.OnExpiry, OnStoreError: r.OnStoreError,
