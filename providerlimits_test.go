@@ -24,22 +24,6 @@ func onModel(m string) sluice.Request {
 	return r
 }
 
-// effectiveOf returns the effective limit of rule for id.
-func effectiveOf(t *testing.T, l *sluice.Limiter, id sluice.Identity, rule string) sluice.Effective {
-	t.Helper()
-	eff, err := l.Effective(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range eff {
-		if e.Rule == rule {
-			return e
-		}
-	}
-	t.Fatalf("no effective limit of %q for %+v in %+v", rule, id, eff)
-	return sluice.Effective{}
-}
-
 // TestLimiter_ProviderLimitsSetTheLimit: a rule from the provider admits
 // up to its own limit until the provider says, then up to what the
 // provider allows, higher or lower, from the next admission on; a refusal
@@ -70,10 +54,10 @@ func TestLimiter_ProviderLimitsSetTheLimit(t *testing.T) {
 	if hr.Limit == nil || hr.Limit.Source != sluice.LimitFromProvider || hr.Limit.Limit != 5 {
 		t.Fatalf("refusal's limit object: %+v", hr.Limit)
 	}
-	if e := effectiveOf(t, l, onModel("m").Identity, "provider_rpm"); e.Limit != 5 || e.Source != sluice.LimitFromProvider || e.Used != 5 {
+	if e := effective(t, l, onModel("m").Identity, "provider_rpm"); e.Limit != 5 || e.Source != sluice.LimitFromProvider || e.Used != 5 {
 		t.Fatalf("effective for m: %+v", e)
 	}
-	if e := effectiveOf(t, l, onModel("n").Identity, "provider_rpm"); e.Limit != 2 || e.Source == sluice.LimitFromProvider {
+	if e := effective(t, l, onModel("n").Identity, "provider_rpm"); e.Limit != 2 || e.Source == sluice.LimitFromProvider {
 		t.Fatalf("effective for a model the provider said nothing of: %+v", e)
 	}
 
@@ -85,7 +69,7 @@ func TestLimiter_ProviderLimitsSetTheLimit(t *testing.T) {
 
 	// The zero ProviderLimits forgets: the rule's own limit again.
 	l.SetProviderLimits("m", sluice.ProviderLimits{})
-	if e := effectiveOf(t, l, onModel("m").Identity, "provider_rpm"); e.Limit != 2 || e.Source == sluice.LimitFromProvider {
+	if e := effective(t, l, onModel("m").Identity, "provider_rpm"); e.Limit != 2 || e.Source == sluice.LimitFromProvider {
 		t.Fatalf("effective once forgotten: %+v", e)
 	}
 }
@@ -114,19 +98,19 @@ func TestLimiter_ProviderLimitsPerWindow(t *testing.T) {
 		{"input_tpm", 9, ""}, // the provider gave no input-token count
 		{"rpm_own", 4, ""},   // a rule of its own limit
 	} {
-		if e := effectiveOf(t, l, id, want.rule); e.Limit != want.limit || e.Source != want.source {
+		if e := effective(t, l, id, want.rule); e.Limit != want.limit || e.Source != want.source {
 			t.Errorf("%s: limit %d from %q, want %d from %q", want.rule, e.Limit, e.Source, want.limit, want.source)
 		}
 	}
 	l.SetProviderLimits("m", sluice.ProviderLimits{Requests: 7200, InputTokens: 600, Per: time.Hour})
-	if e := effectiveOf(t, l, id, "rps"); e.Limit != 2 {
+	if e := effective(t, l, id, "rps"); e.Limit != 2 {
 		t.Errorf("7,200 an hour: %d a second, want 2", e.Limit)
 	}
-	if e := effectiveOf(t, l, id, "input_tpm"); e.Limit != 10 || e.Source != sluice.LimitFromProvider {
+	if e := effective(t, l, id, "input_tpm"); e.Limit != 10 || e.Source != sluice.LimitFromProvider {
 		t.Errorf("600 input tokens an hour: %d a minute from %q, want 10 from the provider", e.Limit, e.Source)
 	}
 	id.Tier = "new"
-	if e := effectiveOf(t, l, id, "input_tpm"); e.Limit != 5 || e.Source != "tier" {
+	if e := effective(t, l, id, "input_tpm"); e.Limit != 5 || e.Source != "tier" {
 		t.Errorf("on a tier of 50%%: %d from %q, want 5 from the tier", e.Limit, e.Source)
 	}
 }
@@ -144,7 +128,7 @@ func TestLimiter_ProviderHoldRefusesUntilItEnds(t *testing.T) {
 		!rl.ResetAt.Equal(start.Add(1500*time.Millisecond)) || rl.Rule != "provider_rpm" {
 		t.Fatalf("held: %v (%+v)", err, rl)
 	}
-	if e := effectiveOf(t, l, onModel("m").Identity, "provider_rpm"); e.Used != 0 {
+	if e := effective(t, l, onModel("m").Identity, "provider_rpm"); e.Used != 0 {
 		t.Fatalf("a held call was charged: %+v", e)
 	}
 	admit(t, l, onModel("n"))

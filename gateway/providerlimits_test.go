@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,17 +22,7 @@ func providerRPM(limit int64) sluice.Rule {
 // providerLimitOf returns the effective provider_rpm of mock-small.
 func (h *harness) providerLimitOf() sluice.Effective {
 	h.t.Helper()
-	eff, err := h.limiter.Effective(context.Background(), sluice.Identity{Org: "o1", Workspace: "w1", User: "u1", Key: "k1", Model: "mock-small"})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, e := range eff {
-		if e.Rule == "provider_rpm" {
-			return e
-		}
-	}
-	h.t.Fatalf("no provider_rpm in %+v", eff)
-	return sluice.Effective{}
+	return h.effective(sluice.Identity{Org: "o1", Workspace: "w1", User: "u1", Key: "k1", Model: "mock-small"}, "provider_rpm")
 }
 
 // TestGateway_ProviderLimitRuleFollowsTheHeaders: the provider allows 4
