@@ -40,6 +40,9 @@ type Refusal struct {
 	// Window and Period describe the rule for messages.
 	Window time.Duration
 	Period Period
+	// Source says where Limit came from: the rule's layer (config, rule,
+	// ...), a tier, an override, or the provider (LimitFromProvider).
+	Source string
 	// RetryAfter is when a retry may succeed (rate and busy), rounded up to
 	// the millisecond.
 	RetryAfter time.Duration
@@ -51,7 +54,8 @@ type Refusal struct {
 	Class *ClassShare
 	// Result is the room of every rule the refused admission looked at,
 	// for the response's rate-limit header fields; nil when the refusal
-	// was not made by Admit.
+	// was not made by Admit, or was made before the store was asked (a
+	// provider's hold).
 	Result *Result
 }
 
@@ -59,7 +63,7 @@ type Refusal struct {
 type RateLimitError struct{ Refusal }
 
 func (e *RateLimitError) Error() string {
-	return fmt.Sprintf("rate limit %q reached%s: %d %s per %v; retry in %v", e.Rule, e.classNote(), e.Limit, e.Metric, e.Window, e.RetryAfter)
+	return fmt.Sprintf("rate limit %q reached%s: %d %s per %v%s; retry in %v", e.Rule, e.classNote(), e.Limit, e.Metric, e.Window, sourceNote(e.Source), e.RetryAfter)
 }
 
 // Is matches ErrRateLimited.
@@ -103,6 +107,8 @@ type TooLargeError struct {
 	Metric   Metric
 	Estimate int64
 	Limit    int64
+	// Source says where Limit came from, as Refusal.Source.
+	Source string
 	// Result is the room of every rule that applies, read from the store
 	// without charging, for the response's rate-limit header fields; nil
 	// when the store did not answer.
@@ -110,7 +116,16 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("request can never fit rule %q: needs %d %s, the most it admits is %d", e.Rule, e.Estimate, e.Metric, e.Limit)
+	return fmt.Sprintf("request can never fit rule %q: needs %d %s, the most it admits is %d%s", e.Rule, e.Estimate, e.Metric, e.Limit, sourceNote(e.Source))
+}
+
+// sourceNote is what a refusal's message says of its limit's source: that
+// the provider set it, the one source a client could not guess.
+func sourceNote(source string) string {
+	if source == LimitFromProvider {
+		return ", the provider's limit"
+	}
+	return ""
 }
 
 // Is matches ErrTooLarge.

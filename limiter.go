@@ -87,6 +87,9 @@ type Limiter struct {
 	nextID  atomic.Uint64
 	waiters waitQueues
 	turns   turns
+	// provided holds what the providers allow, for the rules that take
+	// their limit from them.
+	provided providerLimits
 
 	admitted, refused, overruns, failedOpen atomic.Int64
 }
@@ -211,6 +214,9 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		l.admitted.Add(1)
 		return nil
 	}
+	if err := l.held(req, r.batch.Charges, now); err != nil {
+		return err
+	}
 	var ok bool
 	var err error
 	if r.classes {
@@ -314,7 +320,7 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		if !rule.matches(id) {
 			continue
 		}
-		limit, burst, source := p.effective(rule, id, now)
+		limit, burst, source := p.effective(rule, id, now, &l.provided)
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
 			continue
 		}
@@ -338,11 +344,11 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		switch rule.Kind {
 		case KindRate:
 			if checkFit && !c.Shadow && c.Amount > most {
-				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: most}
+				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: most, Source: source.name(rule)}
 			}
 		case KindBudget:
 			if checkFit && !c.Shadow && c.Amount > limit {
-				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: limit}
+				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: limit, Source: source.name(rule)}
 			}
 			start, end := PeriodBounds(rule.Period, now, rule.location)
 			c.Key.Period, c.PeriodEnd = start.Unix(), end
@@ -443,7 +449,7 @@ func refusalOf(c *Charge, room *Result) Refusal {
 	return Refusal{Class: class,
 		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
 		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining, Requested: c.Amount,
-		Window: rule.Window, Period: rule.Period,
+		Window: rule.Window, Period: rule.Period, Source: c.source.name(rule),
 		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt, Result: room,
 	}
 }

@@ -136,6 +136,8 @@ type RefusalLimit struct {
 	Requested    int64  `json:"requested,omitempty"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 	ResetAt      string `json:"reset_at,omitempty"`
+	// Source says where Limit came from (see Refusal.Source).
+	Source string `json:"source,omitempty"`
 }
 
 // HTTPRefusalOf maps an error from Admit to its HTTP answer. ok is false for
@@ -169,7 +171,7 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 		r = HTTPRefusal{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large",
 			Message:  "This request can never fit: " + tl.Error() + ". Lower max_tokens or shorten the prompt.",
 			Terminal: true,
-			Limit:    &RefusalLimit{Rule: tl.Rule, Subject: tl.Subject, Metric: string(tl.Metric), Limit: tl.Limit, Requested: tl.Estimate},
+			Limit:    &RefusalLimit{Rule: tl.Rule, Subject: tl.Subject, Metric: string(tl.Metric), Limit: tl.Limit, Requested: tl.Estimate, Source: tl.Source},
 			result:   tl.Result}
 	case errors.As(err, &se):
 		r = HTTPRefusal{Status: http.StatusServiceUnavailable, Code: "store_unavailable",
@@ -187,7 +189,7 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 func (r *HTTPRefusal) setRefusal(ref Refusal) {
 	r.refusal, r.result = &ref, ref.Result
 	r.Limit = &RefusalLimit{Rule: ref.Rule, Subject: ref.Subject, Metric: string(ref.Metric), Limit: ref.Limit,
-		Used: ref.Used, Remaining: ref.Remaining, Requested: ref.Requested, RetryAfterMS: ref.RetryAfter.Milliseconds()}
+		Used: ref.Used, Remaining: ref.Remaining, Requested: ref.Requested, RetryAfterMS: ref.RetryAfter.Milliseconds(), Source: ref.Source}
 	if !ref.ResetAt.IsZero() {
 		r.Limit.ResetAt = ref.ResetAt.UTC().Format(time.RFC3339)
 	}

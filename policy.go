@@ -194,9 +194,15 @@ func compileRule(r Rule) (*compiledRule, error) {
 		{"on_store_error", string(r.OnStoreError), "closed open", "closed or open"},
 		{"mode", string(r.Mode), "enforce shadow", "enforce or shadow"},
 		{"fit", r.Fit, "clamp", "clamp or empty"},
+		{"limit_from", r.LimitFrom, LimitFromProvider, "provider or empty"},
 	} {
 		if f.value != "" && !slices.Contains(strings.Fields(f.choice), f.value) {
 			return nil, bad(f.field, "must be %s, not %q", f.say, f.value)
+		}
+	}
+	if r.LimitFrom == LimitFromProvider {
+		if err := checkProviderRule(&r, c.metric); err != "" {
+			return nil, bad("limit_from", "%s", err)
 		}
 	}
 	c.id = fingerprint(&r, c.metric)
@@ -415,6 +421,7 @@ const (
 	fromRule limitSource = iota
 	fromTier
 	fromOverride
+	fromProvider
 )
 
 // name returns the source as Effective reports it.
@@ -424,14 +431,23 @@ func (s limitSource) name(r *compiledRule) string {
 		return "tier"
 	case fromOverride:
 		return "override"
+	case fromProvider:
+		return LimitFromProvider
 	}
 	return r.Source
 }
 
 // effective returns a rule's limit and burst for one identity at now, and
-// where they came from.
-func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time) (limit, burst int64, source limitSource) {
+// where they came from. A rule with LimitFrom provider starts from what the
+// provider allows id's model, when known; a tier or an override then
+// changes that as it would the rule's own.
+func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time, provided *providerLimits) (limit, burst int64, source limitSource) {
 	limit, burst, source = r.Limit, r.Burst, fromRule
+	if r.LimitFrom == LimitFromProvider {
+		if n, ok := provided.limitOf(r, id.Model); ok {
+			limit, source = n, fromProvider
+		}
+	}
 	if len(cp.tiers) > 0 {
 		if pct, ok := cp.tiers[id.Tier]; ok && pct != 100 {
 			limit = scale(limit, pct)

@@ -126,6 +126,10 @@ type Rule struct {
 	// Limit is the most that is admitted per Window (rate), in flight
 	// (concurrency) or per Period (budget). 0 disables the rule.
 	Limit int64 `json:"limit" yaml:"limit"`
+	// LimitFrom, when LimitFromProvider, makes a rate rule's limit what
+	// the model's provider allows (see Limiter.SetProviderLimits); Limit
+	// applies until the provider has said.
+	LimitFrom string `json:"limit_from,omitempty" yaml:"limit_from,omitempty"`
 	// Burst is the capacity of a rate rule's bucket; 0 means Limit.
 	Burst int64 `json:"burst,omitempty" yaml:"burst,omitempty"`
 	// Window is the refill window of a rate rule, written "1m".

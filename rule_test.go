@@ -95,6 +95,17 @@ func TestRule_ValidateReportsRuleAndField(t *testing.T) {
 		{"unknown store error policy", with(validBudget(), func(r *sluice.Rule) { r.OnStoreError = "ajar" }), "on_store_error"},
 		{"unknown mode", with(validRate(), func(r *sluice.Rule) { r.Mode = "dry_run" }), "mode"},
 		{"unknown fit", with(validRate(), func(r *sluice.Rule) { r.Fit = "squeeze" }), "fit"},
+		{"provider limit per model", with(validRate(), func(r *sluice.Rule) { r.Subject, r.LimitFrom = "model", sluice.LimitFromProvider }), ""},
+		{"provider limit on one model", with(validRate(), func(r *sluice.Rule) {
+			r.Subject, r.Metric, r.LimitFrom, r.Match.Models = "global", sluice.MetricInputTokens, sluice.LimitFromProvider, []string{"m"}
+		}), ""},
+		{"unknown limit source", with(validRate(), func(r *sluice.Rule) { r.Subject, r.LimitFrom = "model", "catalog" }), "limit_from"},
+		{"provider limit on a budget", with(validBudget(), func(r *sluice.Rule) { r.Subject, r.LimitFrom = "model", sluice.LimitFromProvider }), "limit_from"},
+		{"provider limit of cost", with(validRate(), func(r *sluice.Rule) {
+			r.Subject, r.Metric, r.LimitFrom = "model", sluice.MetricCost, sluice.LimitFromProvider
+		}), "limit_from"},
+		{"provider limit per workspace", with(validRate(), func(r *sluice.Rule) { r.Subject, r.LimitFrom = "workspace", sluice.LimitFromProvider }), "limit_from"},
+		{"global provider limit on every model", with(validRate(), func(r *sluice.Rule) { r.Subject, r.LimitFrom = "global", sluice.LimitFromProvider }), "limit_from"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -48,13 +48,13 @@ func TestRuleRequest_Decode(t *testing.T) {
 		r, err := q.rule()
 		return r.Rule, !r.Disabled, err
 	}
-	full := `{"name":"n","org":"acme","kind":"budget","subject":"workspace+user","metric":"cost","limit":"$0.00001","burst":3,"window":"90s",` +
+	full := `{"name":"n","org":"acme","kind":"budget","subject":"workspace+user","metric":"cost","limit":"$0.00001","limit_from":"provider","burst":3,"window":"90s",` +
 		`"period":"month","time_zone":"Europe/Paris","soft_limit":"$0.000008","warn_at":[0.5,0.9],"reserve":"fixed","reserve_amount":0.000002,` +
 		`"on_expiry":"release","on_store_error":"open","fit":"clamp","min_output_tokens":5,` +
 		`"match":{"models":["a"],"tiers":["t"],"routes":["/v1/x"]},"mode":"shadow","enabled":false}`
 	want := sluice.Rule{
 		Name: "n", Org: "acme", Kind: sluice.KindBudget, Subject: "workspace+user", Metric: sluice.MetricCost,
-		Limit: 10, Burst: 3, Window: 90 * time.Second, Period: sluice.PeriodMonth, TimeZone: "Europe/Paris",
+		Limit: 10, LimitFrom: sluice.LimitFromProvider, Burst: 3, Window: 90 * time.Second, Period: sluice.PeriodMonth, TimeZone: "Europe/Paris",
 		SoftLimit: 8, WarnAt: []float64{0.5, 0.9}, Reserve: sluice.ReserveFixed, ReserveAmount: 2,
 		OnExpiry: sluice.ExpiryRelease, OnStoreError: sluice.StoreErrorOpen, Fit: "clamp", MinOutputTokens: 5,
 		Match: sluice.Match{Models: []string{"a"}, Tiers: []string{"t"}, Routes: []string{"/v1/x"}}, Mode: sluice.ModeShadow,

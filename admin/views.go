@@ -123,7 +123,8 @@ type limitView struct {
 	Burst   int64  `json:"burst,omitempty"`
 	Window  string `json:"window,omitempty"`
 	Period  string `json:"period,omitempty"`
-	// Source is default, config, env, rule, override, tier or simple.
+	// Source is default, config, env, rule, override, tier, simple, or
+	// provider (what the provider allows, from its rate-limit headers).
 	Source string `json:"source"`
 	Mode   string `json:"mode"`
 	// Used counts usage settled and reserved.

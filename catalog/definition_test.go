@@ -14,17 +14,17 @@ import (
 
 // storedDefinition is a rules.definition as this version writes it, every
 // field set: sluice.Rule's JSON form and the catalog's timestamps.
-const storedDefinition = `{"name":"n","kind":"budget","subject":"workspace+user","metric":"cost","limit":10,"burst":3,"period":"month","time_zone":"Europe/Paris","soft_limit":8,"warn_at":[0.5,0.9],"reserve":"fixed","reserve_amount":2,"on_expiry":"release","on_store_error":"open","fit":"clamp","min_output_tokens":5,"match":{"models":["a"],"tiers":["t"],"routes":["/v1/x"]},"mode":"shadow","org":"acme","window":"1m30s","busy_retry_after":"5s","enabled":true,"created_at":"2023-11-14T22:13:20.000000005Z","updated_at":"2023-11-14T22:15:00Z"}`
+const storedDefinition = `{"name":"n","kind":"budget","subject":"workspace+user","metric":"cost","limit":10,"limit_from":"provider","burst":3,"period":"month","time_zone":"Europe/Paris","soft_limit":8,"warn_at":[0.5,0.9],"reserve":"fixed","reserve_amount":2,"on_expiry":"release","on_store_error":"open","fit":"clamp","min_output_tokens":5,"match":{"models":["a"],"tiers":["t"],"routes":["/v1/x"]},"mode":"shadow","org":"acme","window":"1m30s","busy_retry_after":"5s","enabled":true,"created_at":"2023-11-14T22:13:20.000000005Z","updated_at":"2023-11-14T22:15:00Z"}`
 
 // earlierDefinition is storedDefinition as the versions before sluice.Rule
 // was the catalog's schema wrote it: the same names in another order.
-const earlierDefinition = `{"name":"n","org":"acme","kind":"budget","subject":"workspace+user","metric":"cost","limit":10,"burst":3,"window":"1m30s","period":"month","time_zone":"Europe/Paris","soft_limit":8,"warn_at":[0.5,0.9],"reserve":"fixed","reserve_amount":2,"on_expiry":"release","on_store_error":"open","fit":"clamp","min_output_tokens":5,"match":{"models":["a"],"tiers":["t"],"routes":["/v1/x"]},"mode":"shadow","busy_retry_after":"5s","enabled":true,"created_at":"2023-11-14T22:13:20.000000005Z","updated_at":"2023-11-14T22:15:00Z"}`
+const earlierDefinition = `{"name":"n","org":"acme","kind":"budget","subject":"workspace+user","metric":"cost","limit":10,"limit_from":"provider","burst":3,"window":"1m30s","period":"month","time_zone":"Europe/Paris","soft_limit":8,"warn_at":[0.5,0.9],"reserve":"fixed","reserve_amount":2,"on_expiry":"release","on_store_error":"open","fit":"clamp","min_output_tokens":5,"match":{"models":["a"],"tiers":["t"],"routes":["/v1/x"]},"mode":"shadow","busy_retry_after":"5s","enabled":true,"created_at":"2023-11-14T22:13:20.000000005Z","updated_at":"2023-11-14T22:15:00Z"}`
 
 // storedWant is what both definitions mean.
 var storedWant = Rule{
 	Rule: sluice.Rule{
 		Name: "n", Org: "acme", Kind: sluice.KindBudget, Subject: "workspace+user", Metric: sluice.MetricCost,
-		Limit: 10, Burst: 3, Window: 90 * time.Second, Period: sluice.PeriodMonth, TimeZone: "Europe/Paris",
+		Limit: 10, LimitFrom: sluice.LimitFromProvider, Burst: 3, Window: 90 * time.Second, Period: sluice.PeriodMonth, TimeZone: "Europe/Paris",
 		SoftLimit: 8, WarnAt: []float64{0.5, 0.9}, Reserve: sluice.ReserveFixed, ReserveAmount: 2,
 		OnExpiry: sluice.ExpiryRelease, OnStoreError: sluice.StoreErrorOpen, Fit: "clamp", MinOutputTokens: 5,
 		Match: sluice.Match{Models: []string{"a"}, Tiers: []string{"t"}, Routes: []string{"/v1/x"}}, Mode: sluice.ModeShadow,

@@ -139,6 +139,9 @@ func TestLoad_FullExample(t *testing.T) {
 	if got := ruleNamed(rules, "batch_tokens"); got.Mode != sluice.ModeShadow || got.Reserve != sluice.ReserveFixed || got.ReserveAmount != 8000 {
 		t.Errorf("batch_tokens = %+v", got)
 	}
+	if got := ruleNamed(rules, "sonnet_tokens_per_minute"); got.LimitFrom != sluice.LimitFromProvider || got.Limit != 400_000 || got.Subject != "model" {
+		t.Errorf("sonnet_tokens_per_minute = %+v, want its limit from the provider", got)
+	}
 	if got := ruleNamed(rules, "retired"); !got.Disabled {
 		t.Errorf("retired = %+v, want Disabled", got)
 	}

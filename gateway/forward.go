@@ -78,7 +78,7 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 			err = errDeadlinePassed()
 			break
 		}
-		if pc != nil {
+		if p.Pace {
 			if err = c.pace(pc, cand, capPer); err != nil {
 				break
 			}
@@ -102,8 +102,11 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		if !c.gone.Load() {
 			g.noteUpstream(p, err, c.event.UpstreamStatus)
 		}
-		if pc != nil && err == nil {
+		if err == nil {
 			pc.observe(time.Now(), &resp.Header, resp.StatusCode())
+			// Rules name the model as clients do (Identity.Model), not
+			// by its name upstream.
+			g.limiter.SetProviderLimits(cand.Name, pc.limits())
 		}
 		status := resp.StatusCode()
 		retryable := err != nil || status == 429 || status >= 500

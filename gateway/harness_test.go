@@ -172,21 +172,17 @@ func startHarness(t testing.TB, s setup) *harness {
 // used returns what rule has counted for the harness's key.
 func (h *harness) used(rule string) int64 {
 	h.t.Helper()
-	eff, err := h.limiter.Effective(context.Background(), sluice.Identity{Org: "o1", Workspace: "w1", User: "u1", Key: "k1"})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, e := range eff {
-		if e.Rule == rule {
-			return e.Used
-		}
-	}
-	h.t.Fatalf("no rule %q", rule)
-	return 0
+	return h.effective(sluice.Identity{Org: "o1", Workspace: "w1", User: "u1", Key: "k1"}, rule).Used
 }
 
 // usedBy returns what rule has counted for id.
 func (h *harness) usedBy(id sluice.Identity, rule string) int64 {
+	h.t.Helper()
+	return h.effective(id, rule).Used
+}
+
+// effective returns rule's effective limit for id and what it counted.
+func (h *harness) effective(id sluice.Identity, rule string) sluice.Effective {
 	h.t.Helper()
 	eff, err := h.limiter.Effective(context.Background(), id)
 	if err != nil {
@@ -194,11 +190,11 @@ func (h *harness) usedBy(id sluice.Identity, rule string) int64 {
 	}
 	for _, e := range eff {
 		if e.Rule == rule {
-			return e.Used
+			return e
 		}
 	}
 	h.t.Fatalf("no rule %q for %+v", rule, id)
-	return 0
+	return sluice.Effective{}
 }
 
 // mockCalls is how many requests the mock provider received.
@@ -259,6 +255,7 @@ type limitObject struct {
 	Requested    int64  `json:"requested"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	ResetAt      string `json:"reset_at"`
+	Source       string `json:"source"`
 }
 
 // errorReply is an error body in either shape: OpenAI's

@@ -6,15 +6,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/valyala/fasthttp"
 )
 
 // pacer follows one upstream model's rate limits as the provider reports
-// them in its answers' headers, and holds a call that the provider would
-// refuse until it would not: a call held a few hundred milliseconds is
-// better than one sent, refused 429 and retried. Providers count per model,
-// so there is one pacer per provider and upstream model name, in each
-// replica's memory (replicas learn the same limits from the same headers).
+// them in its answers' headers, and, on a provider with pace set, holds a
+// call that the provider would refuse until it would not: a call held a
+// few hundred milliseconds is better than one sent, refused 429 and
+// retried. Providers count per model, so there is one pacer per provider
+// and upstream model name, in each replica's memory (replicas learn the
+// same limits from the same headers). What it learns also goes to the
+// limiter, for the rules that take their limit from the provider
+// (limit_from: provider), paced or not.
 //
 // Both providers refill their buckets continuously and give, beside the
 // limit and what remains, the time at which the bucket is full again: the
@@ -88,11 +92,8 @@ func (b *paceBucket) take(now time.Time, n int64) {
 	b.level, b.at = b.levelAt(now)-float64(n), now
 }
 
-// pacerFor returns the pacer of model on p, nil when p is not paced.
+// pacerFor returns the pacer of model on p.
 func (p *provider) pacerFor(model string) *pacer {
-	if !p.Pace {
-		return nil
-	}
 	if pc, ok := p.pacers.Load(model); ok {
 		return pc.(*pacer)
 	}
@@ -184,6 +185,20 @@ func (p *pacer) observe(now time.Time, h *fasthttp.ResponseHeader, status int) {
 			p.holdUntil = now.Add(d)
 		}
 	}
+}
+
+// limits are what the provider last said it allows, for the rules that
+// take their limit from it.
+func (p *pacer) limits() sluice.ProviderLimits {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := sluice.ProviderLimits{Requests: p.requests.limit, HeldUntil: p.holdUntil}
+	if p.tokensInput {
+		l.InputTokens = p.tokens.limit
+	} else {
+		l.Tokens = p.tokens.limit
+	}
+	return l
 }
 
 func headerInt(h *fasthttp.ResponseHeader, name string) (int64, bool) {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/valyala/fasthttp"
 )
 
@@ -55,5 +56,34 @@ func TestPacer_TokensAndRetryAfter(t *testing.T) {
 	}
 	if d := x.take(now.Add(1500*time.Millisecond), 1, 1); d != 0 {
 		t.Fatalf("after the retry-after: wait %v", d)
+	}
+}
+
+// TestPacer_Limits: what a pacer learned is what the rules from the
+// provider take: requests and combined tokens from OpenAI's headers, input
+// tokens from Anthropic's input-token limit given alone, and a 429's hold.
+func TestPacer_Limits(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var p pacer
+	if got := p.limits(); got != (sluice.ProviderLimits{}) {
+		t.Fatalf("before any answer: %+v", got)
+	}
+	var h fasthttp.ResponseHeader
+	h.Set("x-ratelimit-limit-requests", "500")
+	h.Set("x-ratelimit-remaining-requests", "499")
+	h.Set("x-ratelimit-limit-tokens", "30000")
+	h.Set("x-ratelimit-remaining-tokens", "29000")
+	p.observe(now, &h, 200)
+	if got, want := p.limits(), (sluice.ProviderLimits{Requests: 500, Tokens: 30000}); got != want {
+		t.Fatalf("OpenAI: %+v, want %+v", got, want)
+	}
+	var a fasthttp.ResponseHeader
+	a.Set("anthropic-ratelimit-input-tokens-limit", "40000")
+	a.Set("anthropic-ratelimit-input-tokens-remaining", "0")
+	a.Set("retry-after-ms", "1500")
+	p.observe(now, &a, 429)
+	want := sluice.ProviderLimits{Requests: 500, InputTokens: 40000, HeldUntil: now.Add(1500 * time.Millisecond)}
+	if got := p.limits(); got != want {
+		t.Fatalf("Anthropic's input tokens and a 429: %+v, want %+v", got, want)
 	}
 }

@@ -17,8 +17,7 @@ import (
 type provider struct {
 	Provider
 	conns upstreamConns
-	// pacers, when the provider is paced, map an upstream model name to
-	// its *pacer.
+	// pacers map an upstream model name to its *pacer.
 	pacers sync.Map
 	host   string
 	prefix string

@@ -40,6 +40,10 @@ func limitWithUnit(r sluice.Rule) string {
 	case sluice.KindConcurrency:
 		return amount + " in flight"
 	}
+	if r.LimitFrom == sluice.LimitFromProvider {
+		// The provider's figure replaces it once the provider has said.
+		return amount + " per " + window(r.Window) + ", then the provider's"
+	}
 	return amount + " per " + window(r.Window)
 }
 

@@ -22,6 +22,7 @@ func TestCheck_PrintsEveryLimitWithItsUnit(t *testing.T) {
   - {name: tpd, kind: budget, subject: workspace, metric: tokens, limit: 2000000, period: day}
   - {name: rpm, kind: rate, subject: key, limit: 20, window: 1m}
   - {name: five, kind: concurrency, subject: user, limit: 5}
+  - {name: provider_rpm, kind: rate, subject: model, limit: 100, window: 1m, limit_from: provider}
 `
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -32,6 +33,7 @@ func TestCheck_PrintsEveryLimitWithItsUnit(t *testing.T) {
 	}
 	for _, want := range []string{
 		"$500.00 per month", "$0.005 per day", "2,000,000 tokens per day", "20 requests per minute", "5 calls in flight",
+		"100 requests per minute, then the provider's",
 		`warning: limit "crumbs" is $0.005 per day, under a cent`,
 	} {
 		if !strings.Contains(out.String(), want) {

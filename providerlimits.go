@@ -1,0 +1,142 @@
+package sluice
+
+import (
+	"math"
+	"math/bits"
+	"sync"
+	"time"
+)
+
+// LimitFromProvider, as a rule's LimitFrom, makes the rule's limit what
+// the model's provider allows, as told by Limiter.SetProviderLimits.
+const LimitFromProvider = "provider"
+
+// ProviderLimits are what a provider allows one model, as its answers say
+// (the gateway reads them from the rate-limit headers and the 429s). A
+// count of 0 is one the provider did not give.
+type ProviderLimits struct {
+	Requests int64
+	// Tokens counts input and output tokens, InputTokens input tokens
+	// only (Anthropic may give an input-token limit alone).
+	Tokens      int64
+	InputTokens int64
+	// Per is what the counts are per; 0 means a minute, as OpenAI and
+	// Anthropic count.
+	Per time.Duration
+	// HeldUntil is a provider refusal's retry hint: until then the
+	// provider refuses the model's calls, and the rules that take their
+	// limit from it refuse them first.
+	HeldUntil time.Time
+}
+
+// SetProviderLimits records what model's provider allows, in place of what
+// it said before; the next admission uses it. A rate rule with LimitFrom
+// LimitFromProvider then takes as its Limit, for the calls whose
+// Identity.Model is model, the count of its metric (requests, tokens,
+// input_tokens) converted to its window, higher or lower than its own
+// Limit: the provider knows. Its own Limit applies while the provider
+// gave no count. The zero ProviderLimits forgets model. Each replica
+// sets what its own answers say; the counters stay in the store, shared.
+func (l *Limiter) SetProviderLimits(model string, p ProviderLimits) {
+	l.provided.set(model, p)
+}
+
+// providerLimits holds each model's ProviderLimits. The gateway sets them
+// at every answer, mostly unchanged, and every admission of a rule from
+// the provider reads them.
+type providerLimits struct {
+	mu     sync.RWMutex
+	models map[string]ProviderLimits
+}
+
+func (pl *providerLimits) set(model string, p ProviderLimits) {
+	pl.mu.RLock()
+	old, ok := pl.models[model]
+	pl.mu.RUnlock()
+	if ok && old == p || !ok && p == (ProviderLimits{}) {
+		return
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if p == (ProviderLimits{}) {
+		delete(pl.models, model)
+		return
+	}
+	if pl.models == nil {
+		pl.models = map[string]ProviderLimits{}
+	}
+	pl.models[model] = p
+}
+
+func (pl *providerLimits) get(model string) ProviderLimits {
+	pl.mu.RLock()
+	defer pl.mu.RUnlock()
+	return pl.models[model]
+}
+
+// limitOf returns r's limit from what the provider allows model, per r's
+// window, and whether the provider gave one.
+func (pl *providerLimits) limitOf(r *compiledRule, model string) (int64, bool) {
+	p := pl.get(model)
+	var n int64
+	switch r.metric {
+	case MetricRequests:
+		n = p.Requests
+	case MetricTokens:
+		n = p.Tokens
+	case MetricInputTokens:
+		n = p.InputTokens
+	}
+	if n <= 0 {
+		return 0, false
+	}
+	per := p.Per
+	if per <= 0 {
+		per = time.Minute
+	}
+	// n*window/per rounded down, at least 1, in 128 bits.
+	hi, lo := bits.Mul64(uint64(n), uint64(r.Window))
+	if hi >= uint64(per) {
+		return math.MaxInt64, true
+	}
+	q, _ := bits.Div64(hi, lo, uint64(per))
+	return max(1, int64(min(q, math.MaxInt64))), true
+}
+
+// held refuses an admission whose charges include a rule from the provider
+// while the provider asked to wait: the call would be refused upstream.
+// It is a rate refusal, so a call that may wait waits for it.
+func (l *Limiter) held(req *Request, charges []Charge, now time.Time) error {
+	for i := range charges {
+		c := &charges[i]
+		if c.Shadow || c.rule.LimitFrom != LimitFromProvider {
+			continue
+		}
+		until := l.provided.get(req.Identity.Model).HeldUntil
+		if !now.Before(until) {
+			return nil // one model per request: held for every such rule, or for none
+		}
+		c.Used, c.Remaining, c.ResetAt = c.Limit, 0, until
+		c.RetryAfter = ceilMillisecond(until.Sub(now)) + l.retryBuffer
+		ref := refusalOf(c, nil)
+		ref.Source = LimitFromProvider
+		return &RateLimitError{ref}
+	}
+	return nil
+}
+
+// checkProviderRule says what makes r unfit to take its limit from the
+// provider, "" when nothing does.
+func checkProviderRule(r *Rule, m Metric) string {
+	switch {
+	case r.Kind != KindRate:
+		return "a provider's limits are rates: the rule must be a rate rule"
+	case m != MetricRequests && m != MetricTokens && m != MetricInputTokens:
+		return "providers give limits of requests, tokens and input_tokens, not " + string(m)
+	case r.Subject != "model" && r.Subject != "global":
+		return "a provider's limit is shared by every caller: the subject must be model or global, not " + r.Subject
+	case r.Subject == "global" && len(r.Match.Models) != 1:
+		return "a provider limits each model apart: a global rule must match one model (subject model counts each apart)"
+	}
+	return ""
+}
