@@ -46,6 +46,9 @@ type Refusal struct {
 	// ResetAt is when the rule's counter resets: the next period for a
 	// budget, a full bucket for a rate rule.
 	ResetAt time.Time
+	// Class describes the class of a refusal by a class rule (nil for
+	// other rules): Limit, Used and Remaining are then its share's.
+	Class *ClassShare
 	// Result is the room of every rule the refused admission looked at,
 	// for the response's rate-limit header fields; nil when the refusal
 	// was not made by Admit.
@@ -56,7 +59,7 @@ type Refusal struct {
 type RateLimitError struct{ Refusal }
 
 func (e *RateLimitError) Error() string {
-	return fmt.Sprintf("rate limit %q reached: %d %s per %v; retry in %v", e.Rule, e.Limit, e.Metric, e.Window, e.RetryAfter)
+	return fmt.Sprintf("rate limit %q reached%s: %d %s per %v; retry in %v", e.Rule, e.classNote(), e.Limit, e.Metric, e.Window, e.RetryAfter)
 }
 
 // Is matches ErrRateLimited.
@@ -66,7 +69,7 @@ func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited
 type BusyError struct{ Refusal }
 
 func (e *BusyError) Error() string {
-	return fmt.Sprintf("concurrency limit %q reached: %d calls in flight; retry in %v", e.Rule, e.Limit, e.RetryAfter)
+	return fmt.Sprintf("concurrency limit %q reached%s: %d calls in flight; retry in %v", e.Rule, e.classNote(), e.Limit, e.RetryAfter)
 }
 
 // Is matches ErrBusy.

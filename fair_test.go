@@ -12,10 +12,24 @@ import (
 // queues four batch calls and tenant b one, a moment later; b's call is
 // served second, not behind all of a's.
 func TestLimiter_WaitersServedFairlyAcrossTenants(t *testing.T) {
-	l, clock := withRules(t, sluice.Rule{Name: "global", Kind: sluice.KindConcurrency, Subject: "global", Limit: 1})
+	servedFairly(t, sluice.Rule{Name: "global", Kind: sluice.KindConcurrency, Subject: "global", Limit: 1}, nil, nil)
+}
+
+// servedFairly runs the case on rule, each request edited by edit,
+// after setup has taken what the case does not use of the rule's capacity
+// (either may be nil): the rule must be full once one call is admitted.
+func servedFairly(t *testing.T, rule sluice.Rule, edit func(*sluice.Request), setup func(*sluice.Limiter)) {
+	t.Helper()
+	l, clock := withRules(t, rule)
+	if setup != nil {
+		setup(l)
+	}
 	in := func(ws, k string) sluice.Request {
 		r := waiting(k, time.Hour)
 		r.Identity.Workspace = ws
+		if edit != nil {
+			edit(&r)
+		}
 		return r
 	}
 	holder := admit(t, l, in("a", "ka"))

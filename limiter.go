@@ -211,8 +211,18 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		l.admitted.Add(1)
 		return nil
 	}
-	ok, err := l.store.Admit(ctx, now, &r.batch)
+	var ok bool
+	var err error
+	if r.classes {
+		ok, err = l.admitClasses(ctx, now, r)
+	} else {
+		ok, err = l.store.Admit(ctx, now, &r.batch)
+	}
 	if err != nil {
+		if signal, ok := err.(*StoreError); ok {
+			// The refusal's demand signal failed (see admitClasses).
+			return signal
+		}
 		if !failOpen(r.batch.Charges) {
 			return &StoreError{Op: "admit", Err: err}
 		}
@@ -281,6 +291,7 @@ func failOpen(charges []Charge) bool {
 // (to look at a subject's limits).
 func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reservation, checkFit bool) error {
 	charges := r.inline[:0]
+	r.classes = false
 	id := &req.Identity
 	for _, i := range p.candidatesFor(id.Org) {
 		rule := p.rules[i]
@@ -303,10 +314,15 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 			}
 			c.Amount = u.amountOf(rule.metric)
 		}
+		most := c.BurstOrLimit()
+		if rule.classes != nil {
+			most = classCharge(c, id)
+			r.classes = true
+		}
 		switch rule.Kind {
 		case KindRate:
-			if checkFit && !c.Shadow && c.Amount > c.BurstOrLimit() {
-				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: c.BurstOrLimit()}
+			if checkFit && !c.Shadow && c.Amount > most {
+				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: most}
 			}
 		case KindBudget:
 			if checkFit && !c.Shadow && c.Amount > limit {
@@ -404,7 +420,11 @@ func (l *Limiter) refusal(charges []Charge) error {
 
 func refusalOf(c *Charge, room *Result) Refusal {
 	rule := c.rule
-	return Refusal{
+	var class *ClassShare
+	if c.class != 0 {
+		class = shareOf(c)
+	}
+	return Refusal{Class: class,
 		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
 		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining, Requested: c.Amount,
 		Window: rule.Window, Period: rule.Period,

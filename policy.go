@@ -98,6 +98,10 @@ type compiledRule struct {
 	// ReserveFixed; amountOfRequest is set otherwise).
 	charge          Charge
 	amountOfRequest bool
+	// classes are a class rule's classes; nil for other rules. isDemand
+	// marks the rule of a class rule's demand markers.
+	classes  *classSet
+	isDemand bool
 }
 
 // compileRule validates r and prepares it for admissions.
@@ -196,6 +200,9 @@ func compileRule(r Rule) (*compiledRule, error) {
 		}
 	}
 	c.id = fingerprint(&r, c.metric)
+	if err := compileClasses(c); err != nil {
+		return nil, err
+	}
 	c.group = -1
 	c.charge = Charge{Key: CounterKey{Rule: c.id}, Kind: r.Kind, Limit: r.Limit, Burst: r.Burst, Window: r.Window,
 		OnExpiry: r.OnExpiry, Shadow: r.Mode == ModeShadow, rule: c}

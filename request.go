@@ -22,6 +22,10 @@ type Identity struct {
 	Model     string
 	Route     string
 	Tier      string
+	// Class is the request's priority class on rules with classes (see
+	// Class); empty, or a class a rule does not list, is the rule's
+	// DefaultClass.
+	Class string
 	// Tags attribute a request to cooperating groups; a rule on "tag"
 	// charges one counter per distinct tag.
 	Tags []string

@@ -30,6 +30,9 @@ type Result struct {
 	FailedOpen bool
 	// FailedOpenRules names the enforced rules of a FailedOpen admission.
 	FailedOpenRules []string
+	// Classes describes the admission by each class rule: the request's
+	// class, its floor and share, and whose share admitted it.
+	Classes []ClassShare
 	// Requests and Tokens are the applicable rules with the least room
 	// among those counting requests, and those counting tokens (input,
 	// output or both): what OpenAI's x-ratelimit-*-requests and
@@ -80,6 +83,8 @@ type Reservation struct {
 	// Result.FailedOpen).
 	failedOpen      bool
 	failedOpenRules []string
+	// classes is set when a charge is a class rule's (see admitClasses).
+	classes bool
 	// inline holds the charges of most admissions.
 	inline [3]Charge
 
@@ -115,6 +120,9 @@ func resultOf(charges []Charge) Result {
 	var leastRoom, requestsRoom, tokensRoom float64
 	for i := range charges {
 		c := &charges[i]
+		if c.rule.isDemand {
+			continue
+		}
 		if c.Shadow {
 			if !c.Allowed {
 				res.Shadowed = append(res.Shadowed, c.rule.Name)
@@ -138,6 +146,9 @@ func resultOf(charges []Charge) Result {
 			if leastTokens == nil || room < tokensRoom {
 				leastTokens, tokensRoom = c, room
 			}
+		}
+		if c.class != 0 {
+			res.Classes = append(res.Classes, *shareOf(c))
 		}
 		if c.Kind == KindBudget {
 			if w, ok := warningOf(c); ok {

@@ -161,6 +161,13 @@ type Rule struct {
 	// be far off: a call's deadline). Zero means Options.BusyRetryAfter.
 	// The config file takes it, and the admin API as a duration string.
 	BusyRetryAfter time.Duration `json:"-" yaml:"busy_retry_after,omitempty"`
+	// Classes split a rate or concurrency rule's capacity between priority
+	// classes, each with a floor and a weight (see Class); the floors add
+	// up to at most Limit. Empty: no classes.
+	Classes []Class `json:"classes,omitempty" yaml:"classes,omitempty"`
+	// DefaultClass is the class of a request whose identity names none of
+	// Classes; empty means the last class listed.
+	DefaultClass string `json:"default_class,omitempty" yaml:"default_class,omitempty"`
 	// Disabled rules are not checked and count nothing. The config file
 	// and the catalog write it as enabled (true by default).
 	Disabled bool `json:"-" yaml:"-"`

@@ -139,6 +139,11 @@ type Charge struct {
 	ResetAt time.Time
 
 	rule *compiledRule
+	// class and from are, for a charge of a class rule, the index+1 of the
+	// request's class and of the class whose share it draws (0 for other
+	// rules); capacity and burst are the rule's whole limit and burst.
+	class, from     uint8
+	capacity, burst int64
 }
 
 // Batch is the set of charges of one admission. The Limiter keeps an

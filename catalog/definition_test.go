@@ -75,3 +75,21 @@ func TestCatalog_LoadsAStoredDefinition(t *testing.T) {
 		}
 	})
 }
+
+// TestRule_ClassesRoundTrip: a rule's priority classes are kept in its
+// definition, read into the engine's rule and written back unchanged.
+func TestRule_ClassesRoundTrip(t *testing.T) {
+	const def = `{"name":"model-calls","kind":"concurrency","subject":"global","limit":12,"classes":[{"name":"interactive","weight":3,"floor":6},{"name":"batch"}],"default_class":"batch","enabled":true}`
+	var r Rule
+	if err := json.Unmarshal([]byte(def), &r); err != nil {
+		t.Fatal(err)
+	}
+	got := r.Sluice()
+	want := []sluice.Class{{Name: "interactive", Weight: 3, Floor: 6}, {Name: "batch"}}
+	if !reflect.DeepEqual(got.Classes, want) || got.DefaultClass != "batch" {
+		t.Errorf("engine rule classes %+v, default %q; want %+v, batch", got.Classes, got.DefaultClass, want)
+	}
+	if b, _ := json.Marshal(RuleOf(got)); string(b) != def {
+		t.Errorf("written back as\n%s\nwant\n%s", b, def)
+	}
+}

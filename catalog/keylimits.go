@@ -170,13 +170,17 @@ type KeyUpdate struct {
 	AllowedModels *[]string
 	// ExpiresAt replaces the expiry; a zero time means never.
 	ExpiresAt *time.Time
+	// Class replaces the priority class; empty means the tier's.
+	Class *string
+	// MaxWait replaces the key's bound on waiting; zero means the tier's.
+	MaxWait *time.Duration
 }
 
-// UpdateKey changes a key's name, tier, allowed models or expiry, audited
-// as done by actor with the key before and after, and returns the key. The
-// secret stays valid. A revoked key cannot be changed (ErrRevokedKey). This
-// process sees the change at once; others sharing the database within
-// Options.CacheTTL.
+// UpdateKey changes a key's name, tier, allowed models, expiry, class or
+// max wait, audited as done by actor with the key before and after, and
+// returns the key. The secret stays valid. A revoked key cannot be
+// changed (ErrRevokedKey). This process sees the change at once; others
+// sharing the database within Options.CacheTTL.
 func (c *Catalog) UpdateKey(ctx context.Context, id string, u KeyUpdate, actor string) (Key, error) {
 	now := c.now()
 	switch {
@@ -189,6 +193,17 @@ func (c *Catalog) UpdateKey(ctx context.Context, id string, u KeyUpdate, actor s
 		if err := checkValue("tier", *u.Tier); err != nil {
 			return Key{}, fmt.Errorf("catalog: update key: %w: %v", ErrInvalid, err)
 		}
+	}
+	var class string
+	var maxWait time.Duration
+	if u.Class != nil {
+		class = *u.Class
+	}
+	if u.MaxWait != nil {
+		maxWait = *u.MaxWait
+	}
+	if err := checkClassAndWait(class, maxWait); err != nil {
+		return Key{}, fmt.Errorf("catalog: update key: %w", err)
 	}
 	var after Key
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
@@ -218,12 +233,18 @@ func (c *Catalog) UpdateKey(ctx context.Context, id string, u KeyUpdate, actor s
 		if u.ExpiresAt != nil {
 			after.ExpiresAt = u.ExpiresAt.UTC().Round(0)
 		}
+		if u.Class != nil {
+			after.Class = *u.Class
+		}
+		if u.MaxWait != nil {
+			after.MaxWait = sluice.Duration(*u.MaxWait)
+		}
 		models, err := json.Marshal(nonNil(after.AllowedModels))
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE api_keys SET name = ?, tier = ?, allowed_models = ?, expires_at = ? WHERE id = ?`),
-			after.Name, after.Tier, string(models), dbTime(after.ExpiresAt), id); err != nil {
+		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE api_keys SET name = ?, tier = ?, allowed_models = ?, expires_at = ?, class = ?, max_wait = ? WHERE id = ?`),
+			after.Name, after.Tier, string(models), dbTime(after.ExpiresAt), after.Class, int64(after.MaxWait), id); err != nil {
 			return err
 		}
 		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyUpdate, Target: keyTarget(id), Before: before, After: after, Workspace: before.Workspace, Org: before.Org}, now)

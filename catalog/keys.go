@@ -14,6 +14,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/names"
 )
 
 // Key is an API key's record: the identity a request made with it carries.
@@ -43,6 +46,33 @@ type Key struct {
 	// each an exact name or a prefix ending in "*". Empty: any workspace
 	// of its org.
 	AssertWorkspaces []string `json:"assert_workspaces,omitempty"`
+	// Class is the key's priority class on rules with classes; empty
+	// means its tier's (the gateway's configuration), else the rule's
+	// default class.
+	Class string `json:"class,omitempty"`
+	// MaxWait bounds how long the key's calls may wait for rate and
+	// concurrency rules (X-Sluice-Priority: batch, X-Sluice-Max-Wait):
+	// at most MaxKeyWait; zero means its tier's bound, else the
+	// deployment's.
+	MaxWait sluice.Duration `json:"max_wait,omitempty"`
+}
+
+// MaxKeyWait bounds a key's MaxWait, as the configuration bounds the
+// deployment's and the tiers' max_wait.
+const MaxKeyWait = time.Hour
+
+// checkClassAndWait refuses a class that is not a name (names.Check; empty
+// is none) and a wait outside 0 to MaxKeyWait.
+func checkClassAndWait(class string, maxWait time.Duration) error {
+	if class != "" {
+		if err := names.Check(class); err != nil {
+			return fmt.Errorf("%w: class %v", ErrInvalid, err)
+		}
+	}
+	if maxWait < 0 || maxWait > MaxKeyWait {
+		return fmt.Errorf("%w: max_wait must be from 0 (the tier's or the deployment's) to %v, got %v", ErrInvalid, MaxKeyWait, maxWait)
+	}
+	return nil
 }
 
 // AllowsModel reports whether the key may call model.
@@ -152,6 +182,9 @@ func (c *Catalog) createKey(ctx context.Context, k Key, actor string, also func(
 	case !k.ExpiresAt.IsZero() && !k.ExpiresAt.After(now):
 		return "", Key{}, fmt.Errorf("catalog: create key: %w: expiry %s is not in the future", ErrInvalid, k.ExpiresAt.Format(time.RFC3339))
 	}
+	if err := checkClassAndWait(k.Class, time.Duration(k.MaxWait)); err != nil {
+		return "", Key{}, fmt.Errorf("catalog: create key: %w", err)
+	}
 	assert, workspaces, err := checkAssert(k.Assert, k.AssertWorkspaces)
 	if err != nil {
 		return "", Key{}, fmt.Errorf("catalog: create key: %w", err)
@@ -181,10 +214,10 @@ func (c *Catalog) createKey(ctx context.Context, k Key, actor string, also func(
 	err = c.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO api_keys
 			(id, secret_hash, org, workspace, team, user_id, tier, allowed_models, name, expires_at, created_at, revoked_at,
-			may_assert, assert_workspaces)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)`),
+			may_assert, assert_workspaces, class, max_wait)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)`),
 			k.ID, hash[:], k.Org, k.Workspace, k.Team, k.User, k.Tier, string(models), k.Name,
-			dbTime(k.ExpiresAt), dbTime(k.CreatedAt), string(assertJSON), string(workspacesJSON)); err != nil {
+			dbTime(k.ExpiresAt), dbTime(k.CreatedAt), string(assertJSON), string(workspacesJSON), k.Class, int64(k.MaxWait)); err != nil {
 			return err
 		}
 		if err := c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyCreate, Target: keyTarget(k.ID), After: k, Workspace: k.Workspace, Org: k.Org}, now); err != nil {
@@ -246,7 +279,8 @@ func (c *Catalog) Authenticate(ctx context.Context, secret string) (Key, error) 
 	return k, nil
 }
 
-const keyColumns = `id, org, workspace, team, user_id, tier, allowed_models, name, expires_at, created_at, revoked_at, may_assert, assert_workspaces`
+const keyColumns = `id, org, workspace, team, user_id, tier, allowed_models, name, expires_at, created_at, revoked_at, may_assert, assert_workspaces,
+	class, max_wait`
 
 type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -270,7 +304,9 @@ func scanKey(scan func(...any) error, hash *[]byte, withHash bool) (Key, error) 
 	var k Key
 	var models, assert, workspaces string
 	var expires, created, revoked sql.NullInt64
-	dest := []any{&k.ID, &k.Org, &k.Workspace, &k.Team, &k.User, &k.Tier, &models, &k.Name, &expires, &created, &revoked, &assert, &workspaces}
+	var maxWait int64
+	dest := []any{&k.ID, &k.Org, &k.Workspace, &k.Team, &k.User, &k.Tier, &models, &k.Name, &expires, &created, &revoked, &assert, &workspaces,
+		&k.Class, &maxWait}
 	if withHash {
 		dest = append(dest, hash)
 	}
@@ -290,6 +326,7 @@ func scanKey(scan func(...any) error, hash *[]byte, withHash bool) (Key, error) 
 		return Key{}, fmt.Errorf("key %s: %w", k.ID, err)
 	}
 	k.ExpiresAt, k.CreatedAt, k.RevokedAt = fromDBTime(expires), fromDBTime(created), fromDBTime(revoked)
+	k.MaxWait = sluice.Duration(maxWait)
 	return k, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/names"
 )
 
 // MaxRulesPerOrg bounds the rules stored for one org (and the deployment
@@ -59,9 +60,13 @@ type Rule struct {
 	// BusyRetryAfter is a concurrency rule's busy hint ("5s"), kept in
 	// the rule's JSON definition: no column, no migration.
 	BusyRetryAfter sluice.Duration `json:"busy_retry_after,omitempty"`
-	Enabled        bool            `json:"enabled"`
-	CreatedAt      time.Time       `json:"created_at,omitzero"`
-	UpdatedAt      time.Time       `json:"updated_at,omitzero"`
+	// Classes and DefaultClass are a rule's priority classes, kept in its
+	// JSON definition too.
+	Classes      []sluice.Class `json:"classes,omitempty"`
+	DefaultClass string         `json:"default_class,omitempty"`
+	Enabled      bool           `json:"enabled"`
+	CreatedAt    time.Time      `json:"created_at,omitzero"`
+	UpdatedAt    time.Time      `json:"updated_at,omitzero"`
 }
 
 // Sluice returns r as the engine's rule: a rule that is not enabled is
@@ -82,6 +87,8 @@ func (r Rule) Sluice() sluice.Rule {
 		},
 		Mode:           r.Mode,
 		BusyRetryAfter: time.Duration(r.BusyRetryAfter),
+		Classes:        slices.Clone(r.Classes),
+		DefaultClass:   r.DefaultClass,
 		Disabled:       !r.Enabled,
 	}
 }
@@ -96,7 +103,8 @@ func RuleOf(r sluice.Rule) Rule {
 		WarnAt: r.WarnAt, Reserve: r.Reserve, ReserveAmount: r.ReserveAmount,
 		OnExpiry: r.OnExpiry, OnStoreError: r.OnStoreError,
 		Fit: r.Fit, MinOutputTokens: r.MinOutputTokens,
-		Match: r.Match, Mode: r.Mode, BusyRetryAfter: sluice.Duration(r.BusyRetryAfter), Enabled: !r.Disabled,
+		Match: r.Match, Mode: r.Mode, BusyRetryAfter: sluice.Duration(r.BusyRetryAfter),
+		Classes: r.Classes, DefaultClass: r.DefaultClass, Enabled: !r.Disabled,
 	}
 }
 
@@ -115,8 +123,11 @@ var errRuleOrg = errors.New("the rule's org differs from the org it is stored un
 // validateRule checks r as the engine would, so that a stored rule can
 // always be compiled into a policy.
 func validateRule(r *Rule) error {
-	if strings.ContainsAny(r.Name, "/ \t\n") {
-		return fmt.Errorf("%w: rule %q: name must not contain spaces or slashes", ErrInvalid, r.Name)
+	// An empty name is the engine's to refuse, below.
+	if r.Name != "" {
+		if err := names.Check(r.Name); err != nil {
+			return fmt.Errorf("%w: rule name %v", ErrInvalid, err)
+		}
 	}
 	if err := checkValue("org", r.Org); err != nil {
 		return fmt.Errorf("%w: rule %q: %v", ErrInvalid, r.Name, err)

@@ -44,7 +44,7 @@ type JWTIssuer struct {
 
 // JWTClaims names, for each attribute of an identity, the claim of a token
 // that gives it. Workspace, user and org (unless the issuer fixes it) are
-// required in every token; team and tier are optional.
+// required in every token; team, tier and class are optional.
 type JWTClaims struct {
 	// Org is the claim naming the org ("org").
 	Org string `yaml:"org,omitempty"`
@@ -56,6 +56,10 @@ type JWTClaims struct {
 	Team string `yaml:"team,omitempty"`
 	// Tier is the claim naming the tier ("tier").
 	Tier string `yaml:"tier,omitempty"`
+	// Class is the claim naming the priority class, which replaces the
+	// tier's; empty (the default) reads none, so that a claim of that
+	// name meant for something else never sets one.
+	Class string `yaml:"class,omitempty"`
 }
 
 // The claims that give an identity's attributes when a JWT issuer names

@@ -57,7 +57,7 @@ func TestLoad_FullJWT(t *testing.T) {
 	want := []JWTIssuer{
 		{Issuer: "https://login.example.com/", Audience: StringList{"sluice", "sluice-staging"},
 			JWKSURL: "https://login.example.com/.well-known/jwks.json",
-			Claims:  JWTClaims{Org: "tenant", Workspace: "https://example.com/workspace", User: "email", Team: "group", Tier: "plan"}},
+			Claims:  JWTClaims{Org: "tenant", Workspace: "https://example.com/workspace", User: "email", Team: "group", Tier: "plan", Class: "priority"}},
 		{Issuer: "partner", Audience: StringList{"sluice"}, JWKSFile: "/etc/sluice/partner-jwks.json", Org: "partner-co",
 			Claims: JWTClaims{Org: "org", Workspace: "workspace", User: "sub", Team: "team", Tier: "tier"}},
 	}

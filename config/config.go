@@ -280,8 +280,11 @@ type Tier struct {
 	// SessionModel, when set, is the model of the tier's sessions.
 	SessionModel string `yaml:"session_model,omitempty"`
 	// MaxWait, when set, replaces the deployment's max_wait for the
-	// tier's keys.
+	// tier's keys (a key's own max_wait replaces it in turn).
 	MaxWait time.Duration `yaml:"max_wait,omitempty"`
+	// Class, when set, is the priority class of the tier's requests on
+	// rules with classes; a key's own class replaces it.
+	Class string `yaml:"class,omitempty"`
 }
 
 // Sessions are the terms a session is minted with. A tier's percent scales

@@ -91,7 +91,7 @@ func TestLoad_FullExample(t *testing.T) {
 	}
 	if c.Listen != "0.0.0.0:9080" || c.AdminListen != "127.0.0.1:9081" || c.DataDir != "/var/lib/sluice" ||
 		c.StoreURL() != "redis://cache:6379/0" || c.DatabaseURL() != "postgres://sluice@db/sluice" ||
-		c.MaxBodyBytes != 1<<20 || c.RequestTimeout != 150*time.Second || c.ExpirySlack != 45*time.Second || c.MaxWait != time.Minute || c.Tiers[0].MaxWait != 5*time.Second || !c.IsProduction() || *c.UpstreamRetries != 0 {
+		c.MaxBodyBytes != 1<<20 || c.RequestTimeout != 150*time.Second || c.ExpirySlack != 45*time.Second || c.MaxWait != time.Minute || c.Tiers[0].MaxWait != 5*time.Second || c.Tiers[0].Class != "batch" || !c.IsProduction() || *c.UpstreamRetries != 0 {
 		t.Errorf("server fields = %+v", c)
 	}
 	if got, want := c.HeadroomWorkspaces(), []WorkspaceRef{{"default", "research"}, {"partner-co", "support"}}; !reflect.DeepEqual(got, want) {
@@ -185,6 +185,20 @@ func TestParse_Good(t *testing.T) {
 				}
 				if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "built-in mock models") {
 					t.Errorf("Warnings() = %q", w)
+				}
+			},
+		},
+		{
+			name: "a rule with priority classes",
+			yaml: `rules:
+  - {name: model-calls, kind: concurrency, subject: global, limit: 12, default_class: standard,
+     classes: [{name: interactive, weight: 3, floor: 6}, {name: standard, weight: 2, floor: 3}, {name: batch, weight: 1}]}
+`,
+			check: func(t *testing.T, c *Config) {
+				r := c.Rules[0].SluiceRule()
+				want := []sluice.Class{{Name: "interactive", Weight: 3, Floor: 6}, {Name: "standard", Weight: 2, Floor: 3}, {Name: "batch", Weight: 1}}
+				if r.DefaultClass != "standard" || !slices.Equal(r.Classes, want) {
+					t.Errorf("rule %+v, want the classes %+v", r, want)
 				}
 			},
 		},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/names"
 )
 
 // FieldError is one problem with a configuration. Path names where it is:
@@ -432,6 +433,17 @@ func (v *checker) rules() {
 	}
 }
 
+// className refuses a priority class that is not a name (names.Check);
+// empty is none.
+func (v *checker) className(at, class string) {
+	if class == "" {
+		return
+	}
+	if err := names.Check(class); err != nil {
+		v.add(at, "%v", err)
+	}
+}
+
 func (v *checker) tiers() {
 	c := v.c
 	names := map[string]int{}
@@ -447,6 +459,7 @@ func (v *checker) tiers() {
 		if t.MaxWait < 0 || t.MaxWait > time.Hour {
 			v.add(at+".max_wait", "must be from 1ms to 1h (or unset for the deployment's), got %v", t.MaxWait)
 		}
+		v.className(at+".class", t.Class)
 		if t.Promote == nil {
 			continue
 		}

@@ -172,6 +172,10 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		if errors.As(err, &fh) {
 			message += fmt.Sprintf(" The largest max_tokens that fits now is %d.", fh.maxTokens)
 		}
+		var wh *waitHint
+		if errors.As(err, &wh) {
+			message += fmt.Sprintf(" This call could wait at most %v, set by %s.", wh.maxWait, wh.source)
+		}
 	} else {
 		switch {
 		case errors.As(err, &req):

@@ -46,6 +46,14 @@ type Principal struct {
 	// AssertWorkspaces limits the workspaces a service key may assert:
 	// each an exact name or a prefix ending in "*". Empty: any.
 	AssertWorkspaces []string
+	// Class is the priority class of the key's requests on rules with
+	// classes. Empty: its tier's (Options.TierClass), else the rule's
+	// default class.
+	Class string
+	// MaxWait bounds how long the key's requests may wait for rate and
+	// concurrency rules. Zero: its tier's (Options.TierMaxWait), else
+	// BatchMaxWait.
+	MaxWait time.Duration
 }
 
 // ErrBadKey is returned by an Authenticator for a key that is unknown,
@@ -226,8 +234,11 @@ type Options struct {
 	// wait for rate and concurrency rules (30 seconds).
 	BatchMaxWait time.Duration
 	// TierMaxWait replaces BatchMaxWait for the keys of a tier, by tier
-	// name.
+	// name; a key's own Principal.MaxWait replaces both.
 	TierMaxWait map[string]time.Duration
+	// TierClass is the priority class of the requests of a tier, by tier
+	// name; a key's own Principal.Class replaces it.
+	TierClass map[string]string
 	// PaceMaxWait is the longest a paced provider's call is held (10 s).
 	PaceMaxWait time.Duration
 	// TrustedProxies are the peers whose X-Forwarded-For is believed for

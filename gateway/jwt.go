@@ -18,6 +18,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
+	"github.com/sluicehq/sluice/internal/names"
 )
 
 // JWT limits.
@@ -52,6 +53,9 @@ type JWTIssuer struct {
 // means the default: org, workspace, sub (for User), team, tier.
 type JWTClaims struct {
 	Org, Workspace, User, Team, Tier string
+	// Class names the claim that gives the priority class (Principal.Class,
+	// which replaces the tier's). It has no default: empty reads none.
+	Class string
 }
 
 // JWTOptions configures a JWTAuthenticator. Issuers and Next are required.
@@ -298,8 +302,9 @@ func (iss *jwtIssuer) principal(tok jwt.Token, tiers []string) (Principal, error
 		{"user", cl.User, &p.User, true},
 		{"team", cl.Team, &p.Team, false},
 		{"tier", cl.Tier, &p.Tier, false},
+		{"class", cl.Class, &p.Class, false},
 	} {
-		if f.attr == "org" && iss.Org != "" {
+		if f.attr == "org" && iss.Org != "" || f.claim == "" {
 			continue
 		}
 		v, err := claimString(tok, f.claim, f.attr)
@@ -317,6 +322,11 @@ func (iss *jwtIssuer) principal(tok jwt.Token, tiers []string) (Principal, error
 	}
 	if p.Tier != "" && !slices.Contains(tiers, p.Tier) {
 		return Principal{}, badToken(fmt.Sprintf("its tier %q is not a tier of this gateway", p.Tier))
+	}
+	if p.Class != "" {
+		if err := names.Check(p.Class); err != nil {
+			return Principal{}, badToken(fmt.Sprintf("its %q claim, which gives the class, %v", cl.Class, err))
+		}
 	}
 	return p, nil
 }

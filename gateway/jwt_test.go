@@ -8,6 +8,7 @@ import (
 	"crypto/rsa"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -424,5 +425,37 @@ func TestJWT_FixedOrg(t *testing.T) {
 				t.Errorf("principal %+v, want %+v", p, tt.want)
 			}
 		})
+	}
+}
+
+// TestJWT_ClassClaim checks that the claim an issuer names for the class
+// gives the principal's class, is refused when it is no class name, and
+// that without one named no claim is read.
+func TestJWT_ClassClaim(t *testing.T) {
+	key := newECKey(t, "ec-1")
+	jwks, other := newJWKSServer(t, key), newJWKSServer(t, key)
+	a, err := gateway.NewJWTAuthenticator(t.Context(), gateway.JWTOptions{Next: fakeKeys{}, Issuers: []gateway.JWTIssuer{
+		{Issuer: testIssuer, Audience: []string{testAudience}, JWKSURL: jwks.url, Claims: gateway.JWTClaims{Class: "priority"}},
+		{Issuer: "second", Audience: []string{testAudience}, JWKSURL: other.url},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.Authenticate(context.Background(), sign(t, key, goodClaims().with("priority", "batch")))
+	if err != nil || p.Class != "batch" {
+		t.Fatalf("token with priority batch: %+v, %v", p, err)
+	}
+	p, err = a.Authenticate(context.Background(), sign(t, key, goodClaims()))
+	if err != nil || p.Class != "" {
+		t.Fatalf("token without the class claim: %+v, %v", p, err)
+	}
+	_, err = a.Authenticate(context.Background(), sign(t, key, goodClaims().with("priority", "low priority")))
+	if !errors.Is(err, gateway.ErrBadKey) || !strings.Contains(err.Error(), `its "priority" claim, which gives the class, "low priority" must not contain spaces`) {
+		t.Fatalf("token with a class that is no name: %v", err)
+	}
+	// An issuer that names no class claim reads none, whatever the token holds.
+	p, err = a.Authenticate(context.Background(), sign(t, key, goodClaims().with("iss", "second", "priority", "batch", "class", "a b")))
+	if err != nil || p.Class != "" {
+		t.Fatalf("token of an issuer without a class claim: %+v, %v", p, err)
 	}
 }

@@ -83,3 +83,113 @@ func TestGateway_TurnHeaderMalformed(t *testing.T) {
 		t.Errorf("provider called %d times", n)
 	}
 }
+
+// A key's own max_wait bounds its wait: under a cap of one call in flight,
+// held by a slow call, a batch call of a key with max_wait 200ms waits that
+// long and is refused busy, naming the bound and its source, while a batch
+// call of a key without one waits for the slot under the deployment's
+// bound and is served.
+func TestGateway_KeyMaxWaitBoundsItsWait(t *testing.T) {
+	oneAtATime := sluice.Rule{Name: "one_at_a_time", Kind: sluice.KindConcurrency, Subject: "global", Limit: 1}
+	h := newHarness(t, []sluice.Rule{oneAtATime}, func(o *gateway.Options) {
+		o.Keys = fakeKeys{
+			testKey:    {KeyID: "holder", Org: "o1", Workspace: "w1", User: "u1"},
+			"sk-short": {KeyID: "short", Org: "o1", Workspace: "w1", User: "u2", Tier: "free", MaxWait: 200 * time.Millisecond},
+			"sk-long":  {KeyID: "long", Org: "o1", Workspace: "w1", User: "u3", Tier: "free"},
+		}
+		o.BatchMaxWait = 10 * time.Second
+	})
+	slow := `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"hold the slot [mock delay=1500]"}]}`
+	holderDone := make(chan time.Time, 1)
+	go func() {
+		h.post("/v1/chat/completions", slow, nil)
+		holderDone <- time.Now()
+	}()
+	eventually(t, "the slow call holds the slot", func() bool { return h.usedBy(sluice.Identity{}, "one_at_a_time") == 1 })
+
+	type answer struct {
+		r        reply
+		took     time.Duration
+		at       time.Time
+		whichKey string
+	}
+	answers := make(chan answer, 2)
+	for _, key := range []string{"sk-short", "sk-long"} {
+		go func() {
+			start := time.Now()
+			r := h.post("/v1/chat/completions", smallChat, map[string]string{"Authorization": "Bearer " + key, gateway.HeaderPriority: "batch"})
+			answers <- answer{r: r, took: time.Since(start), at: time.Now(), whichKey: key}
+		}()
+	}
+	got := map[string]answer{}
+	for range 2 {
+		a := <-answers
+		got[a.whichKey] = a
+	}
+	held := <-holderDone
+
+	short := got["sk-short"]
+	if short.r.status != 429 {
+		t.Fatalf("the key bounded at 200ms: %d %s", short.r.status, short.r.body)
+	}
+	e := openaiError(t, short.r)
+	if deref(e.Error.Code) != "concurrency_limit_exceeded" || !strings.Contains(e.Error.Message, "This call could wait at most 200ms, set by its key's max_wait.") {
+		t.Errorf("the key bounded at 200ms was refused with %s", short.r.body)
+	}
+	if short.took < 200*time.Millisecond || !short.at.Before(held) {
+		t.Errorf("the key bounded at 200ms was refused after %v, at %v, the slot freed at %v: want a wait of 200ms, refused while the slot was held",
+			short.took, short.at, held)
+	}
+	if long := got["sk-long"]; long.r.status != 200 || long.at.Before(held) {
+		t.Errorf("the key under the deployment's bound: %d after %v (the slot freed at %v): %s", long.r.status, long.took, held, long.r.body)
+	}
+}
+
+// The refusal of a call that could wait names the bound and what set it:
+// the key's max_wait, else its tier's, else the deployment's, or the
+// client's X-Sluice-Max-Wait when it asked for less. A call that could not
+// wait names none.
+func TestGateway_WaitRefusalNamesItsBound(t *testing.T) {
+	perMinute := sluice.Rule{Name: "one_per_minute", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}
+	h := newHarness(t, []sluice.Rule{perMinute}, func(o *gateway.Options) {
+		o.Keys = fakeKeys{
+			"sk-own":  {KeyID: "own", Org: "o1", Workspace: "w1", User: "u1", Tier: "free", MaxWait: 200 * time.Millisecond},
+			"sk-tier": {KeyID: "tier", Org: "o1", Workspace: "w1", User: "u2", Tier: "free"},
+			"sk-none": {KeyID: "none", Org: "o1", Workspace: "w1", User: "u3"},
+		}
+		// Each bound is shorter than the rule's refill: every call below is
+		// refused at once.
+		o.BatchMaxWait = 30 * time.Second
+		o.TierMaxWait = map[string]time.Duration{"free": 5 * time.Second}
+	})
+	for _, key := range []string{"sk-own", "sk-tier", "sk-none"} {
+		if r := h.post("/v1/chat/completions", smallChat, map[string]string{"Authorization": "Bearer " + key}); r.status != 200 {
+			t.Fatalf("%s's first call: %d %s", key, r.status, r.body)
+		}
+	}
+	for _, tc := range []struct {
+		key, header, value string
+		says               string // empty: no bound named
+	}{
+		{"sk-own", gateway.HeaderPriority, "batch", "This call could wait at most 200ms, set by its key's max_wait."},
+		{"sk-own", gateway.HeaderMaxWait, "3600", "This call could wait at most 200ms, set by its key's max_wait."},
+		{"sk-own", gateway.HeaderMaxWait, "0.1", "This call could wait at most 100ms, set by its X-Sluice-Max-Wait header."},
+		{"sk-tier", gateway.HeaderPriority, "batch", `This call could wait at most 5s, set by the max_wait of its tier "free".`},
+		{"sk-none", gateway.HeaderPriority, "batch", "This call could wait at most 30s, set by the deployment's max_wait."},
+		{"sk-own", gateway.HeaderMaxWait, "0", ""},
+		{"sk-none", "", "", ""},
+	} {
+		headers := map[string]string{"Authorization": "Bearer " + tc.key}
+		if tc.header != "" {
+			headers[tc.header] = tc.value
+		}
+		r := h.post("/v1/chat/completions", smallChat, headers)
+		e := openaiError(t, r)
+		if r.status != 429 || deref(e.Error.Code) != "rate_limit_exceeded" {
+			t.Fatalf("%s with %s: %s: %d %s", tc.key, tc.header, tc.value, r.status, r.body)
+		}
+		if tc.says == "" && strings.Contains(e.Error.Message, "could wait") || tc.says != "" && !strings.Contains(e.Error.Message, tc.says) {
+			t.Errorf("%s with %s: %s: message %q, want %q", tc.key, tc.header, tc.value, e.Error.Message, tc.says)
+		}
+	}
+}

@@ -40,7 +40,9 @@ type call struct {
 	ownKey  string
 	tags    []string
 	maxWait time.Duration
-	turn    string // X-Sluice-Turn
+	// waitSource says what set maxWait, for the refusal that names it.
+	waitSource string
+	turn       string // X-Sluice-Turn
 	// capPer is the output cap per completion sent to the provider.
 	capPer int64
 	event  Event
@@ -84,7 +86,7 @@ func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
 	c.event.Route, c.event.RequestID = rt.name, requestIDOf(ctx)
 	c.trace = g.startTrace(ctx, rt, c.event.RequestID)
 	if err := c.run(); err != nil {
-		err = c.withFitHint(err)
+		err = c.withWaitHint(c.withFitHint(err))
 		c.event.Outcome, c.event.Class = outcomeOf(err)
 		c.event.Cause = causeOf(err)
 		writeError(ctx, rt, err)
@@ -164,7 +166,7 @@ func (c *call) run() error {
 	c.ownKey = string(ctx.Request.Header.Peek(HeaderProviderKey))
 	c.tags = parseTags(ctx.Request.Header.Peek(HeaderTags))
 	c.event.SessionID, c.event.Tags = c.session.id, c.tags
-	if c.maxWait, err = g.maxWait(&ctx.Request.Header, who.Tier); err != nil {
+	if c.maxWait, c.waitSource, err = g.maxWait(&ctx.Request.Header, &who); err != nil {
 		return err
 	}
 	if c.turn, err = turnOf(&ctx.Request.Header); err != nil {
@@ -295,6 +297,10 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 	if err != nil {
 		return Principal{}, 0, err
 	}
+	if who.Class == "" {
+		// A key's own class beats its tier's.
+		who.Class = g.opts.TierClass[who.Tier]
+	}
 	return who, asserted, nil
 }
 
@@ -353,7 +359,7 @@ func (c *call) request(cand *model, capPer int64) sluice.Request {
 	max.Cost = price.Cost(max)
 	return sluice.Request{
 		Identity: sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User,
-			Key: who.KeyID, IP: c.ip, Session: c.session.id, Model: cand.Name, Route: c.rt.name, Tier: who.Tier, Tags: c.tags},
+			Key: who.KeyID, IP: c.ip, Session: c.session.id, Model: cand.Name, Route: c.rt.name, Tier: who.Tier, Class: who.Class, Tags: c.tags},
 		Max:         max,
 		OutputPrice: price.Output,
 		Timeout:     c.g.opts.RequestTimeout,

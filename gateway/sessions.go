@@ -267,7 +267,7 @@ type fundable struct {
 // token and cost budgets have left.
 func (g *Gateway) budgetsLeft(who Principal, model string) (fundable, error) {
 	left := fundable{tokens: -1, cost: -1}
-	id := sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User, Key: who.KeyID, Model: model, Tier: who.Tier}
+	id := sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User, Key: who.KeyID, Model: model, Tier: who.Tier, Class: who.Class}
 	eff, err := g.limiter.Effective(context.Background(), id)
 	if err != nil {
 		return left, err

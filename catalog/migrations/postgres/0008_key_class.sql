@@ -1,0 +1,7 @@
+-- The PostgreSQL translation of migrations/sqlite/0008_key_class.sql.
+-- A key's priority class, on rules with classes (empty: its tier's, else the rule's default
+-- class), and its own bound on how long its calls may wait for rate and concurrency rules, in
+-- nanoseconds (0: its tier's, else the deployment's max_wait).
+
+ALTER TABLE api_keys ADD COLUMN class TEXT NOT NULL DEFAULT '';
+ALTER TABLE api_keys ADD COLUMN max_wait BIGINT NOT NULL DEFAULT 0;

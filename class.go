@@ -1,0 +1,440 @@
+package sluice
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/bits"
+	"time"
+)
+
+// Class is a priority class of a rate or concurrency rule. The rule's
+// capacity is split into one share per class: the class's Floor, and its
+// part by Weight of what the floors leave. A class may borrow the share of
+// a class that does not ask for it (so a class alone may use the whole
+// capacity); once a class is refused while borrowers hold its share, it
+// signals demand, and borrowers of its share are refused from then on:
+// calls in flight are not cut, a rate's refill goes to the owner.
+type Class struct {
+	Name string `json:"name" yaml:"name"`
+	// Weight is the class's part of the capacity the floors leave; 0
+	// means 1.
+	Weight int64 `json:"weight,omitempty" yaml:"weight,omitempty"`
+	// Floor is the capacity the class is given before weights apply, in
+	// the rule's units (calls in flight, or the metric per window).
+	Floor int64 `json:"floor,omitempty" yaml:"floor,omitempty"`
+}
+
+// ClassShare says how a class rule treated a request: its class, that
+// class's floor and share of the capacity, and whose share admitted it.
+type ClassShare struct {
+	Rule  string
+	Class string
+	Floor int64
+	// Share is the class's own part of Capacity: its floor and its weight's
+	// part of what the floors leave.
+	Share    int64
+	Capacity int64
+	// BorrowedFrom names the class whose idle share admitted the request;
+	// empty when the class's own share did (or, in a refusal, would have).
+	BorrowedFrom string
+}
+
+// The bounds of a rule's classes.
+const (
+	maxClasses     = 16
+	maxClassWeight = 1_000_000
+)
+
+// classSet is a class rule's classes, compiled.
+type classSet struct {
+	list []compiledClass
+	// defaultClass is the index of the class of a request that names
+	// none, or one the rule does not list.
+	defaultClass int
+	// shares are the classes' shares at the rule's own limit.
+	shares []int64
+	// demand is the rule of the demand markers: a budget in the class
+	// rule's name, never reported in a Result.
+	demand *compiledRule
+	// period is how long a demand marker lasts: at least period, and at
+	// most twice that, after the last refusal that set it.
+	period time.Duration
+}
+
+type compiledClass struct {
+	Class
+	// share and demand are the Key.Rule of the class's share counter and
+	// of its demand marker.
+	share, demand uint64
+}
+
+// compileClasses validates c's classes and prepares them.
+func compileClasses(c *compiledRule) error {
+	r := &c.Rule
+	bad := func(field, format string, args ...any) error {
+		return &RuleError{Rule: r.Name, Field: field, Message: fmt.Sprintf(format, args...)}
+	}
+	if len(r.Classes) == 0 {
+		if r.DefaultClass != "" {
+			return bad("default_class", "names a class, but the rule has no classes")
+		}
+		return nil
+	}
+	if r.Kind == KindBudget {
+		return bad("classes", "are for rate and concurrency rules, not budgets (a budget is a ceiling, not a capacity to share)")
+	}
+	if len(r.Classes) > maxClasses {
+		return bad("classes", "at most %d, got %d", maxClasses, len(r.Classes))
+	}
+	set := &classSet{defaultClass: len(r.Classes) - 1, period: 5 * time.Second}
+	if r.Kind == KindRate {
+		set.period = min(max(r.Window.Truncate(time.Second), time.Second), time.Minute)
+	}
+	var floors int64
+	for i, cl := range r.Classes {
+		switch {
+		case cl.Name == "":
+			return bad("classes", "class %d has no name", i+1)
+		case cl.Weight < 0 || cl.Weight > maxClassWeight:
+			return bad("classes", "class %q: weight must be between 0 (meaning 1) and %d, got %d", cl.Name, maxClassWeight, cl.Weight)
+		case cl.Floor < 0 || cl.Floor > CounterCeiling:
+			return bad("classes", "class %q: floor must be between 0 and %d, got %d", cl.Name, int64(CounterCeiling), cl.Floor)
+		case r.Limit > 0 && cl.Floor > r.Limit-floors:
+			return bad("classes", "the floors add up to more than the limit (%d)", r.Limit)
+		}
+		for _, other := range r.Classes[:i] {
+			if other.Name == cl.Name {
+				return bad("classes", "class %q is listed twice", cl.Name)
+			}
+		}
+		floors += cl.Floor
+		cl.Weight = max(cl.Weight, 1)
+		set.list = append(set.list, compiledClass{Class: cl, share: classKey(c.id, "share", cl.Name), demand: classKey(c.id, "demand", cl.Name)})
+		if cl.Name == r.DefaultClass {
+			set.defaultClass = i
+		}
+	}
+	if r.DefaultClass != "" && set.list[set.defaultClass].Name != r.DefaultClass {
+		return bad("default_class", "%q is not one of the rule's classes", r.DefaultClass)
+	}
+	set.shares = set.split(r.Limit)
+	set.demand = &compiledRule{Rule: Rule{Name: r.Name, Kind: KindBudget, Subject: r.Subject, OnStoreError: r.OnStoreError},
+		metric: MetricRequests, location: time.UTC, isDemand: true, group: -1}
+	c.classes = set
+	return nil
+}
+
+// classKey derives the counter of one class of a rule.
+func classKey(rule uint64, what, class string) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(rule >> (8 * i))
+	}
+	h.Write(b[:])
+	h.Write([]byte(what))
+	h.Write([]byte{0})
+	h.Write([]byte(class))
+	return h.Sum64()
+}
+
+// split divides capacity into the classes' shares: each class its floor
+// (scaled down when a tier or an override makes the capacity smaller than
+// the floors), then what is left by weight, the units left over by
+// rounding going to the largest remainders (ties: to the smaller share,
+// then to the class listed first).
+func (s *classSet) split(capacity int64) []int64 {
+	shares := make([]int64, len(s.list))
+	var floors, weights int64
+	for _, c := range s.list {
+		floors += c.Floor
+		weights += c.Weight
+	}
+	rest := capacity
+	for i, c := range s.list {
+		shares[i] = c.Floor
+		if floors > capacity {
+			shares[i] = mulDiv(c.Floor, capacity, floors)
+		}
+		rest -= shares[i]
+	}
+	remainders := make([]int64, len(s.list))
+	left := rest
+	for i, c := range s.list {
+		hi, lo := bits.Mul64(uint64(rest), uint64(c.Weight))
+		q, r := bits.Div64(hi, lo, uint64(weights))
+		shares[i] += int64(q)
+		remainders[i] = int64(r)
+		left -= int64(q)
+	}
+	for ; left > 0; left-- {
+		best := -1
+		for i := range shares {
+			if remainders[i] >= 0 && (best < 0 || remainders[i] > remainders[best] ||
+				remainders[i] == remainders[best] && shares[i] < shares[best]) {
+				best = i
+			}
+		}
+		shares[best]++
+		remainders[best] = -1
+	}
+	return shares
+}
+
+// mulDiv returns a*b/c for 0 <= a, b and a <= c.
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(q)
+}
+
+// classOf returns the index of id's class in s.
+func (s *classSet) classOf(id *Identity) int {
+	for i := range s.list {
+		if s.list[i].Name == id.Class {
+			return i
+		}
+	}
+	return s.defaultClass
+}
+
+// sharesAt returns the shares of a capacity.
+func (s *classSet) sharesAt(rule *compiledRule, capacity int64) []int64 {
+	if capacity == rule.Limit {
+		return s.shares
+	}
+	return s.split(capacity)
+}
+
+// classCharge turns c, the charge of a class rule for id, into the charge
+// of id's class's share (or, when that share is empty, of the first share
+// it may borrow), and returns the largest charge any share could admit.
+func classCharge(c *Charge, id *Identity) int64 {
+	rule := c.rule
+	s := rule.classes
+	shares := s.sharesAt(rule, c.Limit)
+	c.capacity, c.burst, c.class = c.Limit, c.Burst, uint8(s.classOf(id)+1)
+	c.from = c.class
+	if shares[c.class-1] == 0 {
+		nextLender(c)
+	}
+	c.setShare(shares)
+	var most int64
+	for _, share := range shares {
+		most = max(most, c.shareBurst(share))
+	}
+	return most
+}
+
+// setShare points c at the share counter of class c.from.
+func (c *Charge) setShare(shares []int64) {
+	share := shares[c.from-1]
+	c.Key.Rule = c.rule.classes.list[c.from-1].share
+	c.Limit, c.Burst = share, c.shareBurst(share)
+}
+
+// shareBurst is a share's bucket capacity: the rule's burst scaled as the
+// share scales the limit (a burst of 0, the limit, giving the share).
+func (c *Charge) shareBurst(share int64) int64 {
+	if c.burst == 0 || c.Kind != KindRate {
+		return share
+	}
+	return max(mulDiv(share, c.burst, c.capacity), min(share, 1))
+}
+
+// nextLender moves c to the next class whose share it may borrow, in a
+// fixed order (the classes listed last lend first, so the first listed,
+// the most important, find theirs free the most often); false when there
+// is none left.
+func nextLender(c *Charge) bool {
+	s := c.rule.classes
+	shares := s.sharesAt(c.rule, c.capacity)
+	i := len(s.list)
+	if c.from != c.class {
+		i = int(c.from) - 1
+	}
+	for i--; i >= 0; i-- {
+		if i != int(c.class)-1 && shares[i] > 0 {
+			c.from = uint8(i + 1)
+			c.setShare(shares)
+			return true
+		}
+	}
+	return false
+}
+
+// demandCharge is the charge that lets c borrow class c.from's share only
+// while that class has not signalled demand: a budget of one that charges
+// nothing, which a signal (signalDemand) has filled.
+func demandCharge(c *Charge, now time.Time) Charge {
+	s := c.rule.classes
+	start, end := demandPeriod(s.period, now, 0)
+	return Charge{Key: CounterKey{Rule: s.list[c.from-1].demand, Subject: c.Key.Subject, Period: start},
+		Kind: KindBudget, Limit: 1, PeriodEnd: end, Shadow: c.Shadow, rule: s.demand}
+}
+
+// demandPeriod returns the start (in Unix seconds) and the end of the
+// period of length p that is ahead of now's by ahead periods.
+func demandPeriod(p time.Duration, now time.Time, ahead int64) (int64, time.Time) {
+	ns := now.UnixNano()
+	start := ns - ns%int64(p) + ahead*int64(p)
+	return start / int64(time.Second), time.Unix(0, start+int64(p))
+}
+
+// admitClasses admits r's batch, whose charges include class charges:
+// each class charge draws its class's share, or else, in turn, the shares
+// of the classes that signalled no demand, each attempt one atomic Admit
+// of the whole batch. When every attempt is refused, the refusal is the
+// first attempt's, and each class refused by its own share signals demand;
+// a signal the store fails is the admission's *StoreError.
+func (l *Limiter) admitClasses(ctx context.Context, now time.Time, r *Reservation) (bool, error) {
+	base := len(r.batch.Charges)
+	var first []Charge
+	for {
+		charges := r.batch.Charges[:base]
+		for i := range base {
+			if c := &charges[i]; c.class != 0 && c.from != c.class {
+				charges = append(charges, demandCharge(c, now))
+			}
+		}
+		r.batch.Charges = charges
+		ok, err := l.store.Admit(ctx, now, &r.batch)
+		if err != nil || ok {
+			if err != nil {
+				r.batch.Charges = charges[:base]
+			}
+			return ok, err
+		}
+		if first == nil {
+			first = refusedFirst(charges, base, now)
+		}
+		if !borrowNext(charges, base) {
+			break
+		}
+	}
+	r.batch.Charges = append(r.batch.Charges[:0], first...)
+	if classRefusal(first) {
+		if err := l.signalDemand(ctx, now, first); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// refusedFirst copies the charges of a refused first attempt, without its
+// demand markers: a class charge that was refused because the class it
+// borrows from (its own share being empty) signalled demand is refused
+// until that signal's period ends.
+func refusedFirst(charges []Charge, base int, now time.Time) []Charge {
+	first := append([]Charge(nil), charges[:base]...)
+	marker := base
+	for i := range first {
+		c := &first[i]
+		if c.class == 0 || c.from == c.class {
+			continue
+		}
+		if m := &charges[marker]; !m.Allowed && c.Allowed {
+			c.Allowed, c.Remaining, c.ResetAt = false, 0, m.PeriodEnd
+			c.RetryAfter = m.PeriodEnd.Sub(now)
+		}
+		marker++
+	}
+	return first
+}
+
+// borrowNext moves every class charge that was refused (it, or the demand
+// marker of the share it borrowed) to its next lender; false when the
+// batch cannot be admitted by borrowing: a charge of another rule refused,
+// or a class charge has no lender left.
+func borrowNext(charges []Charge, base int) bool {
+	if !classRefusal(charges) {
+		return false
+	}
+	marker := base
+	for i := range base {
+		c := &charges[i]
+		if c.class == 0 {
+			continue
+		}
+		refused := !c.Allowed && !c.Shadow
+		if c.from != c.class {
+			refused = refused || !charges[marker].Allowed && !c.Shadow
+			marker++
+		}
+		if refused && !nextLender(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// classRefusal reports whether every enforced charge refused is a class
+// charge or a demand marker: borrowing another share may admit the batch.
+func classRefusal(charges []Charge) bool {
+	for i := range charges {
+		if c := &charges[i]; !c.Allowed && !c.Shadow && c.class == 0 && !c.rule.isDemand {
+			return false
+		}
+	}
+	return true
+}
+
+// maxSignals is the limit of a demand marker in its period of signals: it
+// counts the signals of one period, one or a few (see signalDemand), and
+// stays within what every store computes exactly.
+const maxSignals = 1 << 20
+
+// signalDemand records, for each class refused by its own share, that the
+// class asks for it: borrowers of the share are refused until the end of
+// the next demand period. The marker of this period and of the next are
+// set together, so a signal lasts at least one whole period; a batch that
+// finds the next period's set already charges nothing.
+func (l *Limiter) signalDemand(ctx context.Context, now time.Time, first []Charge) error {
+	b := Batch{ID: l.nextID.Add(1)}
+	for i := range first {
+		c := &first[i]
+		if c.class == 0 || c.from != c.class || c.Allowed || c.Shadow {
+			continue
+		}
+		s := c.rule.classes
+		for ahead := range int64(2) {
+			start, end := demandPeriod(s.period, now, ahead)
+			b.Charges = append(b.Charges, Charge{Key: CounterKey{Rule: s.list[c.class-1].demand, Subject: c.Key.Subject, Period: start},
+				Kind: KindBudget, Limit: max(1, maxSignals*(1-ahead)), Amount: 1, Actual: 1, PeriodEnd: end, rule: s.demand})
+			b.Deadline = end
+		}
+	}
+	if len(b.Charges) == 0 {
+		return nil
+	}
+	ok, err := l.store.Admit(ctx, now, &b)
+	if err == nil && ok {
+		err = l.store.Settle(ctx, now, &b)
+	}
+	if err != nil {
+		return &StoreError{Op: "signal class demand", Err: err}
+	}
+	return nil
+}
+
+// shareOf describes c, a class charge.
+func shareOf(c *Charge) *ClassShare {
+	s := c.rule.classes
+	own := &s.list[c.class-1]
+	cs := &ClassShare{Rule: c.rule.Name, Class: own.Name, Floor: own.Floor,
+		Share: s.sharesAt(c.rule, c.capacity)[c.class-1], Capacity: c.capacity}
+	if c.from != c.class {
+		cs.BorrowedFrom = s.list[c.from-1].Name
+	}
+	return cs
+}
+
+// classNote is the part of a refusal's message that names its class.
+func (r *Refusal) classNote() string {
+	if r.Class == nil {
+		return ""
+	}
+	return fmt.Sprintf(" for class %q (floor %d, share %d of %d, no idle share to borrow)",
+		r.Class.Class, r.Class.Floor, r.Class.Share, r.Class.Capacity)
+}
