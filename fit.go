@@ -2,7 +2,7 @@ package sluice
 
 import (
 	"context"
-	"math/bits"
+	"math/big"
 	"time"
 )
 
@@ -75,29 +75,17 @@ func costWithoutOutput(req *Request) int64 {
 // millionths of a micro-dollar. The answer may be one token short of the
 // exact optimum, never over.
 func outputFor(money int64, req *Request) int64 {
-	const million = 1_000_000
-	// (money - Max.Cost)*1e6 + Max.OutputTokens*price, in 128 bits.
-	hi, lo := bits.Mul64(uint64(req.Max.OutputTokens), uint64(req.OutputPrice))
-	spare := money - req.Max.Cost
-	if spare >= 0 {
-		h, l := bits.Mul64(uint64(spare), million)
-		var carry uint64
-		lo, carry = bits.Add64(lo, l, 0)
-		hi += h + carry
-	} else {
-		h, l := bits.Mul64(uint64(-spare), million)
-		if hi < h || hi == h && lo < l {
-			return 0
-		}
-		var borrow uint64
-		lo, borrow = bits.Sub64(lo, l, 0)
-		hi -= h + borrow
+	// ((money - Max.Cost)*1e6 + Max.OutputTokens*price) / price, exactly.
+	n := new(big.Int).Mul(big.NewInt(money-req.Max.Cost), big.NewInt(1_000_000))
+	n.Add(n, new(big.Int).Mul(big.NewInt(req.Max.OutputTokens), big.NewInt(req.OutputPrice)))
+	if n.Sign() < 0 {
+		return 0
 	}
-	if hi >= uint64(req.OutputPrice) {
+	n.Quo(n, big.NewInt(req.OutputPrice))
+	if !n.IsInt64() {
 		return 1<<62 - 1
 	}
-	q, _ := bits.Div64(hi, lo, uint64(req.OutputPrice))
-	return int64(min(q, 1<<62-1))
+	return min(n.Int64(), 1<<62-1)
 }
 
 // Effective is one limit that applies to an identity, where it came from,

@@ -212,7 +212,7 @@ func (r *HTTPRefusal) SetHeaders(h HeaderSetter, now time.Time) {
 	case r.result != nil && r.result.Rule != "":
 		// Never fits: the deciding rule may have room to spare; the
 		// fields describe the rule with the least, as on an admission.
-		setLimitHeaders(h, r.result.least(), now)
+		setLimitHeaders(h, r.result.Headroom, now)
 	}
 	if r.result != nil {
 		setOpenAILimitHeaders(h, "requests", r.result.Requests, now)
@@ -235,7 +235,7 @@ func (r *HTTPRefusal) SetHeaders(h HeaderSetter, now time.Time) {
 // X-Sluice-Budget-Warning per warning.
 func (r Result) SetHeaders(h HeaderSetter, now time.Time) {
 	if r.Rule != "" {
-		setLimitHeaders(h, r.least(), now)
+		setLimitHeaders(h, r.Headroom, now)
 	}
 	setOpenAILimitHeaders(h, "requests", r.Requests, now)
 	setOpenAILimitHeaders(h, "tokens", r.Tokens, now)

@@ -367,18 +367,17 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 	own := map[string][]uint32{}
 	for i, r := range cp.rules {
 		if r.Org != "" {
-			if _, ok := own[r.Org]; !ok {
-				own[r.Org] = []uint32{}
-			}
+			list := own[r.Org]
 			if candidate(r) {
-				own[r.Org] = append(own[r.Org], uint32(i))
+				list = append(list, uint32(i))
 			}
+			own[r.Org] = list
 		}
 	}
+	if len(own) > 0 {
+		cp.orgCandidates = map[string][]uint32{}
+	}
 	for org, list := range own {
-		if cp.orgCandidates == nil {
-			cp.orgCandidates = map[string][]uint32{}
-		}
 		merged := make([]uint32, 0, len(cp.candidates)+len(list))
 		for _, i := range cp.candidates {
 			// A disabled org rule still replaces the deployment's.

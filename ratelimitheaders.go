@@ -8,11 +8,6 @@ import (
 
 // The rate-limit header fields of every answer, admitted or refused.
 
-// least is the Headroom of the result's rule with the least room.
-func (r *Result) least() Headroom {
-	return Headroom{Rule: r.Rule, Kind: r.Kind, Metric: r.Metric, Limit: r.Limit, Remaining: r.Remaining, ResetAt: r.ResetAt, Window: r.Window}
-}
-
 // headroom is the deciding rule of a refusal as the header fields
 // describe it.
 func (r *Refusal) headroom() Headroom {

@@ -9,17 +9,9 @@ import (
 
 // Result describes an admission, for the response headers.
 type Result struct {
-	// Rule is the applicable rule with the least room; empty when no rule
-	// applied. Limit, Remaining and ResetAt are its figures.
-	Rule      string
-	Limit     int64
-	Remaining int64
-	ResetAt   time.Time
-	// Kind, Metric and Window describe that rule for the RateLimit-Policy
-	// field (see Headroom.Window).
-	Kind   Kind
-	Metric Metric
-	Window time.Duration
+	// Headroom is the applicable rule with the least room (its Rule empty
+	// when no rule applied): the X-RateLimit and RateLimit fields.
+	Headroom
 	// Warnings lists the budget thresholds and soft limits reached.
 	Warnings []Warning
 	// Shadowed names the shadow rules that would have refused.
@@ -156,12 +148,7 @@ func resultOf(charges []Charge) Result {
 			}
 		}
 	}
-	if least != nil {
-		h := headroomOf(least)
-		res.Rule, res.Limit, res.Remaining, res.ResetAt = h.Rule, h.Limit, h.Remaining, h.ResetAt
-		res.Kind, res.Metric, res.Window = h.Kind, h.Metric, h.Window
-	}
-	res.Requests, res.Tokens = headroomOf(leastRequests), headroomOf(leastTokens)
+	res.Headroom, res.Requests, res.Tokens = headroomOf(least), headroomOf(leastRequests), headroomOf(leastTokens)
 	return res
 }
 

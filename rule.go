@@ -104,12 +104,11 @@ type Match struct {
 // Rule is one limit. The zero values of the optional fields are the
 // documented defaults; a Limit of 0 disables the rule.
 //
-// Its json and yaml tags are the names the config file and the admin API
-// use (soft_limit, on_expiry, ...). The layers that read rules add what
-// they own: the config file and the catalog say enabled rather than
-// Disabled, the catalog adds its timestamps, and each JSON layer writes
-// Window as a Duration, since encoding/json would write a time.Duration as
-// nanoseconds.
+// Its json and yaml tags are the one schema of a rule: the names the config
+// file, the catalog and the admin API use (soft_limit, on_expiry, ...). Its
+// JSON form is RuleJSON (durations as strings, enabled for Disabled); the
+// layers that read rules add only what they own (the catalog its
+// timestamps, the admin API a rule's source).
 type Rule struct {
 	// Name identifies the rule; it is unique in a policy and named in
 	// refusals.
@@ -129,8 +128,8 @@ type Rule struct {
 	Limit int64 `json:"limit" yaml:"limit"`
 	// Burst is the capacity of a rate rule's bucket; 0 means Limit.
 	Burst int64 `json:"burst,omitempty" yaml:"burst,omitempty"`
-	// Window is the refill window of a rate rule, written "1m" in YAML.
-	Window time.Duration `json:"-" yaml:"window,omitempty"`
+	// Window is the refill window of a rate rule, written "1m".
+	Window time.Duration `json:"window,omitempty" yaml:"window,omitempty"`
 	// Period is the calendar period of a budget.
 	Period Period `json:"period,omitempty" yaml:"period,omitempty"`
 	// TimeZone is the IANA zone in which a budget's periods begin; empty
@@ -159,8 +158,7 @@ type Rule struct {
 	// BusyRetryAfter is, for a concurrency rule, the most its busy
 	// refusals tell a client to wait (the earliest of its calls to end may
 	// be far off: a call's deadline). Zero means Options.BusyRetryAfter.
-	// The config file takes it, and the admin API as a duration string.
-	BusyRetryAfter time.Duration `json:"-" yaml:"busy_retry_after,omitempty"`
+	BusyRetryAfter time.Duration `json:"busy_retry_after,omitempty" yaml:"busy_retry_after,omitempty"`
 	// Classes split a rate or concurrency rule's capacity between priority
 	// classes, each with a floor and a weight (see Class); the floors add
 	// up to at most Limit. Empty: no classes.
@@ -169,7 +167,7 @@ type Rule struct {
 	// Classes; empty means the last class listed.
 	DefaultClass string `json:"default_class,omitempty" yaml:"default_class,omitempty"`
 	// Disabled rules are not checked and count nothing. The config file
-	// and the catalog write it as enabled (true by default).
+	// and the JSON form write it as enabled (true by default).
 	Disabled bool `json:"-" yaml:"-"`
 	// Org, when set, limits the rule to requests whose identity is in that
 	// org (an identity with no org is in DefaultOrg); empty applies the
@@ -185,7 +183,7 @@ type Rule struct {
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string
-// ("90s", "1m"): how the admin API and the catalog write a rule's Window.
+// ("90s", "1m"): how RuleJSON writes a rule's Window.
 type Duration time.Duration
 
 // String is the duration in Go's notation ("1m30s").

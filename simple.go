@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"context"
 	"time"
 )
@@ -20,22 +21,16 @@ type Simple struct {
 // Rules returns the rules Simple stands for, named simple_rpm, simple_tpm
 // and simple_concurrency.
 func (s Simple) Rules() []Rule {
-	subject := s.Subject
-	if subject == "" {
-		subject = "key"
-	}
 	var rules []Rule
-	if s.RequestsPerMinute > 0 {
-		rules = append(rules, Rule{Name: "simple_rpm", Kind: KindRate, Subject: subject,
-			Metric: MetricRequests, Limit: s.RequestsPerMinute, Window: time.Minute, Source: "simple"})
-	}
-	if s.TokensPerMinute > 0 {
-		rules = append(rules, Rule{Name: "simple_tpm", Kind: KindRate, Subject: subject,
-			Metric: MetricTokens, Limit: s.TokensPerMinute, Window: time.Minute, Source: "simple"})
-	}
-	if s.Concurrency > 0 {
-		rules = append(rules, Rule{Name: "simple_concurrency", Kind: KindConcurrency, Subject: subject,
-			Limit: s.Concurrency, Source: "simple"})
+	for _, r := range []Rule{
+		{Name: "simple_rpm", Kind: KindRate, Metric: MetricRequests, Limit: s.RequestsPerMinute, Window: time.Minute},
+		{Name: "simple_tpm", Kind: KindRate, Metric: MetricTokens, Limit: s.TokensPerMinute, Window: time.Minute},
+		{Name: "simple_concurrency", Kind: KindConcurrency, Limit: s.Concurrency},
+	} {
+		if r.Limit > 0 {
+			r.Subject, r.Source = cmp.Or(s.Subject, "key"), "simple"
+			rules = append(rules, r)
+		}
 	}
 	return rules
 }

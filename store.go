@@ -58,6 +58,39 @@ type ReservedReader interface {
 	Reserved(ctx context.Context, keys []CounterKey) ([]int64, error)
 }
 
+// ReservationLister is a Store that can list its open reservations as
+// every process sharing the store sees them: the admitted batches with a
+// budget charge that neither Settle nor Sweep has settled yet, whichever
+// Limiter admitted them. These are the reservations the store records for
+// its sweep; a batch of rate charges and leases only has no record (its
+// leases expire by themselves) and is not listed.
+type ReservationLister interface {
+	// Reservations returns at most limit open reservations, the soonest
+	// deadline first, and none when limit is not positive. A reservation
+	// past its deadline is listed until a sweep settles it.
+	Reservations(ctx context.Context, limit int) ([]OpenReservation, error)
+}
+
+// OpenReservation is an open reservation as its store records it.
+type OpenReservation struct {
+	// ID is the Batch's ID.
+	ID       uint64
+	Deadline time.Time
+	// Charges are the batch's budget charges and the leases its record
+	// frees, in the store's order. Rate charges hold nothing once admitted
+	// and are not recorded; on a Redis Cluster, neither is a lease in a
+	// hash slot without a budget charge of the batch.
+	Charges []OpenCharge
+}
+
+// OpenCharge is what one charge of an OpenReservation holds on its
+// counter: Amount is a budget charge's reservation, 1 for a lease.
+type OpenCharge struct {
+	Key    CounterKey
+	Kind   Kind
+	Amount int64
+}
+
 // SweepResult counts what a sweep did.
 type SweepResult struct {
 	// Reservations settled by the sweep.

@@ -448,7 +448,8 @@ func TestAPI_UsageFromTheLedger(t *testing.T) {
 		{Workspace: "acme", Route: "chat", Model: "mock-small", At: day, Requests: 1, InputTokens: 10, OutputTokens: 5, CostMicros: 7},
 		{Workspace: "acme", Route: "chat", Model: "mock-large", At: day, Requests: 1, InputTokens: 20, OutputTokens: 5, CostMicros: 70},
 		{Workspace: "acme", Route: "messages", Model: "mock-small", At: day.AddDate(0, 0, 1), Requests: 2, InputTokens: 30},
-		{Workspace: "globex", Route: "chat", Model: "mock-small", At: day, Requests: 9, InputTokens: 900},
+		{Workspace: "globex", Route: "chat", Model: "mock-small", At: day, Requests: 9, InputTokens: 900, KeyID: "k-globex"},
+		{Workspace: "initech", Route: "chat", Model: "mock-small", At: day, Requests: 4, InputTokens: 400, KeyID: "k-globex"},
 	} {
 		_ = i
 		e.cat.RecordUsage(u)
@@ -466,8 +467,13 @@ func TestAPI_UsageFromTheLedger(t *testing.T) {
 		t.Fatalf("by day, route, model = %s", r.raw)
 	}
 	r = e.must(http.StatusOK, "GET", "/admin/v1/usage?from=2026-03-01T00:00:00Z&to=2026-03-01", rootToken, nil)
-	if rows := r.body["usage"].([]any); len(rows) != 1 || rows[0].(map[string]any)["requests"] != float64(11) {
+	if rows := r.body["usage"].([]any); len(rows) != 1 || rows[0].(map[string]any)["requests"] != float64(15) {
 		t.Fatalf("all workspaces, one day = %s", r.raw)
+	}
+	// One key's usage, in every workspace it was charged to.
+	r = e.must(http.StatusOK, "GET", "/admin/v1/usage?key=k-globex&group_by=workspace", rootToken, nil)
+	if rows := r.body["usage"].([]any); len(rows) != 2 || rows[0].(map[string]any)["requests"].(float64)+rows[1].(map[string]any)["requests"].(float64) != 13 {
+		t.Fatalf("by key = %s", r.raw)
 	}
 	e.must(http.StatusBadRequest, "GET", "/admin/v1/usage?from=2026-03-02&to=2026-03-01", rootToken, nil)
 }

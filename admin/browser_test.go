@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // chromium finds the browser: $SLUICE_TEST_CHROMIUM, /usr/bin/chromium or
@@ -32,10 +34,7 @@ func chromium(t *testing.T) string {
 	if p, err := exec.LookPath("chromium"); err == nil {
 		return p
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed (.ci/run installs it)")
-	}
-	t.Skip("chromium is not installed; set SLUICE_TEST_CHROMIUM or install Debian's chromium")
+	testenv.Missing(t, "chromium is not installed", "install chromium (or set SLUICE_TEST_CHROMIUM to a browser)")
 	return ""
 }
 
@@ -133,6 +132,14 @@ func TestConsole_InABrowser(t *testing.T) {
 		}
 		return strings.TrimSpace(s)
 	}
+	count := func(sel string) int {
+		t.Helper()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(`+strconv.Quote(sel)+`).length`))
+		if err != nil {
+			t.Fatalf("count %s: %v", sel, err)
+		}
+		return n
+	}
 	base := e.srv.URL
 	const dailyLimit = `#limits .limit[data-rule="daily_token_budget"] .limitvalue`
 
@@ -149,10 +156,17 @@ func TestConsole_InABrowser(t *testing.T) {
 	}
 	shot("workspaces")
 
-	// The workspace page shows the configured limit, then the override.
+	// The workspace page shows the configured limit, then the override;
+	// tokens and cost per day are charted side by side.
 	run("open acme", chromedp.Navigate(base+"/ui/workspaces/acme"), chromedp.WaitVisible(chromedp.ID("override-form")))
 	if got := text(dailyLimit); got != "1,000,000" {
 		t.Fatalf("daily limit before the override = %q", got)
+	}
+	if bars := count("#tokens-chart rect") + count("#cost-chart rect"); bars != 2*chartDays {
+		t.Fatalf("the workspace's charts have %d bars, want %d per chart", bars, chartDays)
+	}
+	if got := text("#cost-chart + .axis .total"); !strings.Contains(got, "in 30 days") || !strings.HasPrefix(got, "$") {
+		t.Fatalf("the cost chart's total = %q, want dollars", got)
 	}
 	shot("workspace")
 	run("set an override",
@@ -187,7 +201,7 @@ func TestConsole_InABrowser(t *testing.T) {
 	shot("overrides")
 	// Every settled call is listed, newest first, and filtered by key.
 	run("open calls", chromedp.Navigate(base+"/ui/calls"), chromedp.WaitVisible(chromedp.ID("calls")))
-	if first := text("#calls tbody tr:first-child"); !strings.Contains(first, "req-acme-2") || !strings.Contains(first, "32") || !strings.Contains(first, "$0.00") {
+	if first := text("#calls tbody tr:first-child"); !strings.Contains(first, "req-acme-2") || !strings.Contains(first, "32") || !strings.Contains(first, "$0.0015") {
 		t.Fatalf("newest call row = %q", first)
 	}
 	if all := text("#calls tbody"); !strings.Contains(all, "req-globex-1") {
@@ -206,6 +220,47 @@ func TestConsole_InABrowser(t *testing.T) {
 			t.Fatalf("calls of key-globex = %q", all)
 		}
 	}
+
+	// A key's page, opened from the keys list: its spend per day, its own
+	// limits and the live headroom of every limit that applies to it.
+	made := e.must(http.StatusCreated, "POST", "/admin/v1/keys", rootToken, map[string]any{"workspace": "acme", "user": "ada", "name": "ada's laptop",
+		"limits": map[string]any{"requests_per_minute": 60, "budget": map[string]any{"period": "day", "dollars": "5"}}})
+	keyID := made.body["key"].(map[string]any)["id"].(string)
+	e.cat.RecordUsage(catalog.UsageEntry{Workspace: "acme", KeyID: keyID, User: "ada", Route: "chat", Model: "mock-small", At: time.Now().UTC(),
+		Requests: 2, InputTokens: 4000, OutputTokens: 1000, CostMicros: 1_250_000})
+	if err := e.cat.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.admit(sluice.Identity{Org: sluice.DefaultOrg, Workspace: "acme", User: "ada", Key: keyID}, 1000); err != nil {
+		t.Fatal(err)
+	}
+	run("open the keys", chromedp.Navigate(base+"/ui/keys"), chromedp.WaitVisible(chromedp.ID("keys")))
+	shot("keys")
+	run("open the key from the list", chromedp.Click(chromedp.CSS(`#keys tr[data-key="`+keyID+`"] a.key`)), chromedp.WaitVisible(chromedp.ID("spend")))
+	if got := text("#key-name"); got != "ada's laptop" {
+		t.Fatalf("key page of %q", got)
+	}
+	today := time.Now().UTC().Format(time.DateOnly)
+	if row := text("#spend tbody tr:first-child"); !strings.Contains(row, today) || !strings.Contains(row, "4,000") || !strings.Contains(row, "$1.25") {
+		t.Fatalf("today's spend = %q, want 4,000 input tokens and $1.25", row)
+	}
+	if own := text("#own-limits"); !strings.Contains(own, KeyRuleRequestsPerMinute) || !strings.Contains(own, "key_cost_per_day") || !strings.Contains(own, "$5.00") {
+		t.Fatalf("the key's own limits = %q", own)
+	}
+	keyRate := `#limits .limit[data-rule="` + KeyRuleRequestsPerMinute + `"]`
+	if limit, figures := text(keyRate+" .limitvalue"), text(keyRate+" .figures"); limit != "60" || !strings.Contains(figures, "59 left") {
+		t.Fatalf("the key's rate = %q, %q, want 60 with 59 left", limit, figures)
+	}
+	if figures := text(`#limits .limit[data-rule="daily_token_budget"] .figures`); !strings.Contains(figures, "left") {
+		t.Fatalf("the workspace budget on the key's page = %q", figures)
+	}
+	if bars := count("#cost-chart rect"); bars != chartDays {
+		t.Fatalf("the key's cost chart has %d bars, want %d", bars, chartDays)
+	}
+	if got := text("#cost-chart + .axis .total"); !strings.HasPrefix(got, "$1.25 in 30 days") {
+		t.Fatalf("the key's cost chart total = %q", got)
+	}
+	shot("key")
 
 	// A viewer sees the same page read-only.
 	run("sign out", chromedp.Click(chromedp.CSS(".who button")), chromedp.WaitVisible(chromedp.ID("token")))

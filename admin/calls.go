@@ -37,14 +37,8 @@ func callQuery(q url.Values, p *principal) (catalog.CallQuery, error) {
 			return cq, errorf(http.StatusBadRequest, "invalid", "before_id: want a positive integer, got %q", s)
 		}
 	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 || n > catalog.MaxCallLimit {
-			return cq, errorf(http.StatusBadRequest, "invalid", "limit: want an integer from 1 to %d, got %q", catalog.MaxCallLimit, s)
-		}
-		cq.Limit = n
-	}
-	return cq, nil
+	cq.Limit, err = limitParam(q, 0, catalog.MaxCallLimit)
+	return cq, err
 }
 
 // calls answers GET /admin/v1/calls?org=&workspace=&key=&model=&since=&until=&before_id=&limit=:

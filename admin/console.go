@@ -58,7 +58,7 @@ func newConsole(h *Handler) (*console, error) {
 		"since":   func(t time.Time) string { return h.now().Sub(t).Round(time.Second).String() },
 		"time":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
 		"num":     formatNumber,
-		"dollars": func(micros int64) string { return fmt.Sprintf("$%.2f", float64(micros)/1e6) },
+		"dollars": func(micros int64) string { return amountText(string(sluice.MetricCost), micros) },
 		"pct":     percent,
 		"barclass": func(used, limit int64) string {
 			switch p := percent(used, limit); {
@@ -69,32 +69,19 @@ func newConsole(h *Handler) (*console, error) {
 			}
 			return "bar"
 		},
-		"add": func(a, b int64) int64 { return a + b },
-		// amount shows a cost in dollars and anything else as a number.
-		"amount": func(metric string, n int64) string {
-			if metric == string(sluice.MetricCost) {
-				return fmt.Sprintf("$%.2f", float64(n)/1e6)
-			}
-			return formatNumber(n)
-		},
+		"add":    func(a, b int64) int64 { return a + b },
+		"amount": amountText,
+		// overrideAmount is an override's limit or burst in its rule's metric.
+		"overrideAmount": overrideAmount,
 		"deref": func(p *int64) int64 {
 			if p == nil {
 				return 0
 			}
 			return *p
 		},
-		"durationText": sluice.Duration.String,
-		"limitText": func(p *int64) string {
-			if p == nil {
-				return "inherit"
-			}
-			if *p == 0 {
-				return "0 (disabled)"
-			}
-			return formatNumber(*p)
-		},
+		"limitText": func(p *int64) string { return overrideAmount("", p) },
 	}
-	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(uiFiles, "ui/layout.html", "ui/bar.html")
+	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(uiFiles, "ui/layout.html", "ui/bar.html", "ui/chart.html")
 	if err != nil {
 		return nil, fmt.Errorf("admin: console templates: %w", err)
 	}
@@ -131,6 +118,8 @@ func (c *console) routes(m *patternMux) {
 	m.Handle("POST /ui/sessions/{id}/end", c.page(c.endSessionForm))
 	m.Handle("GET /ui/audit", c.page(c.audit))
 	m.Handle("GET /ui/calls", c.page(c.callsPage))
+	m.Handle("GET /ui/keys", c.page(c.keysPage))
+	m.Handle("GET /ui/keys/{id}", c.page(c.keyPage))
 	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusSeeOther) })
 }
 
@@ -320,6 +309,31 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// amountText shows an amount of metric: a cost in dollars (to the cent,
+// or every digit under a cent, so that a small spend does not read as
+// none), anything else as a number.
+func amountText(metric string, n int64) string {
+	switch {
+	case metric != string(sluice.MetricCost):
+		return formatNumber(n)
+	case n > 0 && n < 10_000:
+		return strings.TrimRight(fmt.Sprintf("$0.%06d", n), "0")
+	}
+	return fmt.Sprintf("$%.2f", float64(n)/1e6)
+}
+
+// overrideAmount shows an override's limit or burst: nil inherits the
+// rule's, 0 disables the rule, anything else is an amount of metric.
+func overrideAmount(metric string, p *int64) string {
+	switch {
+	case p == nil:
+		return "inherit"
+	case *p == 0:
+		return "0 (disabled)"
+	}
+	return amountText(metric, *p)
 }
 
 // formatNumber writes n with thousands separators.

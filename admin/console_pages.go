@@ -82,8 +82,10 @@ func (c *console) workspaces(w http.ResponseWriter, r *http.Request, p *principa
 	return http.StatusOK, "workspaces", nil
 }
 
-// chart is an inline SVG bar chart of tokens per day.
+// chart is an inline SVG bar chart of one figure per day: tokens or cost.
 type chart struct {
+	// Metric is tokens or cost: it names the chart and formats its figures.
+	Metric        string
 	Width, Height int
 	Bars          []chartBar
 	Max           int64
@@ -100,39 +102,66 @@ type chartBar struct {
 
 const chartDays = 30
 
-func (c *console) usageChart(r *http.Request, org, ws string) (chart, error) {
+// lastDays sums the usage q selects (its days and grouping aside) on each
+// of the last chartDays UTC days, oldest first; a day without usage is a
+// row of zeros.
+func (c *console) lastDays(r *http.Request, q catalog.UsageQuery) ([]catalog.UsageRow, error) {
 	end := c.today()
 	start := end.AddDate(0, 0, -(chartDays - 1))
-	rows, err := c.h.cat.Usage(r.Context(), catalog.UsageQuery{Org: org, Workspace: ws, From: start, To: end, GroupBy: []string{"day"}})
+	q.From, q.To, q.GroupBy = start, end, []string{"day"}
+	rows, err := c.h.cat.Usage(r.Context(), q)
 	if err != nil {
-		return chart{}, err
+		return nil, err
 	}
 	byDay := map[string]catalog.UsageRow{}
 	for _, row := range rows {
 		byDay[row.Day] = row
 	}
-	ch := chart{Width: 720, Height: 180, First: start.Format(time.DateOnly), Last: end.Format(time.DateOnly)}
-	tokens := make([]int64, chartDays)
-	for i := range chartDays {
-		row := byDay[start.AddDate(0, 0, i).Format(time.DateOnly)]
-		tokens[i] = row.InputTokens + row.OutputTokens
-		ch.Max = max(ch.Max, tokens[i])
-		ch.Total += tokens[i]
-	}
-	slot := ch.Width / chartDays
-	for i := range chartDays {
+	days := make([]catalog.UsageRow, chartDays)
+	for i := range days {
 		day := start.AddDate(0, 0, i).Format(time.DateOnly)
-		h := 0
+		days[i] = byDay[day]
+		days[i].Day = day
+	}
+	return days, nil
+}
+
+// dayTokens is what the charts count as a day's tokens: input and output,
+// as the workspaces page does.
+func dayTokens(row catalog.UsageRow) int64 { return row.InputTokens + row.OutputTokens }
+
+// usageCharts draws days (from lastDays) twice: tokens per day, and cost
+// in dollars per day.
+func usageCharts(days []catalog.UsageRow) []chart {
+	return []chart{
+		barChart(string(sluice.MetricTokens), days, dayTokens),
+		barChart(string(sluice.MetricCost), days, func(row catalog.UsageRow) int64 { return row.CostMicros }),
+	}
+}
+
+func barChart(metric string, days []catalog.UsageRow, value func(catalog.UsageRow) int64) chart {
+	ch := chart{Metric: metric, Width: 720, Height: 180}
+	if len(days) == 0 {
+		return ch
+	}
+	ch.First, ch.Last = days[0].Day, days[len(days)-1].Day
+	for _, row := range days {
+		ch.Max = max(ch.Max, value(row))
+		ch.Total += value(row)
+	}
+	slot := ch.Width / len(days)
+	for i, row := range days {
+		v, h := value(row), 0
 		if ch.Max > 0 {
-			h = int(float64(tokens[i]) / float64(ch.Max) * float64(ch.Height-20))
+			h = int(float64(v) / float64(ch.Max) * float64(ch.Height-20))
 		}
-		if tokens[i] > 0 && h < 2 {
+		if v > 0 && h < 2 {
 			h = 2
 		}
-		ch.Bars = append(ch.Bars, chartBar{X: i*slot + 2, Y: ch.Height - h, W: slot - 4, H: h, Day: day,
-			Tokens: tokens[i], Cost: byDay[day].CostMicros})
+		ch.Bars = append(ch.Bars, chartBar{X: i*slot + 2, Y: ch.Height - h, W: slot - 4, H: h, Day: row.Day,
+			Tokens: dayTokens(row), Cost: row.CostMicros})
 	}
-	return ch, nil
+	return ch
 }
 
 func (c *console) workspace(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
@@ -154,7 +183,7 @@ func (c *console) renderWorkspace(r *http.Request, p *principal, v *view, ws str
 	if err != nil {
 		return 0, "", err
 	}
-	ch, err := c.usageChart(r, org, ws)
+	days, err := c.lastDays(r, catalog.UsageQuery{Org: org, Workspace: ws})
 	if err != nil {
 		return 0, "", err
 	}
@@ -171,7 +200,7 @@ func (c *console) renderWorkspace(r *http.Request, p *principal, v *view, ws str
 		v.Notice = "Override saved for rule " + n + "; it applies from the next request."
 	}
 	v.Title, v.Nav = "Workspace "+ws, "workspaces"
-	v.Data = map[string]any{"Workspace": ws, "Limits": limits, "Chart": ch, "Overrides": overrides, "Rules": ruleNames}
+	v.Data = map[string]any{"Workspace": ws, "Limits": limits, "Charts": usageCharts(days), "Overrides": overrides, "Rules": ruleNames}
 	return status, "workspace", nil
 }
 
@@ -259,9 +288,12 @@ func (c *console) reservations(w http.ResponseWriter, r *http.Request, p *princi
 	if !p.isAdmin() {
 		return 0, "", errorf(http.StatusForbidden, "forbidden", "open reservations span workspaces: an admin token is needed")
 	}
-	var list []Reservation
+	list := ReservationList{Source: FromProcess}
 	if c.h.opts.Metrics != nil {
-		list = c.h.opts.Metrics.OpenReservations(c.h.now())
+		var err error
+		if list, err = c.h.opts.Metrics.Reservations(r.Context(), c.h.now(), maxReservations); err != nil {
+			return 0, "", err
+		}
 	}
 	v.Title, v.Nav, v.Data = "Open reservations", "reservations", list
 	return http.StatusOK, "reservations", nil

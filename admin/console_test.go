@@ -108,7 +108,7 @@ func TestConsole_LoginCookieAndPages(t *testing.T) {
 	b.login(rootToken)
 	for path, want := range map[string]string{
 		"/ui/":                "1,500",
-		"/ui/workspaces/acme": `<svg id="chart"`,
+		"/ui/workspaces/acme": `<svg id="cost-chart"`,
 		"/ui/rules":           "daily_token_budget",
 		"/ui/overrides":       "No override",
 		"/ui/reservations":    "None open",

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/mockprovider"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/memstore"
 	"go.yaml.in/yaml/v3"
 )
@@ -233,15 +234,13 @@ func scrapeHandler(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
 }
 
 // promtool runs Prometheus's promtool, which .ci/run installs from
-// Debian's prometheus package; without it the test skips, except in CI.
+// Debian's prometheus package; without it the test skips (testenv's
+// gate), except in CI.
 func promtool(t *testing.T, args ...string) {
 	t.Helper()
 	path, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("promtool is not installed (.ci/run installs it)")
-		}
-		t.Skip("promtool is not installed; install Debian's prometheus package")
+		testenv.Missing(t, "promtool is not installed", "install promtool (Debian's prometheus package)")
 	}
 	out, err := exec.Command(path, args...).CombinedOutput()
 	if err != nil {

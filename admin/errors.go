@@ -124,13 +124,13 @@ func badBody(err error) error {
 }
 
 // jsonPath is the path of a field as the client wrote it. encoding/json
-// puts the Go name of an embedded struct in the path ("Rule.kind" for
-// ruleRequest's sluice.Rule); the request bodies' own names are all lower
-// case, so a segment that begins with a capital letter is such a name.
+// puts the Go names of embedded structs in the path ("RuleJSON.kind" for
+// ruleRequest's sluice.RuleJSON); the request bodies' own names are all
+// lower case, so a segment with a capital letter is such a name.
 func jsonPath(field string) string {
 	var kept []string
 	for seg := range strings.SplitSeq(field, ".") {
-		if seg != "" && seg[0] >= 'A' && seg[0] <= 'Z' {
+		if strings.ToLower(seg) != seg {
 			continue
 		}
 		kept = append(kept, seg)

@@ -48,6 +48,16 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	mem := memstore.New(memstore.Options{})
+	e := newEnvOn(t, mem)
+	e.mem = mem
+	return e
+}
+
+// newEnvOn is newEnv with the limiter over store (a replica's view of a
+// shared store).
+func newEnvOn(t *testing.T, store sluice.Store) *env {
+	t.Helper()
 	e := &env{t: t, clock: &fakeClock{t: time.Now()}}
 	cat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{FlushInterval: -1})
 	if err != nil {
@@ -56,8 +66,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { cat.Close() })
 	e.cat = cat
 	e.metrics = NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small", "small": "mock-small"}, Providers: []string{"mock"}})
-	e.mem = memstore.New(memstore.Options{})
-	l, err := sluice.New(sluice.Options{Store: e.metrics.Store(e.mem), Rules: baseRules,
+	l, err := sluice.New(sluice.Options{Store: e.metrics.Store(store), Rules: baseRules,
 		OnOverrun: e.metrics.OnOverrun, ServerID: "test", Clock: e.clock})
 	if err != nil {
 		t.Fatal(err)

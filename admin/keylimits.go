@@ -49,13 +49,13 @@ const (
 // month.
 func KeyLimitRules() []catalog.Rule {
 	rules := []catalog.Rule{
-		{Name: KeyRuleRequestsPerMinute, Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricRequests, Window: sluice.Duration(time.Minute), Enabled: true},
-		{Name: KeyRuleTokensPerMinute, Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricTokens, Window: sluice.Duration(time.Minute), Enabled: true},
-		{Name: KeyRuleInFlight, Kind: sluice.KindConcurrency, Subject: "key", Metric: sluice.MetricConcurrency, Enabled: true},
+		{Rule: sluice.Rule{Name: KeyRuleRequestsPerMinute, Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricRequests, Window: time.Minute}},
+		{Rule: sluice.Rule{Name: KeyRuleTokensPerMinute, Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricTokens, Window: time.Minute}},
+		{Rule: sluice.Rule{Name: KeyRuleInFlight, Kind: sluice.KindConcurrency, Subject: "key", Metric: sluice.MetricConcurrency}},
 	}
 	for _, m := range []sluice.Metric{sluice.MetricCost, sluice.MetricTokens} {
 		for _, p := range []sluice.Period{sluice.PeriodDay, sluice.PeriodWeek, sluice.PeriodMonth} {
-			rules = append(rules, catalog.Rule{Name: budgetRuleName(m, p), Kind: sluice.KindBudget, Subject: "key", Metric: m, Period: p, Enabled: true})
+			rules = append(rules, catalog.Rule{Rule: sluice.Rule{Name: budgetRuleName(m, p), Kind: sluice.KindBudget, Subject: "key", Metric: m, Period: p}})
 		}
 	}
 	return rules
@@ -151,10 +151,10 @@ func (h *Handler) needsRule(def catalog.Rule, org string) (bool, error) {
 		if r.Org != "" {
 			where = "org " + r.Org + "'s " + where
 		}
-		if !catalog.SameShape(catalog.RuleOf(r), def) {
+		if !catalog.SameShape(r, def.Rule) {
 			return false, errorf(http.StatusConflict, "rule_conflict",
 				"rule %q (from the %s) is %s; a key's own limit needs it to be %s: rename that rule or change it",
-				def.Name, where, shapeOf(r), shapeOf(def.Sluice()))
+				def.Name, where, shapeOf(r), shapeOf(def.Rule))
 		}
 		if r.Disabled {
 			return false, errorf(http.StatusConflict, "rule_conflict", "rule %q (from the %s) is disabled: a key's own limit on it would count nothing; enable it first", def.Name, where)

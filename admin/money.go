@@ -77,21 +77,28 @@ func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || string(raw) == "null"
 }
 
-// ruleOut is a rule as the admin API writes it: a cost rule's amounts in
-// dollars ("$500"), as they are sent; other rules' as counts.
+// ruleOut is a stored rule as the admin API writes it: its stored
+// definition, a cost rule's amounts in dollars ("$500"), as they are sent;
+// other rules' as counts.
 type ruleOut struct{ catalog.Rule }
 
 func ruleOutOf(r catalog.Rule) ruleOut { return ruleOut{r} }
+
+// MarshalJSON writes the catalog's JSON with a cost rule's amounts in
+// dollars.
+func (r ruleOut) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(r.Rule)
+	return inDollars(r.Metric, b, err)
+}
 
 // costAmounts matches the amounts of a rule's JSON. encoding/json writes
 // a string's quotes escaped, so these never match inside one.
 var costAmounts = regexp.MustCompile(`"(limit|soft_limit|reserve_amount)":(\d+)`)
 
-// MarshalJSON writes the catalog's JSON, in its order, with a cost rule's
-// amounts in dollars.
-func (r ruleOut) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal(r.Rule)
-	if err != nil || r.Metric != sluice.MetricCost {
+// inDollars rewrites the amounts of b, a rule's JSON (as json.Marshal
+// returns it, with err), in dollars when the rule's metric is cost.
+func inDollars(metric sluice.Metric, b []byte, err error) ([]byte, error) {
+	if err != nil || metric != sluice.MetricCost {
 		return b, err
 	}
 	return costAmounts.ReplaceAllFunc(b, func(m []byte) []byte {

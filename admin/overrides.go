@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
 )
 
@@ -52,7 +53,7 @@ func (h *Handler) validateOverride(o *overrideRequest) error {
 }
 
 func (h *Handler) ruleInPolicy(name string) bool {
-	return slices.ContainsFunc(h.limiter.Policy().Rules, func(r sluiceRule) bool { return r.Name == name })
+	return slices.ContainsFunc(h.limiter.Policy().Rules, func(r sluice.Rule) bool { return r.Name == name })
 }
 
 // setOverrideFrom validates and stores an override, then tells the server.

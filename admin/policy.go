@@ -25,7 +25,7 @@ func LoadPolicy(ctx context.Context, cat *catalog.Catalog, layers []sluice.Layer
 	}
 	db := sluice.Layer{Source: SourceRule}
 	for _, r := range stored {
-		db.Rules = append(db.Rules, r.Sluice())
+		db.Rules = append(db.Rules, r.Rule)
 	}
 	rules := sluice.Resolve(append(slices.Clone(layers), db)...)
 	overrides, err := cat.ListOverrides(ctx)

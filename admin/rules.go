@@ -2,7 +2,6 @@ package admin
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -10,30 +9,23 @@ import (
 	"github.com/sluicehq/sluice/catalog"
 )
 
-type sluiceRule = sluice.Rule
-
 // ruleRequest is the body of POST /admin/v1/rules and PUT
-// /admin/v1/rules/{name}: sluice.Rule's fields under their json names
-// (see catalog.Rule), limit required, window a duration string, enabled
-// true by default.
+// /admin/v1/rules/{name}: a rule's JSON form (sluice.RuleJSON), limit
+// required.
 type ruleRequest struct {
-	sluice.Rule
+	sluice.RuleJSON
 	// Limit, SoftLimit and ReserveAmount are counts, or, on a cost rule,
 	// dollars (see amountOf).
 	Limit         json.RawMessage `json:"limit"`
 	SoftLimit     json.RawMessage `json:"soft_limit"`
 	ReserveAmount json.RawMessage `json:"reserve_amount"`
-	Window        sluice.Duration `json:"window"`
-	Enabled       *bool           `json:"enabled"`
-	// BusyRetryAfter is a concurrency rule's busy hint, a duration string.
-	BusyRetryAfter sluice.Duration `json:"busy_retry_after"`
 }
 
 func (q *ruleRequest) rule() (catalog.Rule, error) {
 	if isNull(q.Limit) {
 		return catalog.Rule{}, errorf(http.StatusBadRequest, "invalid", "limit is required (0 disables the rule)")
 	}
-	r := q.Rule
+	r := q.Rule()
 	cost := r.Metric == sluice.MetricCost
 	var err error
 	if r.Limit, err = amountOf("limit", q.Limit, cost); err != nil {
@@ -45,29 +37,21 @@ func (q *ruleRequest) rule() (catalog.Rule, error) {
 	if r.ReserveAmount, err = amountOf("reserve_amount", q.ReserveAmount, cost); err != nil {
 		return catalog.Rule{}, err
 	}
-	r.Window, r.BusyRetryAfter = time.Duration(q.Window), time.Duration(q.BusyRetryAfter)
-	r.Disabled = q.Enabled != nil && !*q.Enabled
-	return catalog.RuleOf(r), nil
+	return catalog.Rule{Rule: r}, nil
 }
 
-// policyRule is a rule in force, from any layer, with where it came from.
-type policyRule struct {
-	catalog.Rule
-	Source string `json:"source"`
-}
+// policyRule is a rule in force, from any layer, with where it came from
+// (its Source).
+type policyRule struct{ sluice.Rule }
 
-func policyRuleOf(r sluice.Rule) policyRule {
-	return policyRule{Rule: catalog.RuleOf(r), Source: r.Source}
-}
-
-// MarshalJSON writes the rule as ruleOut does, then its source.
+// MarshalJSON writes the rule's JSON form, a cost rule's amounts in
+// dollars, then its source.
 func (p policyRule) MarshalJSON() ([]byte, error) {
-	b, err := ruleOutOf(p.Rule).MarshalJSON()
-	if err != nil || len(b) < 2 {
-		return b, err
-	}
-	src, _ := json.Marshal(p.Source)
-	return fmt.Appendf(b[:len(b)-1], `,"source":%s}`, src), nil
+	b, err := json.Marshal(struct {
+		sluice.RuleJSON
+		Source string `json:"source"`
+	}{p.JSON(), p.Source})
+	return inDollars(p.Metric, b, err)
 }
 
 // policyRules returns the rules in force, every layer resolved.
@@ -80,7 +64,7 @@ func (h *Handler) policyRulesOf(org *string) []policyRule {
 	out := make([]policyRule, 0, len(rules))
 	for _, r := range rules {
 		if org == nil || r.Org == "" || r.Org == *org {
-			out = append(out, policyRuleOf(r))
+			out = append(out, policyRule{r})
 		}
 	}
 	return out

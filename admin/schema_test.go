@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/internal/ruletest"
 )
 
 // TestPolicyRule_JSON: a rule in force is reported with the names and the
@@ -21,11 +24,13 @@ func TestPolicyRule_JSON(t *testing.T) {
 	}{
 		{sluice.Rule{Name: "n", Org: "acme", Kind: sluice.KindRate, Subject: "workspace+user", Metric: sluice.MetricTokens, Limit: 10, Burst: 3,
 			Window: 90 * time.Second, WarnAt: []float64{0.5}, Match: sluice.Match{Models: []string{"a"}}, Mode: sluice.ModeShadow, Disabled: true, Source: "config"},
-			`{"name":"n","org":"acme","kind":"rate","subject":"workspace+user","metric":"tokens","limit":10,"burst":3,"window":"1m30s","warn_at":[0.5],"match":{"models":["a"]},"mode":"shadow","enabled":false,"source":"config"}`},
+			`{"name":"n","kind":"rate","subject":"workspace+user","metric":"tokens","limit":10,"burst":3,"warn_at":[0.5],"match":{"models":["a"]},"mode":"shadow","org":"acme","window":"1m30s","enabled":false,"source":"config"}`},
 		{sluice.Rule{Name: "b", Kind: sluice.KindBudget, Subject: "org", Limit: 5, Period: sluice.PeriodDay, Source: "default"},
 			`{"name":"b","kind":"budget","subject":"org","limit":5,"period":"day","enabled":true,"source":"default"}`},
+		{sluice.Rule{Name: "c", Kind: sluice.KindBudget, Subject: "org", Metric: sluice.MetricCost, Limit: 5_000_000, SoftLimit: 250_000, Period: sluice.PeriodDay, Source: "rule"},
+			`{"name":"c","kind":"budget","subject":"org","metric":"cost","limit":"$5","period":"day","soft_limit":"$0.25","enabled":true,"source":"rule"}`},
 	} {
-		b, err := json.Marshal(policyRuleOf(tt.rule))
+		b, err := json.Marshal(policyRule{tt.rule})
 		if err != nil || string(b) != tt.want {
 			t.Errorf("policy rule %s = %s, %v; want %s", tt.rule.Name, b, err, tt.want)
 		}
@@ -41,7 +46,7 @@ func TestRuleRequest_Decode(t *testing.T) {
 			return sluice.Rule{}, false, err
 		}
 		r, err := q.rule()
-		return r.Sluice(), r.Enabled, err
+		return r.Rule, !r.Disabled, err
 	}
 	full := `{"name":"n","org":"acme","kind":"budget","subject":"workspace+user","metric":"cost","limit":"$0.00001","burst":3,"window":"90s",` +
 		`"period":"month","time_zone":"Europe/Paris","soft_limit":"$0.000008","warn_at":[0.5,0.9],"reserve":"fixed","reserve_amount":0.000002,` +
@@ -80,6 +85,76 @@ func TestRuleRequest_Decode(t *testing.T) {
 		var ae *apiError
 		if !errors.As(err, &ae) || ae.Code != tt.code || ae.Message != tt.message {
 			t.Errorf("%s: %v, want %s: %s", tt.body, err, tt.code, tt.message)
+		}
+	}
+}
+
+// TestRuleAPI_EveryFieldRoundTrips: a rule with every field of sluice.Rule
+// set (a field added later included) is read from a request body, and
+// written back in a stored rule and in the policy, unchanged.
+func TestRuleAPI_EveryFieldRoundTrips(t *testing.T) {
+	want := ruletest.Filled(t)
+	read := func(what string, body []byte) sluice.Rule {
+		t.Helper()
+		var q ruleRequest
+		if err := decode(httptest.NewRecorder(), httptest.NewRequest("POST", "/admin/v1/rules", bytes.NewReader(body)), &q); err != nil {
+			t.Fatalf("%s %s: %v", what, body, err)
+		}
+		r, err := q.rule()
+		if err != nil {
+			t.Fatalf("%s %s: %v", what, body, err)
+		}
+		return r.Rule
+	}
+	body, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read("request", body); !reflect.DeepEqual(got, want) {
+		t.Errorf("request body %s\nread as %#v\nwant %#v", body, got, want)
+	}
+	stored, err := json.Marshal(ruleOutOf(catalog.Rule{Rule: want}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read("stored rule", stored); !reflect.DeepEqual(got, want) {
+		t.Errorf("stored rule written as %s\nread back as %#v\nwant %#v", stored, got, want)
+	}
+	sourced := want
+	sourced.Source = "rule"
+	policy, err := json.Marshal(policyRule{sourced})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inForce struct {
+		sluice.RuleJSON
+		Source string `json:"source"`
+	}
+	if err := json.Unmarshal(policy, &inForce); err != nil || !reflect.DeepEqual(inForce.Rule(), want) || inForce.Source != "rule" {
+		t.Errorf("policy rule written as %s\nread back as %#v, source %q, %v\nwant %#v", policy, inForce.Rule(), inForce.Source, err, want)
+	}
+}
+
+// TestOpenAPI_DescribesEveryRuleField: each field of a rule's JSON (every
+// field of sluice.Rule, a field added later included) is a property of the
+// Rule and RuleRequest schemas of admin/openapi.json.
+func TestOpenAPI_DescribesEveryRuleField(t *testing.T) {
+	d := loadOpenAPI(t)
+	stored := catalog.Rule{Rule: ruletest.Filled(t), CreatedAt: time.Unix(1, 0), UpdatedAt: time.Unix(2, 0)}
+	for schema, rule := range map[string]any{"Rule": ruleOutOf(stored), "RuleRequest": stored.Rule} {
+		b, err := json.Marshal(rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields map[string]any
+		if err := json.Unmarshal(b, &fields); err != nil {
+			t.Fatal(err)
+		}
+		properties := d.doc.Components.Schemas[schema].Value.Properties
+		for name := range fields {
+			if _, ok := properties[name]; !ok {
+				t.Errorf("field %q of a rule is not a property of the %s schema in admin/openapi.json", name, schema)
+			}
 		}
 	}
 }

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"net/http"
-	"strconv"
 
 	"github.com/sluicehq/sluice/catalog"
 )
@@ -15,13 +14,9 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request, p *princi
 	if ws != "" && !p.canRead(ws) {
 		return forbiddenWorkspace(ws)
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 || n > 1000 {
-			return errorf(http.StatusBadRequest, "invalid", "limit must be 1 to 1000, not %q", v)
-		}
-		limit = n
+	limit, err := limitParam(q, 100, 1000)
+	if err != nil {
+		return err
 	}
 	sessions, err := h.cat.ListSessions(r.Context(), ws, q.Get("open") == "true", limit)
 	if err != nil {

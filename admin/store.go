@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -165,59 +164,4 @@ type peekCaptureKey struct{}
 
 func withPeekCapture(ctx context.Context, dst *[]sluice.CounterKey) context.Context {
 	return context.WithValue(ctx, peekCaptureKey{}, dst)
-}
-
-// Reservation is a reservation open in this process: admitted, not yet
-// settled or swept.
-type Reservation struct {
-	ID       uint64    `json:"id"`
-	Admitted time.Time `json:"admitted"`
-	Deadline time.Time `json:"deadline"`
-	// Age is how long it has been open, in seconds.
-	Age     float64             `json:"age_seconds"`
-	Charges []ReservationCharge `json:"charges"`
-}
-
-// ReservationCharge is one counter a reservation holds an amount on.
-type ReservationCharge struct {
-	Kind sluice.Kind `json:"kind"`
-	// Subject is the counter's subject value (parts of a composite joined
-	// by "+").
-	Subject string `json:"subject"`
-	Amount  int64  `json:"amount"`
-}
-
-// OpenReservations lists the reservations open in this process at now,
-// oldest first.
-func (m *Metrics) OpenReservations(now time.Time) []Reservation {
-	out := []Reservation{}
-	for _, s := range m.storesSnapshot() {
-		s.mu.Lock()
-		for id, ob := range s.open {
-			r := Reservation{ID: id, Admitted: ob.admitted.UTC(), Deadline: ob.deadline.UTC(), Age: now.Sub(ob.admitted).Seconds()}
-			for _, c := range ob.charges {
-				r.Charges = append(r.Charges, ReservationCharge{Kind: c.kind, Subject: displaySubject(c.key.Subject), Amount: c.amount})
-			}
-			out = append(out, r)
-		}
-		s.mu.Unlock()
-	}
-	slices.SortFunc(out, func(a, b Reservation) int { return a.Admitted.Compare(b.Admitted) })
-	return out
-}
-
-// displaySubject writes a counter's subject for people: the parts of a
-// composite joined by "+", a value after its org (or a session after its
-// key) by "/".
-func displaySubject(s string) string {
-	b := []byte(s)
-	for i := range b {
-		switch b[i] {
-		case 0x1f:
-			b[i] = '+'
-		case 0x1e:
-			b[i] = '/'
-		}
-	}
-	return string(b)
 }

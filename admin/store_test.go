@@ -14,19 +14,27 @@ import (
 // TestMetricsStore_ListsOpenReservations: over memstore and sqlitestore,
 // the store Metrics.Store returns settles asynchronously as the inner store
 // does, and the admissions it lets through are listed as open with their
-// charges until settled.
+// charges until settled: from the store, which lists them, or from this
+// process's own record over a store that cannot.
 func TestMetricsStore_ListsOpenReservations(t *testing.T) {
 	sq, err := sqlitestore.Open(sqlitestore.Options{Path: filepath.Join(t.TempDir(), "store.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sq.Close() })
-	for name, inner := range map[string]sluice.Store{"memstore": memstore.New(memstore.Options{}), "sqlitestore": sq} {
+	for name, tc := range map[string]struct {
+		inner  sluice.Store
+		source string
+	}{
+		"memstore":    {memstore.New(memstore.Options{}), FromStore},
+		"sqlitestore": {sq, FromStore},
+		"no listing":  {struct{ sluice.Store }{memstore.New(memstore.Options{})}, FromProcess},
+	} {
 		t.Run(name, func(t *testing.T) {
 			m := NewMetrics(MetricsOptions{})
-			s := m.Store(inner)
+			s := m.Store(tc.inner)
 			if _, ok := s.(sluice.AsyncSettler); !ok {
-				t.Fatalf("Metrics.Store(%T) = %T, not an AsyncSettler", inner, s)
+				t.Fatalf("Metrics.Store(%T) = %T, not an AsyncSettler", tc.inner, s)
 			}
 			l, err := sluice.New(sluice.Options{Store: s, Rules: baseRules[1:2]})
 			if err != nil {
@@ -37,18 +45,23 @@ func TestMetricsStore_ListsOpenReservations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			open := m.OpenReservations(time.Now())
-			if len(open) != 1 || len(open[0].Charges) != 1 || open[0].Charges[0].Amount != 40 || open[0].Charges[0].Subject != "acme" ||
+			list, err := m.Reservations(ctx, time.Now(), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			open := list.Reservations
+			if list.Source != tc.source || len(open) != 1 || open[0].ID != r.ID() || open[0].Admitted.IsZero() ||
+				len(open[0].Charges) != 1 || open[0].Charges[0].Amount != 40 || open[0].Charges[0].Subject != "acme" ||
 				open[0].Charges[0].Kind != sluice.KindBudget {
-				t.Fatalf("open reservations %+v, want one budget charge of 40 on acme", open)
+				t.Fatalf("open reservations %+v, want one budget charge of 40 on acme, admitted here, from the %s", list, tc.source)
 			}
 			done := make(chan error, 1)
 			r.SettleAsync(ctx, sluice.Usage{InputTokens: 10}, func(err error) { done <- err })
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if open := m.OpenReservations(time.Now()); len(open) != 0 {
-				t.Fatalf("after settling, open reservations %+v", open)
+			if list, err := m.Reservations(ctx, time.Now(), 10); err != nil || len(list.Reservations) != 0 {
+				t.Fatalf("after settling, open reservations %+v, %v", list, err)
 			}
 		})
 	}

@@ -25,6 +25,20 @@ func checkParams(q url.Values, allowed ...string) error {
 	return nil
 }
 
+// limitParam reads the limit query parameter: an integer from 1 to most,
+// def when it is absent.
+func limitParam(q url.Values, def, most int) (int, error) {
+	s := q.Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > most {
+		return 0, errorf(http.StatusBadRequest, "invalid", "limit: want an integer from 1 to %d, got %q", most, s)
+	}
+	return n, nil
+}
+
 // scopeWorkspace returns the workspace a request reads: ws as given for an
 // admin; for a viewer, ws when it is in scope (403 otherwise), or its one
 // workspace when ws is empty.
@@ -79,7 +93,9 @@ func (h *Handler) identityOf(ctx context.Context, q url.Values, p *principal) (s
 		if !p.canReadIn(k.Org, k.Workspace) {
 			return sluice.Identity{}, forbiddenWorkspace(k.Workspace)
 		}
-		id.Org, id.Workspace, id.Team, id.User, id.Tier, id.Key = k.Org, k.Workspace, k.Team, k.User, k.Tier, k.ID
+		model, route := id.Model, id.Route
+		id = keyIdentity(k)
+		id.Model, id.Route = model, route
 	}
 	ws, err := scopeWorkspace(p, id.Workspace)
 	if err != nil {
@@ -87,6 +103,12 @@ func (h *Handler) identityOf(ctx context.Context, q url.Values, p *principal) (s
 	}
 	id.Workspace = ws
 	return id, nil
+}
+
+// keyIdentity is the identity of a request made with key k, as the
+// gateway builds it from the key's record.
+func keyIdentity(k catalog.Key) sluice.Identity {
+	return sluice.Identity{Org: k.Org, Workspace: k.Workspace, Team: k.Team, User: k.User, Tier: k.Tier, Key: k.ID}
 }
 
 // limitView is one limit that applies to a subject, where it came from,
@@ -235,11 +257,11 @@ func parseDay(name, s string) (time.Time, error) {
 	return time.Time{}, errorf(http.StatusBadRequest, "invalid", "%s: want a date (2006-01-02) or an RFC 3339 time, got %q", name, s)
 }
 
-// usage answers GET /admin/v1/usage?org=&workspace=&from=&to=&group_by=org,workspace,day,route,model,key,user,team,tag,kind.
+// usage answers GET /admin/v1/usage?org=&workspace=&key=&from=&to=&group_by=org,workspace,day,route,model,key,user,team,tag,kind.
 // A viewer reads its own org's workspaces only.
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request, p *principal) error {
 	q := r.URL.Query()
-	if err := checkParams(q, "org", "workspace", "from", "to", "group_by"); err != nil {
+	if err := checkParams(q, "org", "workspace", "key", "from", "to", "group_by"); err != nil {
 		return err
 	}
 	org := q.Get("org")
@@ -265,7 +287,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request, p *principal) er
 	if g := q.Get("group_by"); g != "" {
 		groups = strings.Split(g, ",")
 	}
-	rows, err := h.cat.Usage(r.Context(), catalog.UsageQuery{Org: org, Workspace: ws, From: from, To: to, GroupBy: groups})
+	rows, err := h.cat.Usage(r.Context(), catalog.UsageQuery{Org: org, Workspace: ws, Key: q.Get("key"), From: from, To: to, GroupBy: groups})
 	if err != nil {
 		return err
 	}
@@ -295,12 +317,8 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, p *principal) er
 			}
 		}
 	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 || n > 1000 {
-			return errorf(http.StatusBadRequest, "invalid", "limit: want an integer from 1 to 1000, got %q", s)
-		}
-		aq.Limit = n
+	if aq.Limit, err = limitParam(q, 0, 1000); err != nil {
+		return err
 	}
 	switch ws := q.Get("workspace"); {
 	case ws != "" && !p.canRead(ws):
@@ -319,13 +337,29 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, p *principal) er
 	return nil
 }
 
-// reservations answers GET /admin/v1/reservations: the reservations open
-// in this process, oldest first.
-func (h *Handler) reservations(w http.ResponseWriter, _ *http.Request, _ *principal) error {
+// maxReservations bounds a listing of open reservations.
+const maxReservations = 1000
+
+// reservations answers GET /admin/v1/reservations?limit=: the open
+// reservations of every replica sharing the store (or, when the store
+// cannot list them, of this process), the soonest deadline first.
+func (h *Handler) reservations(w http.ResponseWriter, r *http.Request, _ *principal) error {
 	if h.opts.Metrics == nil {
 		return errorf(http.StatusNotImplemented, "not_implemented", "this server does not track reservations")
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"reservations": h.opts.Metrics.OpenReservations(h.now())})
+	q := r.URL.Query()
+	if err := checkParams(q, "limit"); err != nil {
+		return err
+	}
+	limit, err := limitParam(q, maxReservations, maxReservations)
+	if err != nil {
+		return err
+	}
+	list, err := h.opts.Metrics.Reservations(r.Context(), h.now(), limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
 	return nil
 }
 

@@ -106,7 +106,7 @@ func (c *Catalog) insertKeyLimit(ctx context.Context, tx *sql.Tx, k Key, l KeyLi
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			r := l.Rule
-			r.Limit, r.Enabled = 0, true
+			r.Limit, r.Disabled = 0, false
 			if err := validateRule(&r); err != nil {
 				return Override{}, err
 			}
@@ -120,7 +120,7 @@ func (c *Catalog) insertKeyLimit(ctx context.Context, tx *sql.Tx, k Key, l KeyLi
 			}
 		case err != nil:
 			return Override{}, err
-		case !SameShape(stored, l.Rule):
+		case !SameShape(stored.Rule, l.Rule.Rule):
 			return Override{}, fmt.Errorf("%w: key limit %q: the stored rule of that name is a %s per %s of %s, not a %s per %s of %s; change or delete it first",
 				ErrInvalid, l.Rule.Name, stored.Kind, stored.Subject, stored.Metric, l.Rule.Kind, l.Rule.Subject, l.Rule.Metric)
 		}
@@ -142,10 +142,9 @@ func (c *Catalog) insertKeyLimit(ctx context.Context, tx *sql.Tx, k Key, l KeyLi
 // SameShape reports whether two rules count the same thing the same way:
 // kind, subject, metric, window and period (the limit may differ). An
 // override made for one is meant for the other.
-func SameShape(a, b Rule) bool {
-	sa, sb := a.Sluice(), b.Sluice()
-	return sa.Kind == sb.Kind && sa.Subject == sb.Subject && countedMetric(sa) == countedMetric(sb) &&
-		sa.Window == sb.Window && sa.Period == sb.Period && sa.TimeZone == sb.TimeZone
+func SameShape(a, b sluice.Rule) bool {
+	return a.Kind == b.Kind && a.Subject == b.Subject && countedMetric(a) == countedMetric(b) &&
+		a.Window == b.Window && a.Period == b.Period && a.TimeZone == b.TimeZone
 }
 
 // countedMetric is what r counts: a concurrency rule counts calls in

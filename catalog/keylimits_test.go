@@ -12,10 +12,10 @@ import (
 )
 
 var (
-	keyRPM = Rule{Name: "key_requests_per_minute", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricRequests,
-		Window: sluice.Duration(time.Minute), Enabled: true}
-	keyMonthlyCost = Rule{Name: "key_cost_per_month", Kind: sluice.KindBudget, Subject: "key", Metric: sluice.MetricCost,
-		Period: sluice.PeriodMonth, Enabled: true}
+	keyRPM = Rule{Rule: sluice.Rule{Name: "key_requests_per_minute", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricRequests,
+		Window: time.Minute}}
+	keyMonthlyCost = Rule{Rule: sluice.Rule{Name: "key_cost_per_month", Kind: sluice.KindBudget, Subject: "key", Metric: sluice.MetricCost,
+		Period: sluice.PeriodMonth}}
 )
 
 func TestCatalog_CreateKeyWithLimits(t *testing.T) {
@@ -39,7 +39,7 @@ func TestCatalog_CreateKeyWithLimits(t *testing.T) {
 			t.Fatalf("ListRules = %+v, %v", rules, err)
 		}
 		for _, r := range rules {
-			if r.Limit != 0 || r.Subject != "key" || !r.Enabled {
+			if r.Limit != 0 || r.Subject != "key" || r.Disabled {
 				t.Fatalf("stored rule %+v, want an enabled per-key rule with limit 0", r)
 			}
 		}
@@ -195,17 +195,17 @@ func TestSameShape(t *testing.T) {
 	noMetric.Metric = ""
 	noMetric.Limit = 120
 	otherWindow := keyRPM
-	otherWindow.Window = sluice.Duration(time.Hour)
-	inFlight := Rule{Name: "c", Kind: sluice.KindConcurrency, Subject: "key"}
+	otherWindow.Window = time.Hour
+	inFlight := sluice.Rule{Name: "c", Kind: sluice.KindConcurrency, Subject: "key"}
 	inFlightNamed := inFlight
 	inFlightNamed.Metric = sluice.MetricConcurrency
 	for _, tc := range []struct {
-		a, b Rule
+		a, b sluice.Rule
 		same bool
 	}{
-		{keyRPM, noMetric, true}, // no metric counts requests; the limit may differ
-		{keyRPM, otherWindow, false},
-		{keyRPM, keyMonthlyCost, false},
+		{keyRPM.Rule, noMetric.Rule, true}, // no metric counts requests; the limit may differ
+		{keyRPM.Rule, otherWindow.Rule, false},
+		{keyRPM.Rule, keyMonthlyCost.Rule, false},
 		{inFlight, inFlightNamed, true},
 	} {
 		if got := SameShape(tc.a, tc.b); got != tc.same {

@@ -49,6 +49,9 @@ type UsageQuery struct {
 	// Workspace keeps one workspace (of Org, or of any org when Org is
 	// empty); empty keeps all.
 	Workspace string
+	// Key keeps the usage of one API key, in whichever workspace it was
+	// charged (a service key's, in those it asserts); empty keeps all.
+	Key string
 	// From and To bound the UTC days kept, both inclusive; only their date
 	// (in UTC) counts. Zero leaves that side open.
 	From, To time.Time
@@ -63,7 +66,7 @@ type UsageQuery struct {
 var UsageGroups = []string{"org", "workspace", "day", "route", "model", "key", "user", "team", "tag", "kind"}
 
 // UsageRow is a sum of ledger rows. Columns not grouped by are empty,
-// except Org and Workspace when the query named them.
+// except Org, Workspace and Key when the query named them.
 type UsageRow struct {
 	Org       string `json:"org,omitempty"`
 	Workspace string `json:"workspace,omitempty"`

@@ -89,6 +89,45 @@ func TestCatalog_UsageByKeyUserTeamTagAndKind(t *testing.T) {
 	})
 }
 
+// TestCatalog_UsageOfOneKey: Key keeps one key's usage in every workspace
+// it was charged to (a service key's, in those it asserts), and only its.
+func TestCatalog_UsageOfOneKey(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		ctx := context.Background()
+		for _, e := range []UsageEntry{
+			{Org: "acme", Workspace: "w", KeyID: "svc", At: day1, Requests: 1, InputTokens: 10, CostMicros: 100},
+			{Org: "acme", Workspace: "asserted", KeyID: "svc", At: day1, Requests: 1, InputTokens: 20, CostMicros: 200},
+			{Org: "acme", Workspace: "w", KeyID: "svc", At: day2, Requests: 1, InputTokens: 40, CostMicros: 400},
+			{Org: "acme", Workspace: "w", KeyID: "other", At: day1, Requests: 1, InputTokens: 1000, CostMicros: 9000},
+		} {
+			c.RecordUsage(e)
+		}
+		if err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := c.Usage(ctx, UsageQuery{Org: "acme", Key: "svc", GroupBy: []string{"day"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range rows {
+			got = append(got, fmt.Sprintf("%s %s %d %d", r.Key, r.Day, r.InputTokens, r.CostMicros))
+		}
+		want := []string{"svc " + day1.Format(dayLayout) + " 30 300", "svc " + day2.Format(dayLayout) + " 40 400"}
+		if !slices.Equal(got, want) {
+			t.Errorf("usage of key svc by day = %q, want %q", got, want)
+		}
+		rows, err = c.Usage(ctx, UsageQuery{Key: "svc", Workspace: "asserted"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].InputTokens != 20 {
+			t.Errorf("usage of key svc in workspace asserted = %+v, want 20 input tokens", rows)
+		}
+	})
+}
+
 func TestCatalog_CallRecords(t *testing.T) {
 	eachBackend(t, func(t *testing.T, be *backend) {
 		c, clock := be.openTest(t)

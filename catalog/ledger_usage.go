@@ -38,6 +38,10 @@ func (c *Catalog) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 		where = append(where, "workspace = ?")
 		args = append(args, q.Workspace)
 	}
+	if q.Key != "" {
+		where = append(where, "key_id = ?")
+		args = append(args, q.Key)
+	}
 	var from, to string
 	if !q.From.IsZero() {
 		from = q.From.UTC().Format(dayLayout)
@@ -84,7 +88,7 @@ func (c *Catalog) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	defer rows.Close()
 	var out []UsageRow
 	for rows.Next() {
-		r := UsageRow{Org: q.Org, Workspace: q.Workspace}
+		r := UsageRow{Org: q.Org, Workspace: q.Workspace, Key: q.Key}
 		dest := make([]any, 0, len(groups)+7)
 		for _, g := range groups {
 			dest = append(dest, r.field(g))

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -28,84 +27,41 @@ const (
 // Rule is a rule stored in the catalog: the database layer of the policy,
 // after the defaults, the config file and the environment. A stored rule
 // replaces a rule of the same name and org from an earlier layer. The
-// fields mean what sluice.Rule's do and have its json names; the catalog
-// adds Enabled and the timestamps. Rule lists the fields itself, rather
-// than embedding sluice.Rule, because encoding/json would write the
-// engine's time.Duration window as nanoseconds.
+// catalog adds only its timestamps to sluice.Rule; its JSON, which the
+// rules table stores as the rule's definition, is sluice.RuleJSON with
+// created_at and updated_at.
+//
+// Org owns the rule: it applies to that org's keys only, and replaces there
+// a deployment rule of the same name. Empty makes it a deployment rule,
+// applied in every org. Names are unique within an org; at most
+// MaxRulesPerOrg rules are stored per org.
 type Rule struct {
-	Name string `json:"name"`
-	// Org owns the rule: it applies to that org's keys only, and replaces
-	// there a deployment rule of the same name. Empty makes it a deployment
-	// rule, applied in every org. Names are unique within an org; at most
-	// MaxRulesPerOrg rules are stored per org.
-	Org             string                  `json:"org,omitempty"`
-	Kind            sluice.Kind             `json:"kind"`
-	Subject         string                  `json:"subject"`
-	Metric          sluice.Metric           `json:"metric,omitempty"`
-	Limit           int64                   `json:"limit"`
-	Burst           int64                   `json:"burst,omitempty"`
-	Window          sluice.Duration         `json:"window,omitempty"`
-	Period          sluice.Period           `json:"period,omitempty"`
-	TimeZone        string                  `json:"time_zone,omitempty"`
-	SoftLimit       int64                   `json:"soft_limit,omitempty"`
-	WarnAt          []float64               `json:"warn_at,omitempty"`
-	Reserve         sluice.ReservePolicy    `json:"reserve,omitempty"`
-	ReserveAmount   int64                   `json:"reserve_amount,omitempty"`
-	OnExpiry        sluice.ExpiryPolicy     `json:"on_expiry,omitempty"`
-	OnStoreError    sluice.StoreErrorPolicy `json:"on_store_error,omitempty"`
-	Fit             string                  `json:"fit,omitempty"`
-	MinOutputTokens int64                   `json:"min_output_tokens,omitempty"`
-	Match           sluice.Match            `json:"match,omitzero"`
-	Mode            sluice.Mode             `json:"mode,omitempty"`
-	// BusyRetryAfter is a concurrency rule's busy hint ("5s"), kept in
-	// the rule's JSON definition: no column, no migration.
-	BusyRetryAfter sluice.Duration `json:"busy_retry_after,omitempty"`
-	// Classes and DefaultClass are a rule's priority classes, kept in its
-	// JSON definition too.
-	Classes      []sluice.Class `json:"classes,omitempty"`
-	DefaultClass string         `json:"default_class,omitempty"`
-	Enabled      bool           `json:"enabled"`
-	CreatedAt    time.Time      `json:"created_at,omitzero"`
-	UpdatedAt    time.Time      `json:"updated_at,omitzero"`
+	sluice.Rule
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
-// Sluice returns r as the engine's rule: a rule that is not enabled is
-// Disabled (Source is left for sluice.Resolve to set).
-func (r Rule) Sluice() sluice.Rule {
-	return sluice.Rule{
-		Name: r.Name, Org: r.Org, Kind: r.Kind, Subject: r.Subject, Metric: r.Metric,
-		Limit: r.Limit, Burst: r.Burst, Window: time.Duration(r.Window),
-		Period: r.Period, TimeZone: r.TimeZone, SoftLimit: r.SoftLimit,
-		WarnAt:  slices.Clone(r.WarnAt),
-		Reserve: r.Reserve, ReserveAmount: r.ReserveAmount,
-		OnExpiry: r.OnExpiry, OnStoreError: r.OnStoreError,
-		Fit: r.Fit, MinOutputTokens: r.MinOutputTokens,
-		Match: sluice.Match{
-			Models: slices.Clone(r.Match.Models),
-			Tiers:  slices.Clone(r.Match.Tiers),
-			Routes: slices.Clone(r.Match.Routes),
-		},
-		Mode:           r.Mode,
-		BusyRetryAfter: time.Duration(r.BusyRetryAfter),
-		Classes:        slices.Clone(r.Classes),
-		DefaultClass:   r.DefaultClass,
-		Disabled:       !r.Enabled,
-	}
+// ruleDefinition is a Rule's JSON. Rule cannot take its fields' tags: the
+// embedded sluice.Rule's JSON methods would write it without them.
+type ruleDefinition struct {
+	sluice.RuleJSON
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
-// RuleOf returns the engine's rule r as the catalog writes it, enabled
-// unless r is Disabled; the inverse of Rule.Sluice.
-func RuleOf(r sluice.Rule) Rule {
-	return Rule{
-		Name: r.Name, Org: r.Org, Kind: r.Kind, Subject: r.Subject, Metric: r.Metric,
-		Limit: r.Limit, Burst: r.Burst, Window: sluice.Duration(r.Window),
-		Period: r.Period, TimeZone: r.TimeZone, SoftLimit: r.SoftLimit,
-		WarnAt: r.WarnAt, Reserve: r.Reserve, ReserveAmount: r.ReserveAmount,
-		OnExpiry: r.OnExpiry, OnStoreError: r.OnStoreError,
-		Fit: r.Fit, MinOutputTokens: r.MinOutputTokens,
-		Match: r.Match, Mode: r.Mode, BusyRetryAfter: sluice.Duration(r.BusyRetryAfter),
-		Classes: r.Classes, DefaultClass: r.DefaultClass, Enabled: !r.Disabled,
+// MarshalJSON writes r as the rules table stores it.
+func (r Rule) MarshalJSON() ([]byte, error) {
+	return json.Marshal(ruleDefinition{r.JSON(), r.CreatedAt, r.UpdatedAt})
+}
+
+// UnmarshalJSON reads a rule's stored definition.
+func (r *Rule) UnmarshalJSON(b []byte) error {
+	var s ruleDefinition
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
 	}
+	*r = Rule{s.Rule(), s.CreatedAt, s.UpdatedAt}
+	return nil
 }
 
 // ruleTarget names a rule in the audit log.
@@ -132,8 +88,7 @@ func validateRule(r *Rule) error {
 	if err := checkValue("org", r.Org); err != nil {
 		return fmt.Errorf("%w: rule %q: %v", ErrInvalid, r.Name, err)
 	}
-	sr := r.Sluice()
-	if err := sr.Validate(); err != nil {
+	if err := r.Validate(); err != nil {
 		var re *sluice.RuleError
 		if errors.As(err, &re) {
 			return fmt.Errorf("%w: rule %q: %s %s", ErrInvalid, re.Rule, re.Field, re.Message)
@@ -189,7 +144,7 @@ func (c *Catalog) insertRule(ctx context.Context, tx *sql.Tx, r Rule, def []byte
 		return fmt.Errorf("%w: org %q already has %d rules, the most an org may store; delete one first", ErrTooManyRules, r.Org, n)
 	}
 	if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO rules (name, org, definition, enabled, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)`),
-		r.Name, r.Org, string(def), r.Enabled, now.UnixNano(), now.UnixNano()); err != nil {
+		r.Name, r.Org, string(def), !r.Disabled, now.UnixNano(), now.UnixNano()); err != nil {
 		return err
 	}
 	return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleCreate, Target: ruleTarget(r.Org, r.Name), After: r}, now)
@@ -220,7 +175,7 @@ func (c *Catalog) UpdateRule(ctx context.Context, org, name string, r Rule, acto
 // counts nothing and refuses nothing.
 func (c *Catalog) SetRuleEnabled(ctx context.Context, org, name string, enabled bool, actor string) (Rule, error) {
 	return c.changeRule(ctx, org, name, actor, func(before Rule) (Rule, error) {
-		before.Enabled = enabled
+		before.Disabled = !enabled
 		return before, nil
 	})
 }
@@ -251,7 +206,7 @@ func (c *Catalog) changeRule(ctx context.Context, org, name, actor string, chang
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE rules SET definition = ?, enabled = ?, updated_at = ? WHERE org = ? AND name = ?`),
-			string(def), after.Enabled, now.UnixNano(), org, name); err != nil {
+			string(def), !after.Disabled, now.UnixNano(), org, name); err != nil {
 			return err
 		}
 		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionRuleUpdate, Target: ruleTarget(org, name), Before: before, After: after}, now)

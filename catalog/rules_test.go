@@ -13,7 +13,7 @@ import (
 )
 
 func rpmRule(name string) Rule {
-	return Rule{Name: name, Kind: sluice.KindRate, Subject: "workspace+user", Limit: 60, Window: sluice.Duration(time.Minute), Enabled: true}
+	return Rule{Rule: sluice.Rule{Name: name, Kind: sluice.KindRate, Subject: "workspace+user", Limit: 60, Window: time.Minute}}
 }
 
 func TestCatalog_RulesCreateUpdateDeleteAudited(t *testing.T) {
@@ -32,12 +32,12 @@ func TestCatalog_RulesCreateUpdateDeleteAudited(t *testing.T) {
 		}
 		clock.Advance(time.Minute)
 		upd := rpmRule("")
-		upd.Window = sluice.Duration(time.Hour)
+		upd.Window = time.Hour
 		got, err := c.UpdateRule(ctx, "", "chat_rpm", upd, "bob")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Name != "chat_rpm" || time.Duration(got.Window) != time.Hour || !got.CreatedAt.Equal(created.CreatedAt) || !got.UpdatedAt.Equal(clock.Now()) {
+		if got.Name != "chat_rpm" || got.Window != time.Hour || !got.CreatedAt.Equal(created.CreatedAt) || !got.UpdatedAt.Equal(clock.Now()) {
 			t.Fatalf("updated = %+v", got)
 		}
 		if _, err := c.UpdateRule(ctx, "", "chat_rpm", rpmRule("other"), "bob"); !errors.Is(err, ErrInvalid) {
@@ -47,7 +47,7 @@ func TestCatalog_RulesCreateUpdateDeleteAudited(t *testing.T) {
 			t.Fatal(err)
 		}
 		stored, err := c.GetRule(ctx, "", "chat_rpm")
-		if err != nil || stored.Enabled || !stored.Sluice().Disabled {
+		if err != nil || !stored.Disabled {
 			t.Fatalf("after disable: %+v, %v", stored, err)
 		}
 		if err := c.DeleteRule(ctx, "", "chat_rpm", "dave"); err != nil {
@@ -83,15 +83,15 @@ func TestCatalog_RuleValidation(t *testing.T) {
 		c, _ := be.openTest(t)
 		ctx := context.Background()
 		for name, r := range map[string]Rule{
-			"negative limit":  {Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: -1, Window: sluice.Duration(time.Minute)},
-			"no window":       {Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: 1},
-			"bad kind":        {Name: "a", Kind: "bucket", Subject: "user", Limit: 1},
-			"bad subject":     {Name: "a", Kind: sluice.KindBudget, Subject: "planet", Limit: 1, Period: sluice.PeriodDay},
-			"no name":         {Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay},
-			"slash in name":   {Name: "a/b", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay},
-			"bad time zone":   {Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay, TimeZone: "Mars/Olympus"},
-			"soft over limit": {Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, SoftLimit: 2, Period: sluice.PeriodDay},
-			"control in org":  {Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay, Org: "a\x1eb"},
+			"negative limit":  {Rule: sluice.Rule{Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: -1, Window: time.Minute}},
+			"no window":       {Rule: sluice.Rule{Name: "a", Kind: sluice.KindRate, Subject: "user", Limit: 1}},
+			"bad kind":        {Rule: sluice.Rule{Name: "a", Kind: "bucket", Subject: "user", Limit: 1}},
+			"bad subject":     {Rule: sluice.Rule{Name: "a", Kind: sluice.KindBudget, Subject: "planet", Limit: 1, Period: sluice.PeriodDay}},
+			"no name":         {Rule: sluice.Rule{Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay}},
+			"slash in name":   {Rule: sluice.Rule{Name: "a/b", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay}},
+			"bad time zone":   {Rule: sluice.Rule{Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay, TimeZone: "Mars/Olympus"}},
+			"soft over limit": {Rule: sluice.Rule{Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, SoftLimit: 2, Period: sluice.PeriodDay}},
+			"control in org":  {Rule: sluice.Rule{Name: "a", Kind: sluice.KindBudget, Subject: "user", Limit: 1, Period: sluice.PeriodDay, Org: "a\x1eb"}},
 		} {
 			if _, err := c.CreateRule(ctx, r, "alice"); !errors.Is(err, ErrInvalid) {
 				t.Errorf("%s: %v, want ErrInvalid", name, err)

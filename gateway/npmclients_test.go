@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // npmClients returns the directory of the real npm clients
@@ -20,10 +22,7 @@ func npmClients(t *testing.T) string {
 	t.Helper()
 	dir, _ := filepath.Abs("testdata/npmclients")
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "ai")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the npm clients are not installed (%v): run npm ci --prefix gateway/testdata/npmclients", err)
-		}
-		t.Skip("the npm clients are not installed: npm ci --prefix gateway/testdata/npmclients")
+		testenv.Missing(t, fmt.Sprintf("the npm clients are not installed (%v)", err), "run npm ci --prefix gateway/testdata/npmclients")
 	}
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Fatalf("node: %v", err)

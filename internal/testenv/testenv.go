@@ -1,12 +1,14 @@
-// Package testenv is the one gate of the tests that need Redis or
-// PostgreSQL.
+// Package testenv is the one gate of the integration tests: those that need
+// Redis, PostgreSQL or a tool (helm, chromium, promtool, the npm clients).
 //
-// Such a test calls RedisURL or PostgresURL first. The service's URL comes
-// from SLUICE_TEST_REDIS_URL or SLUICE_TEST_POSTGRES_URL; unset, the test is
+// Such a test calls RedisURL or PostgresURL first (Helm, or Missing when
+// it finds its tool missing). The service's URL comes from
+// SLUICE_TEST_REDIS_URL or SLUICE_TEST_POSTGRES_URL; unset, the test is
 // skipped, unless CI=true, where a missing service is a failure. Each
 // package using the gate runs its tests through Run in its TestMain, which
-// ends the package's output with the integration tests it skipped and the
-// variables that run them.
+// ends the package's output with the integration tests it skipped and what
+// runs them, and says so on the terminal too when go test would not show
+// that output (see Run).
 package testenv
 
 import (
@@ -15,8 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	neturl "net/url"
 	"os"
+	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -132,50 +137,102 @@ func lookup(tb testing.TB, name string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
 	}
-	if os.Getenv("CI") == "true" {
-		tb.Fatalf("%s is not set and CI=true: the integration tests must run in CI", name)
-	}
-	skips.add(name, tb.Name())
-	tb.Skipf("%s is not set (e.g. %s=%s)", name, name, example(name))
+	Missing(tb, name+" is not set", "set "+name+"="+example(name))
 	return ""
 }
 
-func example(name string) string {
-	if name == RedisVar {
-		return RedisExample
+// Missing is the gate of a test that lacks what it needs (a service, a
+// tool): missing says what ("promtool is not installed"), how what gives
+// it ("install Debian's prometheus package"). tb is skipped, and Run
+// reports it, unless CI=true, where it fails: .ci/run provides everything.
+func Missing(tb testing.TB, missing, how string) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("%s and CI=true: the integration tests must run in CI (.ci/run provides what they need)", missing)
 	}
-	return PostgresExample
+	skips.add(how, tb.Name())
+	tb.Skipf("%s: %s to run it", missing, how)
 }
 
-// Run runs the package's tests, then prints which of them the gate skipped
-// and how to run them; it returns m.Run's exit code. A package's TestMain
-// calls os.Exit(testenv.Run(m)).
+// example is a value for the variable name, as a developer would set it.
+func example(name string) string {
+	switch name {
+	case RedisVar:
+		return RedisExample
+	case PostgresVar:
+		return PostgresExample
+	}
+	return HelmExample
+}
+
+// Run runs the package's tests, then reports which of them the gate
+// skipped and how to run them; it returns m.Run's exit code. A package's
+// TestMain calls os.Exit(testenv.Run(m)).
+//
+// The report ends the package's output. go test shows that output only
+// with -v, for a package that fails, or when it tests the current
+// directory; otherwise, after a pass, the report is written to the
+// terminal (/dev/tty) as well, which go test does not capture, so that
+// go test ./... without the services says what it skipped. Without a
+// terminal (CI, a pipe from cron) there is nothing more. A result go
+// test takes from its cache runs nothing, so reports nothing: -count=1
+// runs it again.
 func Run(m *testing.M) int {
 	code := m.Run()
 	if err := dropSchemas(); err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
 	}
 	skips.report(os.Stdout)
+	if outputHidden(code, testing.Verbose(), os.Stdout) {
+		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+			skips.report(tty)
+			tty.Close()
+		}
+	}
 	return code
 }
 
-// skips records the tests the gate skipped, by the variable that was
-// missing. Tests run in parallel, so it is locked.
-var skips skipLog
-
-type skipLog struct {
-	mu    sync.Mutex
-	tests map[string][]string
+// outputHidden reports whether go test hides what the test binary writes
+// to stdout: after a pass (code 0), without -v (or -json, which implies
+// it), unless stdout is a character device, the terminal go test hands
+// the tests of the current directory (or /dev/null).
+func outputHidden(code int, verbose bool, stdout *os.File) bool {
+	if code != 0 || verbose {
+		return false
+	}
+	info, err := stdout.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice == 0
 }
 
-func (l *skipLog) add(name, test string) {
+// skips records the tests the gate skipped, by what would run them, and
+// names the package they are in. Tests run in parallel, so
+// it is locked.
+var skips = skipLog{pkg: packagePath()}
+
+type skipLog struct {
+	pkg   string
+	mu    sync.Mutex
+	tests map[string][]string // by how to run them
+}
+
+// packagePath is the import path of the package under test, from the test
+// binary's build information (whose path ends in ".test"), or the
+// binary's name when it has none.
+func packagePath() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Path != "" {
+		return strings.TrimSuffix(info.Path, ".test")
+	}
+	return strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
+}
+
+func (l *skipLog) add(how, test string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.tests == nil {
 		l.tests = map[string][]string{}
 	}
-	if !slices.Contains(l.tests[name], test) {
-		l.tests[name] = append(l.tests[name], test)
+	if !slices.Contains(l.tests[how], test) {
+		l.tests[how] = append(l.tests[how], test)
 	}
 }
 
@@ -184,21 +241,18 @@ const maxNames = 8
 
 // report writes, when any test was skipped, a summary such as
 //
-//	testenv: 3 integration tests skipped (TestA, TestB, TestC)
-//	testenv: set SLUICE_TEST_POSTGRES_URL=postgres://... to run them (.ci/run starts the services and sets them)
+//	testenv: github.com/sluicehq/sluice/catalog: 3 integration tests skipped (TestA, TestB, TestC)
+//	testenv: to run them, set SLUICE_TEST_POSTGRES_URL=postgres://... (.ci/run does all of it)
 func (l *skipLog) report(w io.Writer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var names, vars []string
-	for _, name := range []string{RedisVar, PostgresVar} {
-		if len(l.tests[name]) == 0 {
-			continue
-		}
-		names = append(names, l.tests[name]...)
-		vars = append(vars, name+"="+example(name))
-	}
-	if len(names) == 0 {
+	if len(l.tests) == 0 {
 		return
+	}
+	hows := slices.Sorted(maps.Keys(l.tests))
+	var names []string
+	for _, how := range hows {
+		names = append(names, l.tests[how]...)
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
@@ -210,8 +264,8 @@ func (l *skipLog) report(w io.Writer) {
 	if len(names) == 1 {
 		noun = "test"
 	}
-	fmt.Fprintf(w, "testenv: %d integration %s skipped (%s)\n", len(names), noun, listed)
-	fmt.Fprintf(w, "testenv: set %s to run them (.ci/run starts the services and sets them)\n", strings.Join(vars, " "))
+	fmt.Fprintf(w, "testenv: %s: %d integration %s skipped (%s)\n", l.pkg, len(names), noun, listed)
+	fmt.Fprintf(w, "testenv: to run them, %s (.ci/run does all of it)\n", strings.Join(hows, "; "))
 }
 
 // created remembers the databases this process has made sure of.

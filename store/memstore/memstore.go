@@ -48,7 +48,6 @@ type Options struct {
 type Store struct {
 	seed       maphash.Seed
 	shards     []shard
-	every      []int // the index of every shard
 	evictScan  int
 	evictEvery int
 	evictIdle  int64
@@ -100,7 +99,6 @@ func New(opts Options) *Store {
 	}
 	for i := range s.shards {
 		s.shards[i].subjects = map[string][]*state{}
-		s.every = append(s.every, i)
 	}
 	return s
 }
@@ -111,67 +109,35 @@ func (s *Store) shardOf(subject string) int {
 	return int(maphash.String(s.seed, subject) % uint64(len(s.shards)))
 }
 
-// call is one call's shards: each charge's, and those to lock, in
-// ascending order so that two calls never wait for each other in a cycle.
-type call struct {
-	of   [8]int // the shard of each of the first charges
-	more []int  // of the charges past those
-	lock [8]int
-	n    int
-	// all is set when a call spans more shards than lock holds: it locks
-	// every shard.
-	all bool
-}
-
-// shard returns the shard of charge i.
-func (c *call) shard(i int) int {
-	if i < len(c.of) {
-		return c.of[i]
-	}
-	return c.more[i-len(c.of)]
-}
-
-// lock locks the shards of b's charges.
-func (s *Store) lock(c *call, b *sluice.Batch) {
+// shardsOf appends to of the shard of each of b's charges, and to lock the
+// shards to lock: ascending and each once, so that two calls never wait
+// for each other in a cycle. The callers pass slices of arrays of their
+// own, room for most calls without allocating.
+func (s *Store) shardsOf(b *sluice.Batch, of, lock []int) ([]int, []int) {
 	j := -1
 	for i := range b.Charges {
 		// Most often a charge has the subject of the one before.
 		if subject := b.Charges[i].Key.Subject; j < 0 || subject != b.Charges[i-1].Key.Subject {
 			j = s.shardOf(subject)
 		}
-		if i < len(c.of) {
-			c.of[i] = j
-		} else {
-			c.more = append(c.more, j)
-		}
-		k, found := slices.BinarySearch(c.lock[:c.n], j)
-		switch {
-		case found || c.all:
-		case c.n == len(c.lock):
-			c.all = true
-		default:
-			copy(c.lock[k+1:c.n+1], c.lock[k:c.n])
-			c.lock[k] = j
-			c.n++
+		of = append(of, j)
+		if k, found := slices.BinarySearch(lock, j); !found {
+			lock = slices.Insert(lock, k, j)
 		}
 	}
-	for _, j := range s.locked(c) {
+	return of, lock
+}
+
+func (s *Store) lock(shards []int) {
+	for _, j := range shards {
 		s.shards[j].mu.Lock()
 	}
 }
 
-func (s *Store) unlock(c *call) {
-	for _, j := range s.locked(c) {
+func (s *Store) unlock(shards []int) {
+	for _, j := range shards {
 		s.shards[j].mu.Unlock()
 	}
-}
-
-// locked returns the indexes of the shards c locks, in locking order.
-func (s *Store) locked(c *call) []int {
-	if c.all {
-		return s.every
-	}
-	return c.lock[:c.n]
 }
 
 // get returns the counter of key, made if missing, in a locked shard.
@@ -229,13 +195,14 @@ func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, a
 // Admit checks every charge of b and applies all of them or none.
 func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
 	at := now.UnixNano()
-	var p call
-	s.lock(&p, b)
-	ok := s.admit(at, b, &p)
-	for _, j := range s.locked(&p) {
+	var ofBuf, lockBuf [8]int
+	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
+	s.lock(lock)
+	ok := s.admit(at, b, of)
+	for _, j := range lock {
 		s.maybeEvict(&s.shards[j], at)
 	}
-	s.unlock(&p)
+	s.unlock(lock)
 	if ok && hasBudget(b) {
 		s.openMu.Lock()
 		s.open[b.ID] = b
@@ -254,13 +221,13 @@ type checked struct {
 // admit checks and applies b on locked shards: first every charge is
 // checked, then, when every charge that is not Shadow fits, all are
 // applied.
-func (s *Store) admit(now int64, b *sluice.Batch, p *call) bool {
+func (s *Store) admit(now int64, b *sluice.Batch, of []int) bool {
 	var buf [8]checked
 	found := buf[:0]
 	admit := true
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		st := s.shards[p.shard(i)].get(c.Key, c.Kind)
+		st := s.shards[of[i]].get(c.Key, c.Kind)
 		next, allowed := check(c, st, c.Amount, now)
 		admit = admit && (allowed || c.Shadow)
 		found = append(found, checked{st: st, next: next})
@@ -326,9 +293,10 @@ func (s *Store) takeOpen(id uint64) bool {
 // apply settles b at its Actual amounts, or at actual when it is not nil
 // (the sweep's decision).
 func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
-	var p call
-	s.lock(&p, b)
-	defer s.unlock(&p)
+	var ofBuf, lockBuf [8]int
+	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
+	s.lock(lock)
+	defer s.unlock(lock)
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		// The sweep's decision does not read Actual: the engine may be
@@ -344,7 +312,7 @@ func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 			// it is.
 			continue
 		}
-		st := s.shards[p.shard(i)].get(c.Key, c.Kind)
+		st := s.shards[of[i]].get(c.Key, c.Kind)
 		st.touched = max(st.touched, now)
 		switch c.Kind {
 		case sluice.KindRate:
@@ -360,12 +328,13 @@ func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 // Peek fills the result fields of b's charges without charging.
 func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	at := now.UnixNano()
-	var p call
-	s.lock(&p, b)
-	defer s.unlock(&p)
+	var ofBuf, lockBuf [8]int
+	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
+	s.lock(lock)
+	defer s.unlock(lock)
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		st := s.shards[p.shard(i)].find(c.Key)
+		st := s.shards[of[i]].find(c.Key)
 		if st == nil || st.kind != c.Kind {
 			// No counter yet, or one an admission would start afresh.
 			st = &state{}

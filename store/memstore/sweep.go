@@ -37,14 +37,21 @@ func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResul
 	return res, Report(expired), nil
 }
 
-// Report describes what SweepExpired settled, for SweepReport.
+// Report describes what SweepExpired settled, for SweepReport: each
+// charge, a budget's with the amount it was charged.
 func Report(expired []Expired) []sluice.ExpiredReservation {
 	if len(expired) == 0 {
 		return nil
 	}
 	out := make([]sluice.ExpiredReservation, len(expired))
 	for i, e := range expired {
-		out[i] = expiredOf(e.Batch, e.Actual)
+		out[i].Charges = make([]sluice.ExpiredCharge, len(e.Batch.Charges))
+		for j, c := range e.Batch.Charges {
+			out[i].Charges[j] = sluice.ExpiredCharge{Key: c.Key, Kind: c.Kind}
+			if c.Kind == sluice.KindBudget {
+				out[i].Charges[j].Charged = e.Actual[j]
+			}
+		}
 	}
 	return out
 }
@@ -141,17 +148,4 @@ func (st *state) idle(now, grace int64) bool {
 	}
 	// A rate counter, or one never charged, whose state is all zero.
 	return st.rate.Full(now)
-}
-
-// expiredOf describes a swept batch for SweepResult.Expired.
-func expiredOf(b *sluice.Batch, actual []int64) sluice.ExpiredReservation {
-	e := sluice.ExpiredReservation{Charges: make([]sluice.ExpiredCharge, len(b.Charges))}
-	for i := range b.Charges {
-		c := &b.Charges[i]
-		e.Charges[i] = sluice.ExpiredCharge{Key: c.Key, Kind: c.Kind}
-		if c.Kind == sluice.KindBudget {
-			e.Charges[i].Charged = actual[i]
-		}
-	}
-	return e
 }

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 
 	"github.com/sluicehq/sluice"
 )
@@ -69,4 +71,118 @@ func mpString(buf []byte, s string) []byte {
 
 func mpInt(buf []byte, v int64) []byte {
 	return binary.BigEndian.AppendUint64(append(buf, 0xd3), uint64(v))
+}
+
+// parseRecord reads back a record that record wrote: the batch's lease
+// member, and its budget charges and leases (a lease holds 1).
+func (s *Store) parseRecord(rec string) (member string, charges []sluice.OpenCharge, err error) {
+	r := mpReader{b: []byte(rec)}
+	n := r.array()
+	member = r.str()
+	r.num() // whether it counts as the batch's reservation
+	if r.err == nil && (n < 2 || (n-2)%5 != 0) {
+		r.err = fmt.Errorf("%d fields", n)
+	}
+	for j := 2; j < n && r.err == nil; j += 5 {
+		kind, key, amount := r.num(), r.str(), r.num()
+		r.num() // expiry policy
+		r.num() // period end
+		if r.err != nil {
+			break
+		}
+		ck, k, ok := s.parseCounterKey(key)
+		switch {
+		case !ok:
+			r.err = fmt.Errorf("key %q not of this store", key)
+		case kind == 2 && k == sluice.KindBudget:
+			charges = append(charges, sluice.OpenCharge{Key: ck, Kind: k, Amount: amount})
+		case kind == 3 && k == sluice.KindConcurrency:
+			charges = append(charges, sluice.OpenCharge{Key: ck, Kind: k, Amount: 1})
+		default:
+			r.err = fmt.Errorf("charge of kind %d on key %q", kind, key)
+		}
+	}
+	if r.err == nil && len(r.b) > 0 {
+		r.err = fmt.Errorf("%d bytes past its end", len(r.b))
+	}
+	if r.err == nil && len(member) != 16 {
+		r.err = fmt.Errorf("member of %d bytes", len(member))
+	}
+	if r.err != nil {
+		return "", nil, fmt.Errorf("reservation record: %w", r.err)
+	}
+	return member, charges, nil
+}
+
+// memberID is the batch ID a member names (see Store.member).
+func memberID(member string) uint64 {
+	return binary.LittleEndian.Uint64([]byte(member[8:16]))
+}
+
+// mpReader reads the MessagePack forms that mpArray, mpString and mpInt
+// write; the first error sticks.
+type mpReader struct {
+	b   []byte
+	err error
+}
+
+func (r *mpReader) take(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if len(r.b) < n {
+		r.err = errors.New("truncated")
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *mpReader) array() int {
+	t := r.take(1)
+	switch {
+	case t == nil:
+		return 0
+	case t[0]&0xf0 == 0x90:
+		return int(t[0] & 0x0f)
+	case t[0] == 0xdc:
+		if v := r.take(2); v != nil {
+			return int(binary.BigEndian.Uint16(v))
+		}
+		return 0
+	}
+	r.err = fmt.Errorf("type 0x%02x, want an array", t[0])
+	return 0
+}
+
+func (r *mpReader) str() string {
+	t := r.take(1)
+	var n int
+	switch {
+	case t == nil:
+		return ""
+	case t[0] == 0xda:
+		if v := r.take(2); v != nil {
+			n = int(binary.BigEndian.Uint16(v))
+		}
+	case t[0] == 0xdb:
+		if v := r.take(4); v != nil {
+			n = int(binary.BigEndian.Uint32(v))
+		}
+	default:
+		r.err = fmt.Errorf("type 0x%02x, want a string", t[0])
+	}
+	return string(r.take(n))
+}
+
+func (r *mpReader) num() int64 {
+	t := r.take(1)
+	if t != nil && t[0] != 0xd3 {
+		r.err = fmt.Errorf("type 0x%02x, want an int64", t[0])
+	}
+	if v := r.take(8); v != nil {
+		return int64(binary.BigEndian.Uint64(v))
+	}
+	return 0
 }

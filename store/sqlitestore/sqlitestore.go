@@ -41,8 +41,9 @@ import (
 )
 
 var (
-	_ sluice.Store        = (*Store)(nil)
-	_ sluice.AsyncSettler = (*Store)(nil)
+	_ sluice.Store             = (*Store)(nil)
+	_ sluice.AsyncSettler      = (*Store)(nil)
+	_ sluice.ReservationLister = (*Store)(nil)
 )
 
 var errClosed = errors.New("sqlitestore: closed")
@@ -319,6 +320,12 @@ func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch,
 // serving them.
 func (s *Store) Reserved(ctx context.Context, keys []sluice.CounterKey) ([]int64, error) {
 	return s.mem.Reserved(ctx, keys)
+}
+
+// Reservations lists the open reservations in memory: this process admitted
+// every one (those of a crashed process were settled by Open).
+func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.OpenReservation, error) {
+	return s.mem.Reservations(ctx, limit)
 }
 
 // Peek reads the in-memory counters.

@@ -1,0 +1,140 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Reservation is an open reservation: admitted, not yet settled or swept.
+type Reservation struct {
+	ID uint64 `json:"id"`
+	// Admitted and Age (how long it has been open, in seconds) are known
+	// for the reservations this process admitted; the store does not
+	// keep them.
+	Admitted time.Time           `json:"admitted,omitzero"`
+	Deadline time.Time           `json:"deadline"`
+	Age      *float64            `json:"age_seconds,omitempty"`
+	Charges  []ReservationCharge `json:"charges"`
+}
+
+// ReservationCharge is one counter a reservation holds an amount on.
+type ReservationCharge struct {
+	Kind sluice.Kind `json:"kind"`
+	// Subject is the counter's subject value (parts of a composite joined
+	// by "+").
+	Subject string `json:"subject"`
+	Amount  int64  `json:"amount"`
+}
+
+// Where a ReservationList comes from.
+const (
+	// FromStore: the store's record of every replica's reservations.
+	FromStore = "store"
+	// FromProcess: the reservations this process admitted, the store
+	// having no listing (not a sluice.ReservationLister).
+	FromProcess = "process"
+)
+
+// ReservationList is a list of open reservations and where it comes from.
+type ReservationList struct {
+	Reservations []Reservation `json:"reservations"`
+	// Source is FromStore or FromProcess.
+	Source string `json:"source"`
+	// Truncated reports that more reservations were open than listed.
+	Truncated bool `json:"truncated"`
+}
+
+// Reservations lists up to limit open reservations at now, the soonest
+// deadline first: from the store when it is a sluice.ReservationLister
+// (those of every replica sharing it: the batches with a budget charge, as
+// the store records them), else those open in this process (every
+// admitted batch, with all its charges).
+func (m *Metrics) Reservations(ctx context.Context, now time.Time, limit int) (ReservationList, error) {
+	list := ReservationList{Reservations: []Reservation{}, Source: FromStore}
+	stores := m.storesSnapshot()
+	if len(stores) == 0 {
+		list.Source = FromProcess
+	}
+	for _, s := range stores {
+		lister, ok := s.Store.(sluice.ReservationLister)
+		if !ok {
+			list.Source = FromProcess
+			list.Reservations = append(list.Reservations, s.openReservations(now)...)
+			continue
+		}
+		// One more than asked tells whether the list is cut.
+		open, err := lister.Reservations(ctx, limit+1)
+		if err != nil {
+			return ReservationList{}, &sluice.StoreError{Op: "reservations", Err: err}
+		}
+		list.Reservations = append(list.Reservations, s.stored(open, now)...)
+	}
+	slices.SortFunc(list.Reservations, func(a, b Reservation) int {
+		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
+	})
+	if len(list.Reservations) > limit {
+		list.Reservations, list.Truncated = list.Reservations[:limit], true
+	}
+	return list, nil
+}
+
+// openReservations lists the batches open in this process.
+func (s *instrumentedStore) openReservations(now time.Time) []Reservation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Reservation, 0, len(s.open))
+	for id, ob := range s.open {
+		r := Reservation{ID: id, Deadline: ob.deadline.UTC()}
+		r.since(ob.admitted, now)
+		for _, c := range ob.charges {
+			r.Charges = append(r.Charges, ReservationCharge{Kind: c.kind, Subject: displaySubject(c.key.Subject), Amount: c.amount})
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// stored turns the store's listing into Reservations, with the admission
+// time of those this process admitted.
+func (s *instrumentedStore) stored(open []sluice.OpenReservation, now time.Time) []Reservation {
+	out := make([]Reservation, len(open))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, o := range open {
+		r := Reservation{ID: o.ID, Deadline: o.Deadline.UTC(), Charges: make([]ReservationCharge, len(o.Charges))}
+		if ob, ok := s.open[o.ID]; ok {
+			r.since(ob.admitted, now)
+		}
+		for j, c := range o.Charges {
+			r.Charges[j] = ReservationCharge{Kind: c.Kind, Subject: displaySubject(c.Key.Subject), Amount: c.Amount}
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// since sets when r was admitted and its age at now.
+func (r *Reservation) since(admitted, now time.Time) {
+	age := now.Sub(admitted).Seconds()
+	r.Admitted, r.Age = admitted.UTC(), &age
+}
+
+// displaySubject writes a counter's subject for people: the parts of a
+// composite joined by "+", a value after its org (or a session after its
+// key) by "/".
+func displaySubject(s string) string {
+	b := []byte(s)
+	for i := range b {
+		switch b[i] {
+		case 0x1f:
+			b[i] = '+'
+		case 0x1e:
+			b[i] = '/'
+		}
+	}
+	return string(b)
+}

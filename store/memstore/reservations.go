@@ -1,0 +1,46 @@
+package memstore
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/sluicehq/sluice"
+)
+
+var _ sluice.ReservationLister = (*Store)(nil)
+
+// Reservations lists the open batches with a budget charge, the soonest
+// deadline first (then by ID): those the sweep would settle.
+func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.OpenReservation, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	s.openMu.Lock()
+	open := make([]*sluice.Batch, 0, len(s.open))
+	for _, b := range s.open {
+		open = append(open, b)
+	}
+	s.openMu.Unlock()
+	// An admitted batch's deadline and charges stay as they are until it
+	// is settled (the engine writes only Actual), so they are read
+	// without the lock, as the sweep reads them.
+	slices.SortFunc(open, func(a, b *sluice.Batch) int {
+		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
+	})
+	open = open[:min(limit, len(open))]
+	out := make([]sluice.OpenReservation, len(open))
+	for i, b := range open {
+		r := sluice.OpenReservation{ID: b.ID, Deadline: b.Deadline}
+		for j := range b.Charges {
+			switch c := &b.Charges[j]; c.Kind {
+			case sluice.KindBudget:
+				r.Charges = append(r.Charges, sluice.OpenCharge{Key: c.Key, Kind: c.Kind, Amount: c.Amount})
+			case sluice.KindConcurrency:
+				r.Charges = append(r.Charges, sluice.OpenCharge{Key: c.Key, Kind: c.Kind, Amount: 1})
+			}
+		}
+		out[i] = r
+	}
+	return out, nil
+}
