@@ -182,12 +182,14 @@ func shapeOf(r sluice.Rule) string {
 // keyPatch is the body of PATCH /admin/v1/keys/{id}: each field present
 // replaces the key's; the secret and the identity (org, workspace, team,
 // user) stay. allowed_models [] allows any model; expires_at null means
-// never.
+// never; class "" and max_wait "0s" or null mean the tier's.
 type keyPatch struct {
 	Name          *string         `json:"name"`
 	Tier          *string         `json:"tier"`
 	AllowedModels *[]string       `json:"allowed_models"`
 	ExpiresAt     json.RawMessage `json:"expires_at"`
+	Class         *string         `json:"class"`
+	MaxWait       json.RawMessage `json:"max_wait"`
 }
 
 func (h *Handler) updateKey(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -195,7 +197,11 @@ func (h *Handler) updateKey(w http.ResponseWriter, r *http.Request, p *principal
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	u := catalog.KeyUpdate{Name: req.Name, Tier: req.Tier, AllowedModels: req.AllowedModels}
+	u := catalog.KeyUpdate{Name: req.Name, Tier: req.Tier, AllowedModels: req.AllowedModels, Class: req.Class}
+	var err error
+	if u.MaxWait, err = maxWaitField(req.MaxWait); err != nil {
+		return err
+	}
 	if len(req.ExpiresAt) > 0 {
 		var t time.Time
 		if string(req.ExpiresAt) != "null" {
@@ -205,8 +211,8 @@ func (h *Handler) updateKey(w http.ResponseWriter, r *http.Request, p *principal
 		}
 		u.ExpiresAt = &t
 	}
-	if u.Name == nil && u.Tier == nil && u.AllowedModels == nil && u.ExpiresAt == nil {
-		return errorf(http.StatusBadRequest, "invalid_body", "the body changes nothing: give name, tier, allowed_models or expires_at")
+	if u.Name == nil && u.Tier == nil && u.AllowedModels == nil && u.ExpiresAt == nil && u.Class == nil && u.MaxWait == nil {
+		return errorf(http.StatusBadRequest, "invalid_body", "the body changes nothing: give name, tier, allowed_models, expires_at, class or max_wait")
 	}
 	id := r.PathValue("id")
 	if check := h.opts.CheckKey; check != nil && (u.Tier != nil || u.AllowedModels != nil) {

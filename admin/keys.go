@@ -1,9 +1,11 @@
 package admin
 
 import (
+	"encoding/json"
 	"net/http"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
 )
 
@@ -22,6 +24,31 @@ type keyRequest struct {
 	AssertWorkspaces []string `json:"assert_workspaces"`
 	// Limits are the key's own limits, made with it (see keyLimits).
 	Limits *keyLimitsRequest `json:"limits"`
+	// Class is the key's priority class; MaxWait its own bound on
+	// waiting (maxWaitField).
+	Class   string          `json:"class"`
+	MaxWait json.RawMessage `json:"max_wait"`
+}
+
+// maxWaitField reads the max_wait of a key's body: a duration string
+// ("2s", "500ms"); "0s" and null mean the tier's bound. Absent is nil.
+// Its range is the catalog's to check.
+func maxWaitField(raw json.RawMessage) (*time.Duration, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var d time.Duration
+	if string(raw) != "null" {
+		var s string
+		err := json.Unmarshal(raw, &s)
+		if err == nil {
+			d, err = time.ParseDuration(s)
+		}
+		if err != nil {
+			return nil, errorf(http.StatusBadRequest, "invalid_field", "field \"max_wait\": want a duration string such as \"2s\" or \"500ms\" (\"0s\" or null: the tier's), got %s", raw)
+		}
+	}
+	return &d, nil
 }
 
 // keySecret is a key with its secret: the answer to a creation or a
@@ -76,13 +103,21 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *principal
 			return errorf(http.StatusBadRequest, "invalid_key", "%v", err)
 		}
 	}
+	maxWait, err := maxWaitField(req.MaxWait)
+	if err != nil {
+		return err
+	}
 	limits, err := h.keyLimits(req.Limits, req.Org)
 	if err != nil {
 		return err
 	}
-	secret, k, overrides, err := h.cat.CreateKeyWithLimits(r.Context(), catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team,
+	k := catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team,
 		User: req.User, Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, ExpiresAt: req.ExpiresAt,
-		Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces}, limits, p.actor)
+		Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces, Class: req.Class}
+	if maxWait != nil {
+		k.MaxWait = sluice.Duration(*maxWait)
+	}
+	secret, k, overrides, err := h.cat.CreateKeyWithLimits(r.Context(), k, limits, p.actor)
 	if err != nil {
 		return err
 	}

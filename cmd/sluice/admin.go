@@ -253,4 +253,8 @@ type keyRequest struct {
 	AssertWorkspaces []string `json:"assert_workspaces,omitempty"`
 	// Limits are the key's own limits (keyLimitFlags).
 	Limits map[string]any `json:"limits,omitempty"`
+	// Class is the key's priority class; MaxWait its bound on waiting, a
+	// duration string.
+	Class   string `json:"class,omitempty"`
+	MaxWait string `json:"max_wait,omitempty"`
 }

@@ -28,7 +28,7 @@ func authenticatorOf(ctx context.Context, cfg *config.Config, keys gateway.Authe
 			JWKSFile: iss.JWKSFile,
 			Org:      iss.Org,
 			Claims: gateway.JWTClaims{Org: iss.Claims.Org, Workspace: iss.Claims.Workspace, User: iss.Claims.User,
-				Team: iss.Claims.Team, Tier: iss.Claims.Tier},
+				Team: iss.Claims.Team, Tier: iss.Claims.Tier, Class: iss.Claims.Class},
 		})
 	}
 	a, err := gateway.NewJWTAuthenticator(ctx, opts)

@@ -15,14 +15,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
 )
 
-// keys runs "sluice keys create|list|revoke", against the data directory,
-// or against a running server's admin API with --admin-url.
+// keys runs "sluice keys create|list|update|revoke", against the data
+// directory, or against a running server's admin API with --admin-url.
 func keys(args []string) error {
 	if len(args) == 0 {
-		return errors.New("want create, list or revoke")
+		return errors.New("want create, list, update or revoke")
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
@@ -41,6 +42,22 @@ func keys(args []string) error {
 		fs.StringVar(&req.Name, "name", "", "a name to recognise the key by")
 		fs.StringVar(&assert, "assert", "", "make a service key: comma-separated attributes (workspace,user,team) it may assert per request with X-Sluice-Workspace, X-Sluice-User, X-Sluice-Team")
 		fs.StringVar(&assertWorkspaces, "assert-workspaces", "", "comma-separated workspaces a service key may assert, each a name or a prefix ending in * (default: any in its org)")
+	}
+	if sub == "update" {
+		fs.StringVar(&req.Tier, "tier", "", "the key's new tier (\"\": none)")
+		fs.StringVar(&req.Name, "name", "", "the key's new name")
+	}
+	var maxWait time.Duration
+	if sub == "create" || sub == "update" {
+		fs.StringVar(&req.Class, "class", "", "priority class on rules with classes (default, or \"\": the tier's)")
+		fs.Func("max-wait", "the longest the key's calls may wait for rate and concurrency rules, such as 2s or 500ms (default, or 0: the tier's)", func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("want a duration such as 2s or 500ms, got %q", v)
+			}
+			maxWait, req.MaxWait = d, d.String()
+			return nil
+		})
 	}
 	limits := keyLimitFlags{}
 	if sub == "create" {
@@ -63,8 +80,29 @@ func keys(args []string) error {
 		}
 		req.Limits = limits.request()
 	}
+	// What update changes: the flags given.
+	var change catalog.KeyUpdate
+	if sub == "update" {
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "name":
+				change.Name = &req.Name
+			case "tier":
+				change.Tier = &req.Tier
+			case "models":
+				change.AllowedModels = &req.AllowedModels
+			case "class":
+				change.Class = &req.Class
+			case "max-wait":
+				change.MaxWait = &maxWait
+			}
+		})
+		if change == (catalog.KeyUpdate{}) {
+			return errors.New("keys update: give what to change: --name, --tier, --models, --class or --max-wait")
+		}
+	}
 	if *adminURL != "" {
-		return keysRemote(sub, *adminURL, req, workspace, fs.Args())
+		return keysRemote(sub, *adminURL, req, change, workspace, fs.Args())
 	}
 	cfg, err := c.load()
 	if err != nil {
@@ -85,11 +123,26 @@ func keys(args []string) error {
 			return fmt.Errorf("keys create: %w", err)
 		}
 		secret, key, err := cat.CreateKey(ctx, catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team, User: req.User,
-			Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces}, "cli")
+			Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces,
+			Class: req.Class, MaxWait: sluice.Duration(maxWait)}, "cli")
 		if err != nil {
 			return err
 		}
 		printCreated(key.ID, key.Workspace, key.User, secret)
+	case "update":
+		if fs.NArg() != 1 {
+			return errors.New("want the key id")
+		}
+		// The tier and models given; those the key keeps were checked when
+		// they were set.
+		if err := cfg.CheckKey(req.Tier, req.AllowedModels); err != nil {
+			return fmt.Errorf("keys update: %w", err)
+		}
+		key, err := cat.UpdateKey(ctx, fs.Arg(0), change, "cli")
+		if err != nil {
+			return err
+		}
+		printKeys(os.Stdout, []catalog.Key{key})
 	case "list":
 		list, err := cat.ListKeys(ctx, workspace)
 		if err != nil {
@@ -105,9 +158,31 @@ func keys(args []string) error {
 		}
 		fmt.Println("revoked", fs.Arg(0))
 	default:
-		return fmt.Errorf("unknown subcommand %q: want create, list or revoke", sub)
+		return fmt.Errorf("unknown subcommand %q: want create, list, update or revoke", sub)
 	}
 	return nil
+}
+
+// patchOf is the body of PATCH /admin/v1/keys/{id} that makes change: its
+// fields given, an empty model list as [] (any model).
+func patchOf(change catalog.KeyUpdate) map[string]any {
+	body := map[string]any{}
+	if change.Name != nil {
+		body["name"] = *change.Name
+	}
+	if change.Tier != nil {
+		body["tier"] = *change.Tier
+	}
+	if change.AllowedModels != nil {
+		body["allowed_models"] = append([]string{}, *change.AllowedModels...)
+	}
+	if change.Class != nil {
+		body["class"] = *change.Class
+	}
+	if change.MaxWait != nil {
+		body["max_wait"] = change.MaxWait.String()
+	}
+	return body
 }
 
 // adminMessage returns the message of an admin API error body, or the body
@@ -181,10 +256,10 @@ func printCreated(id, workspace, user, secret string) {
 }
 
 // printKeys prints one key a line: "-" stands for no name, no tier, any
-// model.
+// model, the tier's class and max wait.
 func printKeys(out io.Writer, list []catalog.Key) {
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tNAME\tORG\tWORKSPACE\tUSER\tTIER\tMODELS\tCREATED\tSTATUS\tASSERTS")
+	fmt.Fprintln(w, "ID\tNAME\tORG\tWORKSPACE\tUSER\tTIER\tMODELS\tCREATED\tSTATUS\tASSERTS\tCLASS\tMAX_WAIT")
 	for _, k := range list {
 		status := "active"
 		if !k.RevokedAt.IsZero() {
@@ -192,8 +267,12 @@ func printKeys(out io.Writer, list []catalog.Key) {
 		} else if !k.ExpiresAt.IsZero() && k.ExpiresAt.Before(time.Now()) {
 			status = "expired"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, orDash(k.Name), k.Org, k.Workspace, k.User, orDash(k.Tier),
-			orDash(strings.Join(k.AllowedModels, ",")), k.CreatedAt.UTC().Format(time.RFC3339), status, asserts(k))
+		maxWait := "-"
+		if k.MaxWait > 0 {
+			maxWait = k.MaxWait.String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, orDash(k.Name), k.Org, k.Workspace, k.User, orDash(k.Tier),
+			orDash(strings.Join(k.AllowedModels, ",")), k.CreatedAt.UTC().Format(time.RFC3339), status, asserts(k), orDash(k.Class), maxWait)
 	}
 	_ = w.Flush()
 }
@@ -229,7 +308,9 @@ func splitList(v string) []string {
 	return out
 }
 
-func keysRemote(sub, base string, req keyRequest, workspace string, args []string) error {
+// keysRemote runs the subcommand through the admin API at base: change is
+// what an update changes.
+func keysRemote(sub, base string, req keyRequest, change catalog.KeyUpdate, workspace string, args []string) error {
 	base = strings.TrimSuffix(base, "/")
 	var method, url string
 	var body io.Reader
@@ -237,6 +318,12 @@ func keysRemote(sub, base string, req keyRequest, workspace string, args []strin
 	case "create":
 		b, _ := json.Marshal(req)
 		method, url, body = http.MethodPost, base+"/admin/v1/keys", bytes.NewReader(b)
+	case "update":
+		if len(args) != 1 {
+			return errors.New("want the key id")
+		}
+		b, _ := json.Marshal(patchOf(change))
+		method, url, body = http.MethodPatch, base+"/admin/v1/keys/"+args[0], bytes.NewReader(b)
 	case "list":
 		method, url = http.MethodGet, base+"/admin/v1/keys?workspace="+workspace
 	case "revoke":
@@ -280,6 +367,14 @@ func keysRemote(sub, base string, req keyRequest, workspace string, args []strin
 			return err
 		}
 		printKeys(os.Stdout, out.Keys)
+	case "update":
+		var out struct {
+			Key catalog.Key `json:"key"`
+		}
+		if err := json.Unmarshal(data, &out); err != nil {
+			return err
+		}
+		printKeys(os.Stdout, []catalog.Key{out.Key})
 	case "revoke":
 		fmt.Println("revoked", args[0])
 	}

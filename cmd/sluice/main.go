@@ -15,6 +15,7 @@ commands:
   serve            run the gateway (client API and admin API)
   keys create      create an API key: --workspace W --user U [--org O] [--team T] [--tier T]
   keys list        list API keys [--workspace W]
+  keys update ID   change a key's name, tier, models, class or max wait
   keys revoke ID   revoke an API key
   check            validate a config and print the effective limits and warnings
   migrate          apply the catalog's and the store's schema migrations
@@ -29,7 +30,9 @@ after a command's arguments.
 
 const keysUsage = `usage:
   sluice keys create --workspace W --user U [--org O] [--team T] [--tier T] [--name N] [--models M,...]
+                     [--class C] [--max-wait D]
   sluice keys list   [--workspace W]
+  sluice keys update ID [--name N] [--tier T] [--models M,...] [--class C] [--max-wait D]
   sluice keys revoke ID
 Each takes --admin-url URL to work through a running server's admin API
 instead of the data directory. Run "sluice keys <subcommand> -h" for its flags.

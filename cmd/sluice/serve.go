@@ -139,6 +139,7 @@ func serve(args []string) error {
 		TerminalStatus:   cfg.TerminalStatus,
 		BatchMaxWait:     cfg.MaxWait,
 		TierMaxWait:      tierMaxWaits(cfg),
+		TierClass:        tierClasses(cfg),
 		RequestTimeout:   cfg.RequestTimeout,
 		UpstreamRetries:  *cfg.UpstreamRetries,
 		TrustedProxies:   cfg.TrustedPrefixes(),
@@ -315,7 +316,8 @@ func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Prin
 		tier = k.config().PromotedTier(tier, k.now().Sub(key.CreatedAt))
 	}
 	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
-		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces}, nil
+		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces,
+		Class: key.Class, MaxWait: time.Duration(key.MaxWait)}, nil
 }
 
 // dependenciesOf is what /readyz checks: the counter store when it can be
@@ -416,6 +418,17 @@ func tierMaxWaits(cfg *config.Config) map[string]time.Duration {
 	for _, t := range cfg.Tiers {
 		if t.MaxWait > 0 {
 			m[t.Name] = t.MaxWait
+		}
+	}
+	return m
+}
+
+// tierClasses returns the tiers' priority classes, by tier name.
+func tierClasses(cfg *config.Config) map[string]string {
+	m := map[string]string{}
+	for _, t := range cfg.Tiers {
+		if t.Class != "" {
+			m[t.Name] = t.Class
 		}
 	}
 	return m
