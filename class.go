@@ -87,7 +87,14 @@ func compileClasses(c *compiledRule) error {
 	if len(r.Classes) > maxClasses {
 		return bad("classes", "at most %d, got %d", maxClasses, len(r.Classes))
 	}
-	set := &classSet{defaultClass: len(r.Classes) - 1, period: 5 * time.Second}
+	// A demand marker outlives the owner's last refusal by one or two
+	// periods, during which its share stays unlent even if the owner has
+	// stopped asking. A rate's marker lasts its window (within 1 s to 1
+	// minute), so that the owner's refill is its own; a concurrency
+	// share's lasts a second, so that a class that stops asking lends its
+	// share again at once (an owner that keeps asking renews its marker at
+	// every refusal).
+	set := &classSet{defaultClass: len(r.Classes) - 1, period: time.Second}
 	if r.Kind == KindRate {
 		set.period = min(max(r.Window.Truncate(time.Second), time.Second), time.Minute)
 	}

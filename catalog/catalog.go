@@ -82,6 +82,10 @@ type Catalog struct {
 	// pgConfig is the PostgreSQL connection's, for the listener of
 	// WatchPolicy; nil on SQLite.
 	pgConfig *pgx.ConnConfig
+	// tables prefixes the ledger's tables in the statements that write
+	// them: on PostgreSQL the catalog's schema, so that they name the same
+	// tables on a counter store's connections (QueueRecords).
+	tables string
 
 	onFlushError  func(error)
 	callRetention time.Duration
@@ -204,7 +208,12 @@ func OpenPostgres(ctx context.Context, url string, opts Options) (*Catalog, erro
 		db.Close()
 		return nil, fmt.Errorf("catalog: open postgres %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database, err)
 	}
-	c.pgConfig = cfg
+	var schema string
+	if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("catalog: open postgres %s:%d/%s: current schema: %w", cfg.Host, cfg.Port, cfg.Database, err)
+	}
+	c.pgConfig, c.tables = cfg, pgx.Identifier{schema}.Sanitize()+"."
 	return c, nil
 }
 

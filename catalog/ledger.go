@@ -1,9 +1,11 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -144,17 +146,30 @@ func newLedger() *ledger {
 // in its next write), by Flush, or by Close. Entries recorded after Close
 // are lost.
 func (c *Catalog) RecordUsage(e UsageEntry) {
-	at := e.At
-	if at.IsZero() {
-		at = c.now()
-	}
+	at := c.entryTime(e.At)
 	l := c.led
 	day := floorDiv(at.Unix(), 86400)
-	tokens := e.Tokens
-	if tokens == 0 {
-		tokens = satAdd(e.InputTokens, e.OutputTokens)
+	sums := e.sums()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if day != l.lastDay {
+		l.lastDay, l.lastDayStr = day, at.UTC().Format(dayLayout)
 	}
-	sums := usageSums{e.Requests, e.InputTokens, e.OutputTokens, e.CachedInputTokens, tokens, e.CostMicros}
+	l.add(e.key(l.lastDayStr), sums)
+	l.signal()
+}
+
+// entryTime is when an entry or record at at happened: now when at is
+// zero.
+func (c *Catalog) entryTime(at time.Time) time.Time {
+	if at.IsZero() {
+		return c.now()
+	}
+	return at
+}
+
+// key is the key of e's ledger row on day.
+func (e *UsageEntry) key(day string) usageKey {
 	org := e.Org
 	if org == "" {
 		org = "default"
@@ -163,21 +178,32 @@ func (c *Catalog) RecordUsage(e UsageEntry) {
 	if e.Swept {
 		kind = kindSwept
 	}
-	tags := tagSet(e.Tags)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if day != l.lastDay {
-		l.lastDay, l.lastDayStr = day, at.UTC().Format(dayLayout)
+	return usageKey{org, e.Workspace, day, e.Route, e.Model, e.KeyID, e.User, e.Team, tagSet(e.Tags), kind}
+}
+
+// sums are what e adds to its ledger row.
+func (e *UsageEntry) sums() usageSums {
+	tokens := e.Tokens
+	if tokens == 0 {
+		tokens = satAdd(e.InputTokens, e.OutputTokens)
 	}
-	k := usageKey{org, e.Workspace, l.lastDayStr, e.Route, e.Model, e.KeyID, e.User, e.Team, tags, kind}
-	if s := l.pending[k]; s != nil {
+	return usageSums{e.Requests, e.InputTokens, e.OutputTokens, e.CachedInputTokens, tokens, e.CostMicros}
+}
+
+// add adds sums to the pending row k; l.mu is held.
+func (l *ledger) add(k usageKey, sums usageSums) {
+	addRow(l.pending, k, sums)
+}
+
+// addRow adds sums to the row k of batch.
+func addRow(batch map[usageKey]*usageSums, k usageKey, sums usageSums) {
+	if s := batch[k]; s != nil {
 		s.add(sums)
-	} else {
-		fresh := new(usageSums) // allocated only for a new row, not per entry
-		*fresh = sums
-		l.pending[k] = fresh
+		return
 	}
-	l.signal()
+	fresh := new(usageSums) // allocated only for a new row, not per entry
+	*fresh = sums
+	batch[k] = fresh
 }
 
 // signal wakes the flusher; l.mu is held.
@@ -239,19 +265,20 @@ func (c *Catalog) Flush(ctx context.Context) error {
 	l.mu.Unlock()
 
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		if err := c.writeUsage(ctx, tx, batch); err != nil {
-			return err
+		var err error
+		exec := func(query string, args ...any) {
+			if err == nil {
+				_, err = tx.ExecContext(ctx, query, args...)
+			}
 		}
-		return c.writeCalls(ctx, tx, calls)
+		c.queueUsage(batch, exec)
+		c.queueCalls(calls, exec)
+		return err
 	})
 	if err != nil {
 		l.mu.Lock()
 		for k, s := range batch {
-			if p := l.pending[k]; p != nil {
-				p.add(*s)
-			} else {
-				l.pending[k] = s
-			}
+			l.add(k, *s)
 		}
 		l.requeueCalls(calls)
 		l.mu.Unlock()
@@ -264,12 +291,15 @@ func (c *Catalog) Flush(ctx context.Context) error {
 // a row, under either database's limit).
 const rowsPerUpsert = 500
 
-// writeUsage adds batch to the ledger's rows, many rows per statement: a
-// flush is a few round trips however many rows it writes, so that its
-// write, the window a crash can lose, stays short. A batch holds each key
-// once, as one upsert statement requires.
-func (c *Catalog) writeUsage(ctx context.Context, tx *sql.Tx, batch map[usageKey]*usageSums) error {
-	const head = `INSERT INTO usage_ledger
+// queueUsage queues, with queue, the statements that add batch to the
+// ledger's rows, many rows per statement: a flush is a few round trips
+// however many rows it writes, so that its write, the window a crash can
+// lose, stays short. A batch holds each key once, as one upsert statement
+// requires; its rows go in key order, the one order in which every writer
+// (replicas flushing, counter stores writing the ledger with their
+// settlements) locks them, so that none deadlocks another.
+func (c *Catalog) queueUsage(batch map[usageKey]*usageSums, queue func(query string, args ...any)) {
+	head := `INSERT INTO ` + c.tables + `usage_ledger
 		(org, workspace, day, route, model, key_id, user_id, team, tags, kind,
 			requests, input_tokens, output_tokens, cached_input_tokens, tokens, cost_micros) VALUES `
 	const tail = ` ON CONFLICT (org, workspace, day, route, model, key_id, user_id, team, tags, kind) DO UPDATE SET
@@ -282,17 +312,17 @@ func (c *Catalog) writeUsage(ctx context.Context, tx *sql.Tx, batch map[usageKey
 	var b strings.Builder
 	var args []any
 	rows := 0
-	write := func() error {
+	write := func() {
 		if rows == 0 {
-			return nil
+			return
 		}
 		b.WriteString(tail)
-		_, err := tx.ExecContext(ctx, c.d.q(b.String()), args...)
+		queue(c.d.q(b.String()), args...)
 		b.Reset()
-		args, rows = args[:0], 0
-		return err
+		args, rows = nil, 0 // the queued statement keeps its arguments
 	}
-	for k, s := range batch {
+	for _, k := range slices.SortedFunc(maps.Keys(batch), compareUsageKeys) {
+		s := batch[k]
 		if rows == 0 {
 			b.WriteString(head)
 		} else {
@@ -302,12 +332,18 @@ func (c *Catalog) writeUsage(ctx context.Context, tx *sql.Tx, batch map[usageKey
 		args = append(args, k.org, k.workspace, k.day, k.route, k.model, k.key, k.user, k.team, k.tags, k.kind,
 			s.requests, s.input, s.output, s.cached, s.tokens, s.cost)
 		if rows++; rows == rowsPerUpsert {
-			if err := write(); err != nil {
-				return err
-			}
+			write()
 		}
 	}
-	return write()
+	write()
+}
+
+// compareUsageKeys orders ledger rows by their primary key's columns.
+func compareUsageKeys(a, b usageKey) int {
+	return cmp.Or(strings.Compare(a.org, b.org), strings.Compare(a.workspace, b.workspace), strings.Compare(a.day, b.day),
+		strings.Compare(a.route, b.route), strings.Compare(a.model, b.model), strings.Compare(a.key, b.key),
+		strings.Compare(a.user, b.user), strings.Compare(a.team, b.team), strings.Compare(a.tags, b.tags),
+		strings.Compare(a.kind, b.kind))
 }
 
 // ledgerGroupDelay is how long the flusher lets entries gather before a

@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -61,12 +60,7 @@ func (c *Catalog) RecordCall(r CallRecord) {
 	if c.callRetention < 0 {
 		return
 	}
-	if r.At.IsZero() {
-		r.At = c.now()
-	}
-	if r.Org == "" {
-		r.Org = "default"
-	}
+	r = c.callRecord(r)
 	l := c.led
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -76,6 +70,15 @@ func (c *Catalog) RecordCall(r CallRecord) {
 	}
 	l.calls = append(l.calls, r)
 	l.signal()
+}
+
+// callRecord is r as it is stored: its time and org filled in.
+func (c *Catalog) callRecord(r CallRecord) CallRecord {
+	r.At = c.entryTime(r.At)
+	if r.Org == "" {
+		r.Org = "default"
+	}
+	return r
 }
 
 // DroppedCalls returns how many call records were not kept because the
@@ -105,15 +108,16 @@ func (l *ledger) requeueCalls(calls []CallRecord) {
 // statement parameters (15 a record).
 const callsPerInsert = 500
 
-// writeCalls inserts calls in multi-row statements: a record at a time,
-// the round trips of a busy gateway's records (hundreds a flush) would
-// keep the ledger's write, and so its crash window, long.
-func (c *Catalog) writeCalls(ctx context.Context, tx *sql.Tx, calls []CallRecord) error {
+// queueCalls queues, with queue, the statements that insert calls, many
+// records per statement: a record at a time, the round trips of a busy
+// gateway's records (hundreds a flush) would keep the ledger's write, and
+// so its crash window, long.
+func (c *Catalog) queueCalls(calls []CallRecord, queue func(query string, args ...any)) {
 	const cols = 15
 	for len(calls) > 0 {
 		n := min(len(calls), callsPerInsert)
 		var b strings.Builder
-		b.WriteString(`INSERT INTO call_records (at, request_id, org, workspace, key_id, user_id, route, model, outcome,
+		b.WriteString(`INSERT INTO ` + c.tables + `call_records (at, request_id, org, workspace, key_id, user_id, route, model, outcome,
 			reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros) VALUES `)
 		args := make([]any, 0, n*cols)
 		for i := range calls[:n] {
@@ -125,12 +129,9 @@ func (c *Catalog) writeCalls(ctx context.Context, tx *sql.Tx, calls []CallRecord
 			args = append(args, r.At.UnixNano(), r.RequestID, r.Org, r.Workspace, r.KeyID, r.User, r.Route, r.Model, r.Outcome,
 				r.ReservedTokens, r.ReservedCost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CostMicros)
 		}
-		if _, err := tx.ExecContext(ctx, c.d.q(b.String()), args...); err != nil {
-			return err
-		}
+		queue(c.d.q(b.String()), args...)
 		calls = calls[n:]
 	}
-	return nil
 }
 
 // CallQuery selects call records.

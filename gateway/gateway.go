@@ -100,6 +100,21 @@ type UsageRecorder interface {
 	RecordUsage(UsageRecord)
 }
 
+// A SettlementRecorder is a UsageRecorder that can have the limit store
+// write a call's record in the commit of the call's settlement (a ledger
+// in the counters' database), so that the two agree whatever happens to
+// the process. Attach returns the context to settle with, carrying u, and
+// a function that tells, once a settlement with that context succeeded,
+// whether the store took u; when it did not (the settlement never reached
+// the store), or when taken is nil (the recorder does not attach records),
+// RecordUsage is called as for any UsageRecorder. A settlement that fails
+// took nothing: u goes with its retries, and a reservation never settled
+// is the sweep's to record.
+type SettlementRecorder interface {
+	UsageRecorder
+	Attach(ctx context.Context, u UsageRecord) (_ context.Context, taken func() bool)
+}
+
 // Model is a model the gateway serves.
 type Model struct {
 	Name string

@@ -578,21 +578,43 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 	// settled here, on the connection's goroutine after the answer.
 	c.settleSession(charged, false)
 	c.trace.startSettle()
-	res.SettleAsync(context.Background(), su, func(err error) {
+	rec := UsageRecord{At: time.Now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
+		InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags,
+		KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: su.IsZero(), Reserved: reserved}
+	ctx, taken := c.g.attach(rec)
+	res.SettleAsync(ctx, su, func(err error) {
 		c.trace.endSettle(err)
 		if err != nil {
 			c.g.log.Error("settle failed; retrying until the reservation's deadline", "request_id", c.event.RequestID, "route", c.rt.name, "model", cand.Name, "err", err)
-			go c.g.retrySettle(res, su, cand.Name, c.event.RequestID)
+			go c.g.retrySettle(ctx, res, su, rec, taken)
 		}
 		c.event.Usage = charged
-		if c.g.opts.Usage != nil {
-			c.g.opts.Usage.RecordUsage(UsageRecord{At: time.Now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
-				InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags,
-				KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: su.IsZero(), Reserved: reserved})
+		if err == nil || taken == nil {
+			// With the record attached, a failed settlement leaves it to
+			// the retries.
+			c.g.record(rec, taken)
 		}
 		c.observe()
 		c.g.inFlight.done()
 	})
+}
+
+// attach returns the context to settle a call with: carrying u to the
+// store when the UsageRecorder is a SettlementRecorder. taken is nil when
+// u is not attached.
+func (g *Gateway) attach(u UsageRecord) (_ context.Context, taken func() bool) {
+	if sr, ok := g.opts.Usage.(SettlementRecorder); ok {
+		return sr.Attach(context.Background(), u)
+	}
+	return context.Background(), nil
+}
+
+// record gives u to the UsageRecorder once its settlement succeeded,
+// unless the store took it with the settlement.
+func (g *Gateway) record(u UsageRecord, taken func() bool) {
+	if g.opts.Usage != nil && (taken == nil || !taken()) {
+		g.opts.Usage.RecordUsage(u)
+	}
 }
 
 // setResultHeaders writes the admission's headers on a response.
@@ -615,21 +637,26 @@ func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sl
 // 5 s), until the store answers or the reservation's deadline passes
 // (then the sweep charges it). Settling is idempotent: a settlement the
 // store applied before failing to answer, or one the sweep made, is not
-// applied twice. Leases are freed as soon as the store is back.
-func (g *Gateway) retrySettle(res *sluice.Reservation, u sluice.Usage, model, requestID string) {
+// applied twice, nor is its record, which base carries when taken is not
+// nil (written with the settlement that applies, recorded here when the
+// store did not take it). Leases are freed as soon as the store is back.
+func (g *Gateway) retrySettle(base context.Context, res *sluice.Reservation, u sluice.Usage, rec UsageRecord, taken func() bool) {
 	delay := g.opts.SettleRetryBase
 	for attempt := 1; ; attempt++ {
 		if time.Now().Add(delay).After(res.Deadline()) {
-			g.log.Error("settle abandoned at the reservation's deadline; the sweep charges it", "request_id", requestID, "model", model, "attempts", attempt)
+			g.log.Error("settle abandoned at the reservation's deadline; the sweep charges it", "request_id", rec.RequestID, "model", rec.Model, "attempts", attempt)
 			return
 		}
 		time.Sleep(delay)
 		delay = min(2*delay, 5*time.Second)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(base, 5*time.Second)
 		err := res.Settle(ctx, u)
 		cancel()
 		if err == nil {
-			g.log.Info("settled after retrying", "request_id", requestID, "model", model, "attempts", attempt+1)
+			g.log.Info("settled after retrying", "request_id", rec.RequestID, "model", rec.Model, "attempts", attempt+1)
+			if taken != nil {
+				g.record(rec, taken)
+			}
 			return
 		}
 	}

@@ -24,7 +24,7 @@ func TestLedger_SweptChargeRecorded(t *testing.T) {
 	defer cat.Close()
 	clock := storetest.NewClock(time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC))
 	rules := []sluice.Rule{{Name: "daily_token_budget", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}}
-	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{}), Rules: rules, Clock: clock, OnSwept: ledger{cat}.RecordSwept})
+	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{}), Rules: rules, Clock: clock, OnSwept: ledger{cat: cat}.RecordSwept})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func migrate(args []string) error {
 	if err := cat.Close(); err != nil {
 		return err
 	}
-	store, err := openStore(cfg, newLogger(cfg))
+	store, err := openStore(cfg, newLogger(cfg), nil)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/catalogsessions"
 	"github.com/sluicehq/sluice/internal/mockprovider"
+	"github.com/sluicehq/sluice/store/pgstore"
 	"go.opentelemetry.io/otel"
 )
 
@@ -48,16 +49,18 @@ func serve(args []string) error {
 			log.Info(w)
 		}
 	}
-	store, err := openStore(cfg, log)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
 	cat, err := openCatalog(cfg)
 	if err != nil {
 		return err
 	}
 	defer cat.Close()
+	rec := ledgerInStore(cfg, cat, log)
+	store, err := openStore(cfg, log, rec)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	led := ledger{cat: cat, inStore: rec != nil}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -82,7 +85,7 @@ func serve(args []string) error {
 	}
 	go obs.events.Run(ctx)
 	limiter, err := sluice.New(sluice.Options{Store: obs.metrics.Store(store), Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
-		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, RetryAfterBuffer: cfg.RetryAfterBuffer, OnOverrun: obs.OnOverrun, OnSwept: ledger{cat}.RecordSwept})
+		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, RetryAfterBuffer: cfg.RetryAfterBuffer, OnOverrun: obs.OnOverrun, OnSwept: led.RecordSwept})
 	if err != nil {
 		return err
 	}
@@ -128,7 +131,7 @@ func serve(args []string) error {
 	g, err := gateway.New(gateway.Options{
 		Limiter:          limiter,
 		Keys:             auth,
-		Usage:            ledger{cat},
+		Usage:            led,
 		Models:           modelsOf(cfg),
 		TenantModels:     tenantModelsOf(cfg),
 		Providers:        providers,
@@ -331,21 +334,45 @@ func dependenciesOf(store sluice.Store, cat *catalog.Catalog) []gateway.Dependen
 	return deps
 }
 
-// ledger adapts the catalog to the gateway's UsageRecorder.
-type ledger struct{ cat *catalog.Catalog }
+// ledger adapts the catalog to the gateway's SettlementRecorder. With
+// inStore, the counter store writes each call's record in its settlement's
+// commit (ledgerInStore); otherwise the catalog journals it after the
+// settlement.
+type ledger struct {
+	cat     *catalog.Catalog
+	inStore bool
+}
 
 func (l ledger) RecordUsage(u gateway.UsageRecord) {
-	l.cat.RecordUsage(catalog.UsageEntry{Org: u.Org, Workspace: u.Workspace, Route: u.Route, Model: u.Model, At: u.At, Requests: 1,
-		KeyID: u.KeyID, User: u.User, Team: u.Team, Tags: u.Tags,
-		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost})
+	r := ledgerRecordOf(u)
+	l.cat.RecordUsage(r.Usage)
+	l.cat.RecordCall(r.Call)
+}
+
+// Attach gives u to the counter store with the settlement when it writes
+// the ledger.
+func (l ledger) Attach(ctx context.Context, u gateway.UsageRecord) (context.Context, func() bool) {
+	if !l.inStore {
+		return ctx, nil
+	}
+	return pgstore.WithRecord(ctx, ledgerRecordOf(u))
+}
+
+// ledgerRecordOf is what the ledger keeps of a settled call.
+func ledgerRecordOf(u gateway.UsageRecord) catalog.LedgerRecord {
 	outcome := catalog.OutcomeReported
 	if u.Estimated {
 		outcome = catalog.OutcomeEstimated
 	}
-	l.cat.RecordCall(catalog.CallRecord{At: u.At, RequestID: u.RequestID, Org: u.Org, Workspace: u.Workspace, KeyID: u.KeyID, User: u.User,
-		Route: u.Route, Model: u.Model, Outcome: outcome,
-		ReservedTokens: u.Reserved.InputTokens + u.Reserved.OutputTokens, ReservedCost: u.Reserved.Cost,
-		InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost})
+	return catalog.LedgerRecord{
+		Usage: catalog.UsageEntry{Org: u.Org, Workspace: u.Workspace, Route: u.Route, Model: u.Model, At: u.At, Requests: 1,
+			KeyID: u.KeyID, User: u.User, Team: u.Team, Tags: u.Tags,
+			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost},
+		Call: catalog.CallRecord{At: u.At, RequestID: u.RequestID, Org: u.Org, Workspace: u.Workspace, KeyID: u.KeyID, User: u.User,
+			Route: u.Route, Model: u.Model, Outcome: outcome,
+			ReservedTokens: u.Reserved.InputTokens + u.Reserved.OutputTokens, ReservedCost: u.Reserved.Cost,
+			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost},
+	}
 }
 
 // RecordSwept records in the ledger, marked as swept, what the sweep

@@ -75,8 +75,10 @@ func sqlitePath(url, def string) string {
 const pgStoreTimeout = 400 * time.Millisecond
 
 // openStore opens the counters' store named by cfg; log receives the
-// store's warnings (a counter found out of bounds and repaired).
-func openStore(cfg *config.Config, log *slog.Logger) (sluice.Store, error) {
+// store's warnings (a counter found out of bounds and repaired). A
+// PostgreSQL store writes the records its settlements carry with rec, when
+// rec is not nil (ledgerInStore).
+func openStore(cfg *config.Config, log *slog.Logger, rec pgstore.Recorder) (sluice.Store, error) {
 	url := cfg.StoreURL()
 	switch {
 	case url == "memory://" || strings.HasPrefix(url, "memory:"):
@@ -94,7 +96,7 @@ func openStore(cfg *config.Config, log *slog.Logger) (sluice.Store, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return redisstore.Open(ctx, redisstore.Options{URL: url, Logger: log})
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+	case isPostgres(url):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		// An admission answers 503 within half a second of a stall, as
@@ -104,7 +106,7 @@ func openStore(cfg *config.Config, log *slog.Logger) (sluice.Store, error) {
 		// process) is cancelled rather than committed after the caller
 		// gave up. One that committed anyway (its answer lost or late, or
 		// held up in the network on its way) is released by the store.
-		return pgstore.Open(ctx, pgstore.Options{URL: url, Timeout: pgStoreTimeout, Logger: log})
+		return pgstore.Open(ctx, pgstore.Options{URL: url, Timeout: pgStoreTimeout, Logger: log, Recorder: rec})
 	}
 	return nil, fmt.Errorf("store %s: want sqlite://, memory://, redis://, redis-cluster:// or postgres://", redact(url))
 }
@@ -119,12 +121,42 @@ func openCatalog(cfg *config.Config) (*catalog.Catalog, error) {
 			return nil, err
 		}
 		return catalog.OpenSQLite(path, catalog.Options{CallRetention: cfg.Usage.CallRetentionOrOff()})
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+	case isPostgres(url):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		return catalog.OpenPostgres(ctx, url, catalog.Options{CallRetention: cfg.Usage.CallRetentionOrOff()})
 	}
 	return nil, fmt.Errorf("database %s: want sqlite://, postgres:// or postgresql://", redact(url))
+}
+
+func isPostgres(url string) bool {
+	return strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://")
+}
+
+var _ pgstore.Recorder = (*catalog.Catalog)(nil)
+
+// ledgerInStore returns the Recorder with which a PostgreSQL counter store
+// in the catalog's database (another schema of it included) writes the
+// ledger in the commit of each settlement, so that kill -9 leaves ledger
+// and counters equal; nil for any other store, whose settlements the
+// ledger journals after they are durable.
+func ledgerInStore(cfg *config.Config, cat *catalog.Catalog, log *slog.Logger) pgstore.Recorder {
+	url := cfg.StoreURL()
+	if !isPostgres(url) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	shared, err := cat.SharesDatabase(ctx, url)
+	if err != nil {
+		log.Warn("cannot tell whether the counter store is in the catalog's database: the ledger is journaled after each settlement", "err", err)
+		return nil
+	}
+	if !shared {
+		return nil
+	}
+	log.Info("the counter store is in the catalog's database: the ledger is written in the commit of each settlement")
+	return cat
 }
 
 // redact hides a URL's password.

@@ -207,13 +207,16 @@ func needsSettling(c *sluice.Charge) bool {
 // batch's leases, in one transaction, shared as Admit's is; it returns after
 // that transaction's commit. A batch with a budget charge is settled only
 // while its reservation row exists, so settling twice, or after the sweep,
-// does nothing.
+// does nothing. A record ctx carries (WithRecord) is written in the same
+// transaction when the settlement applies, even one that changes no
+// counter.
 func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
 	order := sortedCharges(b, needsSettling)
-	if len(order) == 0 {
+	rec := s.recordOf(ctx)
+	if len(order) == 0 && rec == nil {
 		return nil
 	}
-	if err := s.run(ctx, &op{settle: true, now: now, b: b, order: order}); err != nil {
+	if err := s.run(ctx, &op{settle: true, now: now, b: b, order: order, rec: rec}); err != nil {
 		return fmt.Errorf("pgstore: settle: %w", err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice"
@@ -47,6 +48,9 @@ type op struct {
 	// sent is set once the op is handed to a call to the database, after
 	// which its caller cannot know whether it committed.
 	sent bool
+	// rec is a settlement's record, written in its transaction when the
+	// settlement applies (Options.Recorder).
+	rec *record
 }
 
 // queue holds the ops waiting for a call to end.
@@ -126,8 +130,8 @@ func (s *Store) next() {
 
 // exec runs the ops of g as one call and sets each op's result. A group
 // that the server refused as a whole for one op's data (an arithmetic
-// overflow, say) committed nothing, so each op is run again alone and fails
-// or succeeds on its own.
+// overflow, say), or for the records its settlements carry, committed
+// nothing, so each op is run again alone and fails or succeeds on its own.
 func (s *Store) exec(ctx context.Context, g []*op) {
 	if s.testHookExec != nil {
 		s.testHookExec(len(g))
@@ -139,7 +143,8 @@ func (s *Store) exec(ctx context.Context, g []*op) {
 		return
 	}
 	var pgErr *pgconn.PgError
-	if len(g) > 1 && errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23") {
+	var recErr *recordError
+	if len(g) > 1 && (errors.As(err, &recErr) || errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23")) {
 		for _, o := range g {
 			s.exec(ctx, []*op{o})
 		}
@@ -200,12 +205,12 @@ func (s *Store) apply(ctx context.Context, g []*op) error {
 	}
 	a.first = append(a.first, int32(len(a.kind)+1))
 	a.dedupKeys()
+	recorded := slices.ContainsFunc(g, func(o *op) bool { return o.rec != nil })
 	err := s.call(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, applySQL,
-			a.now, a.settle, a.batch, a.ttl, a.row, a.first, a.rows, a.kRule, a.kSubject, a.kPeriod,
-			a.key, a.kind, a.rule, a.subject, a.period, a.limit, a.burst, a.window, a.periodEnd,
-			a.amount, a.actual, a.shadow, a.release,
-		).Scan(&a.done, &a.allowed, &a.remaining, &a.used, &a.retryAfter, &a.resetAtNanos)
+		if recorded {
+			return s.applyRecorded(ctx, g, a)
+		}
+		return a.scan(s.pool.QueryRow(ctx, applySQL, a.values()...))
 	})
 	if err != nil {
 		return err
@@ -236,6 +241,18 @@ func (s *Store) apply(ctx context.Context, g []*op) error {
 		}
 	}
 	return nil
+}
+
+// values are sluice_apply's arguments, in order.
+func (a *groupArgs) values() []any {
+	return []any{a.now, a.settle, a.batch, a.ttl, a.row, a.first, a.rows, a.kRule, a.kSubject, a.kPeriod,
+		a.key, a.kind, a.rule, a.subject, a.period, a.limit, a.burst, a.window, a.periodEnd,
+		a.amount, a.actual, a.shadow, a.release}
+}
+
+// scan reads sluice_apply's results.
+func (a *groupArgs) scan(row pgx.Row) error {
+	return row.Scan(&a.done, &a.allowed, &a.remaining, &a.used, &a.retryAfter, &a.resetAtNanos)
 }
 
 func (a *groupArgs) reset() {

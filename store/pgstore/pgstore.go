@@ -92,6 +92,16 @@
 // The sweep also deletes expired leases and counters idle for ten minutes,
 // reading a bounded slice of the table each time, so storage follows the
 // subjects seen lately.
+//
+// # Records written with the settlements
+//
+// With Options.Recorder, a settlement may carry a record (WithRecord): the
+// row of a usage ledger in the same database, say. A group with such a
+// settlement runs in an explicit transaction, BEGIN and sluice_apply in one
+// round trip, then the Recorder's statements for the settlements that
+// applied and COMMIT in a second, so that each record commits or rolls back
+// with its settlement; the record of a batch settled already or swept is
+// not written. A group without records is the one call it always was.
 package pgstore
 
 import (
@@ -144,17 +154,23 @@ type Options struct {
 	// Logger receives the warning for each counter Open repairs; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Recorder, if set, writes the records that settlements carry
+	// (WithRecord) in the settlements' own transaction. Its statements
+	// run on the store's connections: tables they name outside the
+	// store's search_path must be qualified by their schema.
+	Recorder Recorder
 }
 
 // Store is a sluice.Store backed by PostgreSQL. It is safe for concurrent
 // use, by any number of processes sharing the database.
 type Store struct {
-	pool    *pgxpool.Pool
-	timeout time.Duration
-	pinTime bool
-	log     *slog.Logger
-	queue   queue
-	stats   struct{ calls, ops atomic.Int64 }
+	pool     *pgxpool.Pool
+	timeout  time.Duration
+	pinTime  bool
+	log      *slog.Logger
+	recorder Recorder
+	queue    queue
+	stats    struct{ calls, ops atomic.Int64 }
 	// cancels are the releases of admissions whose callers gave up (see
 	// cancelLater); closing ends them.
 	cancels        sync.WaitGroup
@@ -180,7 +196,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: open: %w", err)
 	}
-	s := &Store{timeout: opts.Timeout, pinTime: opts.PinTime, closing: make(chan struct{}), log: opts.Logger}
+	s := &Store{timeout: opts.Timeout, pinTime: opts.PinTime, closing: make(chan struct{}), log: opts.Logger, recorder: opts.Recorder}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
