@@ -14,12 +14,13 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// phaseShares is what a phase measured: each class's mean share of the
-// cap over the phase's samples after its first second.
+// phaseShares is what a phase measured over its samples after its first
+// seconds: each class's part of the calls in flight, and how much of the
+// cap they used together.
 type phaseShares struct {
 	phase
 	samples int
-	share   []float64 // per class
+	share   []float64 // per class, of the calls in flight
 	used    float64   // of the cap, by every class
 }
 
@@ -36,15 +37,18 @@ func (r *result) shares() []phaseShares {
 		p.samples++
 		for c, n := range s.inFlight {
 			p.share[c] += float64(n)
+			p.used += float64(n)
 		}
 	}
 	for i := range out {
 		p := &out[i]
 		for c := range p.share {
-			if p.samples > 0 {
-				p.share[c] /= float64(p.samples * capacity)
+			if p.used > 0 {
+				p.share[c] /= p.used
 			}
-			p.used += p.share[c]
+		}
+		if p.samples > 0 {
+			p.used /= float64(p.samples * capacity)
 		}
 	}
 	return out
@@ -61,8 +65,8 @@ func (r *result) broken() []string {
 			out = append(out, fmt.Sprintf("%s: no sample", p.name))
 			continue
 		}
-		if p.used < busyShare {
-			out = append(out, fmt.Sprintf("%s: the classes asking used %.1f %% of the cap, want at least %.0f %%", p.name, 100*p.used, 100*busyShare))
+		if p.used < r.o.busy {
+			out = append(out, fmt.Sprintf("%s: the classes asking used %.1f %% of the cap, want at least %.0f %%", p.name, 100*p.used, 100*r.o.busy))
 		}
 		for c, cl := range classes {
 			if !slices.Contains(p.active, cl.name) {
@@ -70,7 +74,7 @@ func (r *result) broken() []string {
 			}
 			got := p.share[c]
 			if got < cl.share-tolerance || p.exact && got > cl.share+tolerance {
-				out = append(out, fmt.Sprintf("%s: %s had %.1f %% of the cap, want %s", p.name, cl.name, 100*got, bound(p.exact, cl.share)))
+				out = append(out, fmt.Sprintf("%s: %s had %.1f %% of the calls in flight, want %s", p.name, cl.name, 100*got, bound(p.exact, cl.share)))
 			}
 		}
 	}
@@ -88,9 +92,9 @@ func bound(exact bool, share float64) string {
 // markdown is the run's table.
 func (r *result) markdown(command string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "`%s`: %d replicas, a concurrency cap of %d shared by three classes, %d clients a class, calls held %s, phases of %s (the first second of each left out).\n\n",
-		command, r.o.replicas, capacity, r.o.clients, r.o.hold, r.o.phase)
-	b.WriteString("| phase | class | floor, weight | share of the cap | measured | holds |\n| --- | --- | --- | ---: | ---: | --- |\n")
+	fmt.Fprintf(&b, "`%s`: %d replicas, a concurrency cap of %d shared by three classes, %d clients a class, calls held %s, phases of %s (the first %s of each left out).\n\n",
+		command, r.o.replicas, capacity, r.o.clients, r.o.hold, r.o.phase, settle)
+	b.WriteString("| phase | class | floor, weight | its share | its part of the calls in flight | holds |\n| --- | --- | --- | ---: | ---: | --- |\n")
 	broken := strings.Join(r.broken(), "\n")
 	for _, p := range r.shares() {
 		for c, cl := range classes {
@@ -104,10 +108,10 @@ func (r *result) markdown(command string) string {
 			fmt.Fprintf(&b, "| %s | %s | %d, %d | %s | %.1f %% | %s |\n", p.name, cl.name, cl.floor, cl.weight, bound(p.exact, cl.share), 100*p.share[c], holds)
 		}
 		holds := "yes"
-		if p.used < busyShare {
+		if p.used < r.o.busy {
 			holds = "**no**"
 		}
-		fmt.Fprintf(&b, "| %s | all asking | | at least %.0f %% | %.1f %% | %s |\n", p.name, 100*busyShare, 100*p.used, holds)
+		fmt.Fprintf(&b, "| %s | all asking: the cap used | | at least %.0f %% | %.1f %% | %s |\n", p.name, 100*r.o.busy, 100*p.used, holds)
 	}
 	fmt.Fprintf(&b, "\nAt most %d calls at the provider at once (cap %d); calls served: ", r.maxTotal, capacity)
 	for c, cl := range classes {
@@ -116,7 +120,7 @@ func (r *result) markdown(command string) string {
 		}
 		fmt.Fprintf(&b, "%s %d", cl.name, r.served[c])
 	}
-	b.WriteString(".\n")
+	fmt.Fprintf(&b, "; 503 store_unavailable answers (tried again): %d.\n", r.unavailable)
 	for _, e := range r.broken() {
 		fmt.Fprintf(&b, "\nBROKEN: %s", e)
 	}
