@@ -206,7 +206,8 @@ func (r *result) writePNG(path string) error {
 		}
 		p.Add(label)
 	}
-	p.Legend.Top, p.Legend.Left = false, false
-	p.Legend.YOffs = vg.Points(40)
+	// Top left, under the first phase's name, where the shares stay low.
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(10), vg.Points(-22)
 	return p.Save(10*vg.Inch, 4.5*vg.Inch, path)
 }
