@@ -16,7 +16,6 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/rueidis"
 	"github.com/rs/zerolog"
 
 	"github.com/sluicehq/sluice/bench/internal/proc"
@@ -89,7 +88,7 @@ func newSuite(ctx context.Context, o options, logf func(string, ...any)) (s *sui
 		return nil, fmt.Errorf("redis url %q: want redis://host:port/db", o.redis)
 	}
 	s.redisAddr, s.redisDB = ru.Host, strings.TrimPrefix(ru.Path, "/")
-	s.closers = append(s.closers, func() { s.deleteRedisKeys(o.redis) })
+	s.closers = append(s.closers, func() { proc.DeleteRedisKeys(o.redis, s.runID) })
 	if err := s.createDatabase(ctx, o.postgres); err != nil {
 		return nil, err
 	}
@@ -189,36 +188,6 @@ func (s *suite) postgresURL(addr string) string {
 	}
 	u.Host = addr
 	return u.String()
-}
-
-// deleteRedisKeys deletes the keys of the run's workspaces (each has the
-// run's id in its name) from the Redis server.
-func (s *suite) deleteRedisKeys(redisURL string) {
-	opt, err := rueidis.ParseURL(redisURL)
-	if err != nil {
-		return
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		return
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var cursor uint64
-	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match("*"+s.runID+"*").Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			return
-		}
-		for _, k := range e.Elements {
-			c.Do(ctx, c.B().Unlink().Key(k).Build())
-		}
-		if cursor = e.Cursor; cursor == 0 {
-			return
-		}
-	}
 }
 
 // newProxy starts a fault proxy on a free loopback port to upstream.

@@ -1,6 +1,6 @@
 // Package proc starts and stops the processes of the benchmark harnesses:
 // each in its own process group, its output in a log file, stopped by its
-// harness on every path out.
+// harness on every path out; and it cleans up after them.
 package proc
 
 import (
@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // Build builds the main package pkg of the module at src into out.
@@ -182,4 +184,35 @@ func FreePorts(n int) ([]int, error) {
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// DeleteRedisKeys deletes, from the Redis server at redisURL, the keys
+// whose name holds runID: a harness's counters, named by the run's
+// workspaces or org.
+func DeleteRedisKeys(redisURL, runID string) {
+	opt, err := rueidis.ParseURL(redisURL)
+	if err != nil {
+		return
+	}
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match("*"+runID+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return
+		}
+		for _, k := range e.Elements {
+			c.Do(ctx, c.B().Unlink().Key(k).Build())
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return
+		}
+	}
 }
