@@ -217,8 +217,8 @@ func (r *HTTPRefusal) SetHeaders(h HeaderSetter, now time.Time) {
 		setLimitHeaders(h, r.result.Headroom, now)
 	}
 	if r.result != nil {
-		setOpenAILimitHeaders(h, "requests", r.result.Requests, now)
-		setOpenAILimitHeaders(h, "tokens", r.result.Tokens, now)
+		setOpenAILimitHeaders(h, openAIRequestHeaders, r.result.Requests, now)
+		setOpenAILimitHeaders(h, openAITokenHeaders, r.result.Tokens, now)
 	}
 	if r.RetryAfter > 0 {
 		secs := (r.RetryAfter + time.Second - 1) / time.Second
@@ -239,8 +239,8 @@ func (r Result) SetHeaders(h HeaderSetter, now time.Time) {
 	if r.Rule != "" {
 		setLimitHeaders(h, r.Headroom, now)
 	}
-	setOpenAILimitHeaders(h, "requests", r.Requests, now)
-	setOpenAILimitHeaders(h, "tokens", r.Tokens, now)
+	setOpenAILimitHeaders(h, openAIRequestHeaders, r.Requests, now)
+	setOpenAILimitHeaders(h, openAITokenHeaders, r.Tokens, now)
 	for _, w := range r.Warnings {
 		v := w.Rule + "; used=" + strconv.FormatInt(w.Used, 10) + "; limit=" + strconv.FormatInt(w.Limit, 10)
 		if w.Soft {

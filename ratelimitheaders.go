@@ -59,19 +59,25 @@ func setLimitHeaders(h HeaderSetter, r Headroom, now time.Time) {
 		reset = int64((d + time.Second - 1) / time.Second)
 	}
 	remaining := max(0, r.Remaining)
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(r.Limit, 10))
+	limit := strconv.FormatInt(r.Limit, 10)
+	h.Set("X-RateLimit-Limit", limit)
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
 	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
-	name := strconv.Quote(r.Rule)
-	policy := name + ";q=" + strconv.FormatInt(r.Limit, 10)
+	// Every answer carries these two, so each is built in one buffer.
+	var buf [128]byte
+	policy := append(strconv.AppendQuote(buf[:0], r.Rule), ";q="...)
+	policy = append(policy, limit...)
 	if unit := quotaUnit(r.Kind, r.Metric); unit != "" {
-		policy += ";qu=" + strconv.Quote(unit)
+		policy = strconv.AppendQuote(append(policy, ";qu="...), unit)
 	}
 	if r.Window > 0 {
-		policy += ";w=" + strconv.FormatInt(int64((r.Window+time.Second-1)/time.Second), 10)
+		policy = strconv.AppendInt(append(policy, ";w="...), int64((r.Window+time.Second-1)/time.Second), 10)
 	}
-	h.Set("RateLimit-Policy", policy)
-	h.Set("RateLimit", name+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(reset, 10))
+	h.Set("RateLimit-Policy", string(policy))
+	limits := append(strconv.AppendQuote(buf[:0], r.Rule), ";r="...)
+	limits = strconv.AppendInt(limits, remaining, 10)
+	limits = strconv.AppendInt(append(limits, ";t="...), reset, 10)
+	h.Set("RateLimit", string(limits))
 }
 
 // quotaUnit is the qu parameter of a rule's policy; "" for requests.
@@ -87,11 +93,20 @@ func quotaUnit(kind Kind, m Metric) string {
 	return strings.ReplaceAll(string(m), "_", "-")
 }
 
+// openAILimitHeaders are the names of OpenAI's x-ratelimit fields for one
+// unit.
+type openAILimitHeaders struct{ limit, remaining, reset string }
+
+var (
+	openAIRequestHeaders = openAILimitHeaders{"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"}
+	openAITokenHeaders   = openAILimitHeaders{"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"}
+)
+
 // setOpenAILimitHeaders writes OpenAI's x-ratelimit-{limit,remaining,
-// reset}-<unit> for the rule of that unit with the least room, so that a
-// client (or another Sluice pacing from these headers) reads Sluice as it
-// reads OpenAI; the reset is a duration ("1s", "6m0s").
-func setOpenAILimitHeaders(h HeaderSetter, unit string, r Headroom, now time.Time) {
+// reset}-<unit> (names) for the rule of that unit with the least room, so
+// that a client (or another Sluice pacing from these headers) reads Sluice
+// as it reads OpenAI; the reset is a duration ("1s", "6m0s").
+func setOpenAILimitHeaders(h HeaderSetter, names openAILimitHeaders, r Headroom, now time.Time) {
 	if r.Rule == "" {
 		return
 	}
@@ -101,7 +116,7 @@ func setOpenAILimitHeaders(h HeaderSetter, unit string, r Headroom, now time.Tim
 	} else {
 		reset = reset.Round(time.Millisecond)
 	}
-	h.Set("x-ratelimit-limit-"+unit, strconv.FormatInt(r.Limit, 10))
-	h.Set("x-ratelimit-remaining-"+unit, strconv.FormatInt(max(r.Remaining, 0), 10))
-	h.Set("x-ratelimit-reset-"+unit, reset.String())
+	h.Set(names.limit, strconv.FormatInt(r.Limit, 10))
+	h.Set(names.remaining, strconv.FormatInt(max(r.Remaining, 0), 10))
+	h.Set(names.reset, reset.String())
 }

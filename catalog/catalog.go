@@ -293,6 +293,7 @@ func (c *Catalog) Close() error {
 		if flushErr != nil {
 			flushErr = fmt.Errorf("catalog: close: %w", flushErr)
 		}
+		c.led.closeStmts()
 		c.closeErr = errors.Join(flushErr, c.db.Close())
 	})
 	return c.closeErr

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -121,6 +122,9 @@ func (s *usageSums) add(o usageSums) {
 // ledger sums usage in memory, and queues call records, between flushes.
 type ledger struct {
 	flushMu sync.Mutex // one flush at a time
+	// stmts are the flush's prepared statements by their text (see
+	// execPrepared); under flushMu.
+	stmts map[string]*sql.Stmt
 
 	mu      sync.Mutex
 	pending map[usageKey]*usageSums
@@ -261,14 +265,14 @@ func (c *Catalog) Flush(ctx context.Context) error {
 		return nil
 	}
 	l.pending = make(map[usageKey]*usageSums, len(batch))
-	l.calls = nil
+	l.calls = make([]CallRecord, 0, min(len(calls), callsPerInsert)) // as many as last time, most likely
 	l.mu.Unlock()
 
 	err := c.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		exec := func(query string, args ...any) {
 			if err == nil {
-				_, err = tx.ExecContext(ctx, query, args...)
+				err = c.execPrepared(ctx, tx, query, args)
 			}
 		}
 		c.queueUsage(batch, exec)
@@ -289,7 +293,46 @@ func (c *Catalog) Flush(ctx context.Context) error {
 
 // rowsPerUpsert is the most ledger rows one upsert carries (16 parameters
 // a row, under either database's limit).
-const rowsPerUpsert = 500
+const rowsPerUpsert = 256
+
+// powerOfTwoRows is the rows of the next statement for pending rows: the
+// largest power of two not above pending nor limit.
+func powerOfTwoRows(pending, limit int) int {
+	return 1 << (bits.Len(uint(min(pending, limit))) - 1)
+}
+
+// execPrepared runs query with args in tx through the statement prepared
+// for query by an earlier flush, or prepares it; l.flushMu is held. The
+// ledger's statements carry a power of two of rows each (powerOfTwoRows;
+// 37 rows: 32, 4 and 1), so that a few prepared statements serve every
+// flush: compiling a multi-row statement anew each flush cost SQLite about
+// as much as executing it.
+func (c *Catalog) execPrepared(ctx context.Context, tx *sql.Tx, query string, args []any) error {
+	l := c.led
+	stmt := l.stmts[query]
+	if stmt == nil {
+		var err error
+		if stmt, err = c.db.PrepareContext(ctx, query); err != nil {
+			return err
+		}
+		if l.stmts == nil {
+			l.stmts = map[string]*sql.Stmt{}
+		}
+		l.stmts[query] = stmt
+	}
+	_, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
+	return err
+}
+
+// closeStmts closes the flush's prepared statements.
+func (l *ledger) closeStmts() {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	for _, stmt := range l.stmts {
+		_ = stmt.Close() // closing the database frees them anyway
+	}
+	l.stmts = nil
+}
 
 // queueUsage queues, with queue, the statements that add batch to the
 // ledger's rows, many rows per statement: a flush is a few round trips
@@ -309,33 +352,25 @@ func (c *Catalog) queueUsage(batch map[usageKey]*usageSums, queue func(query str
 			cached_input_tokens = usage_ledger.cached_input_tokens + excluded.cached_input_tokens,
 			tokens = usage_ledger.tokens + excluded.tokens,
 			cost_micros = usage_ledger.cost_micros + excluded.cost_micros`
-	var b strings.Builder
-	var args []any
-	rows := 0
-	write := func() {
-		if rows == 0 {
-			return
+	keys := slices.SortedFunc(maps.Keys(batch), compareUsageKeys)
+	for len(keys) > 0 {
+		n := powerOfTwoRows(len(keys), rowsPerUpsert)
+		var b strings.Builder
+		b.WriteString(head)
+		args := make([]any, 0, n*16) // the queued statement keeps its arguments
+		for i, k := range keys[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			s := batch[k]
+			args = append(args, k.org, k.workspace, k.day, k.route, k.model, k.key, k.user, k.team, k.tags, k.kind,
+				s.requests, s.input, s.output, s.cached, s.tokens, s.cost)
 		}
 		b.WriteString(tail)
 		queue(c.d.q(b.String()), args...)
-		b.Reset()
-		args, rows = nil, 0 // the queued statement keeps its arguments
+		keys = keys[n:]
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(batch), compareUsageKeys) {
-		s := batch[k]
-		if rows == 0 {
-			b.WriteString(head)
-		} else {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-		args = append(args, k.org, k.workspace, k.day, k.route, k.model, k.key, k.user, k.team, k.tags, k.kind,
-			s.requests, s.input, s.output, s.cached, s.tokens, s.cost)
-		if rows++; rows == rowsPerUpsert {
-			write()
-		}
-	}
-	write()
 }
 
 // compareUsageKeys orders ledger rows by their primary key's columns.

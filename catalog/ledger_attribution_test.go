@@ -222,19 +222,29 @@ func TestCatalog_CallRecordsOff(t *testing.T) {
 func TestCatalog_CallRecordsManyInOneFlush(t *testing.T) {
 	eachBackend(t, func(t *testing.T, be *backend) {
 		c, _ := be.openTest(t)
-		const n = 2*callsPerInsert + 3
-		for i := range n {
-			c.RecordCall(CallRecord{Workspace: "w", Outcome: OutcomeReported, InputTokens: int64(i)})
+		// The second and third flushes reuse the statements the first
+		// prepared, in other sizes and combinations.
+		var n int64
+		for _, batch := range []int{2*callsPerInsert + 3, 37, 1} {
+			for range batch {
+				c.RecordCall(CallRecord{Workspace: "w", Outcome: OutcomeReported, InputTokens: n})
+				n++
+			}
+			if err := c.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var count, sum int64
+			if err := c.db.QueryRow(`SELECT COUNT(*), SUM(input_tokens) FROM call_records`).Scan(&count, &sum); err != nil {
+				t.Fatal(err)
+			}
+			if count != n || sum != n*(n-1)/2 {
+				t.Fatalf("%d records summing %d, want %d summing %d", count, sum, n, n*(n-1)/2)
+			}
 		}
-		if err := c.Flush(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		var count, sum int64
-		if err := c.db.QueryRow(`SELECT COUNT(*), SUM(input_tokens) FROM call_records`).Scan(&count, &sum); err != nil {
-			t.Fatal(err)
-		}
-		if count != n || sum != n*(n-1)/2 {
-			t.Fatalf("%d records summing %d, want %d summing %d", count, sum, n, n*(n-1)/2)
+		// 515 records went as 256+256+2+1, 37 as 32+4+1 and 1 as 1: one
+		// statement prepared per size.
+		if got := len(c.led.stmts); got != 5 {
+			t.Errorf("%d statements prepared, want 5 (of 256, 32, 4, 2 and 1 rows)", got)
 		}
 	})
 }

@@ -106,7 +106,7 @@ func (l *ledger) requeueCalls(calls []CallRecord) {
 // callsPerInsert is the most call records one INSERT carries: one round
 // trip per few hundred calls, well under either database's limit on
 // statement parameters (15 a record).
-const callsPerInsert = 500
+const callsPerInsert = 256
 
 // queueCalls queues, with queue, the statements that insert calls, many
 // records per statement: a record at a time, the round trips of a busy
@@ -115,7 +115,7 @@ const callsPerInsert = 500
 func (c *Catalog) queueCalls(calls []CallRecord, queue func(query string, args ...any)) {
 	const cols = 15
 	for len(calls) > 0 {
-		n := min(len(calls), callsPerInsert)
+		n := powerOfTwoRows(len(calls), callsPerInsert)
 		var b strings.Builder
 		b.WriteString(`INSERT INTO ` + c.tables + `call_records (at, request_id, org, workspace, key_id, user_id, route, model, outcome,
 			reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros) VALUES `)
