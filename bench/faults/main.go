@@ -29,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
 func main() {
@@ -41,7 +43,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	results, err := runAll(ctx, o, logf)
+	results, err := runAll(ctx, o, proc.Logf)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		os.Exit(1)
@@ -56,10 +58,6 @@ func main() {
 			os.Exit(1)
 		}
 	}
-}
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
 }
 
 // runAll runs the scenarios o selects, in turn.

@@ -119,13 +119,7 @@ type countingMock struct {
 func (m *countingMock) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	req.Body = io.NopCloser(bytes.NewReader(body))
-	marker := ""
-	if i := bytes.Index(body, []byte("ws=")); i >= 0 {
-		rest := body[i+3:]
-		if j := bytes.IndexAny(rest, " \"]"); j >= 0 {
-			marker = string(rest[:j])
-		}
-	}
+	marker := proc.Marker(body, "ws")
 	m.mu.Lock()
 	m.now[marker]++
 	m.max[marker] = max(m.max[marker], m.now[marker])

@@ -120,7 +120,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	logf("building sluice from %s (%s)", buildDir, info.commit)
+	proc.Logf("building sluice from %s (%s)", buildDir, info.commit)
 	bin, err := buildSluice(ctx, buildDir, tmp)
 	if err != nil {
 		return err
@@ -135,7 +135,7 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 		}
-		logf("building the bare proxy from %s", root)
+		proc.Logf("building the bare proxy from %s", root)
 		if bareBin, err = buildBareProxy(ctx, root, tmp); err != nil {
 			return err
 		}
@@ -193,7 +193,7 @@ func run(ctx context.Context, o options) error {
 	if err := proc.WaitHTTP(gw, "http://"+gwAddr+"/healthz", 30*time.Second); err != nil {
 		return err
 	}
-	logf("mock on %s (pid %d), paced mock on %s (pid %d), gateway on %s (pid %d)",
+	proc.Logf("mock on %s (pid %d), paced mock on %s (pid %d), gateway on %s (pid %d)",
 		mockAddr, mock.Pid(), pacedAddr, paced.Pid(), gwAddr, gw.Pid())
 
 	b := &bench{o: o, hz: clockTicks(), gw: gw,
@@ -210,7 +210,7 @@ func run(ctx context.Context, o options) error {
 		if err := proc.WaitHTTP(bare, "http://"+bareAddr+"/v1/models", 30*time.Second); err != nil {
 			return err
 		}
-		logf("bare fasthttp proxy on %s (pid %d), in front of the mock", bareAddr, bare.Pid())
+		proc.Logf("bare fasthttp proxy on %s (pid %d), in front of the mock", bareAddr, bare.Pid())
 		b.bare = newTarget("bare", bareAddr, "Bearer "+key, o.conns)
 		b.p.bare = bare.Pid()
 	}
@@ -300,7 +300,7 @@ func (b *bench) check() error {
 
 // measure warms up, then runs the rounds.
 func (b *bench) measure(ctx context.Context) error {
-	logf("warm-up: %s on each target", b.o.warmup)
+	proc.Logf("warm-up: %s on each target", b.o.warmup)
 	for _, t := range b.targets() {
 		if _, err := runPhase(ctx, t.name, b.o.conns, b.o.warmup, b.p, b.fast(t)); err != nil {
 			return err
@@ -325,7 +325,7 @@ func (b *bench) measure(ctx context.Context) error {
 		for _, t := range targets {
 			r.order = append(r.order, t.name)
 		}
-		logf("round %d/%d (%s first): %s", i+1, b.o.rounds, targets[0].name, r.load)
+		proc.Logf("round %d/%d (%s first): %s", i+1, b.o.rounds, targets[0].name, r.load)
 		steps := []struct {
 			into  map[string]*phase
 			conns int
@@ -350,7 +350,7 @@ func (b *bench) measure(ctx context.Context) error {
 				if b.bare != nil {
 					bare = fmt.Sprintf("  bare %.1f µs/req", ph.perRequest(ph.bareTicks, b.hz))
 				}
-				logf("  %-7s conns %-3d %8.0f req/s  p50 %s  p99 %s  gateway %.1f µs/req%s  failed %d %s",
+				proc.Logf("  %-7s conns %-3d %8.0f req/s  p50 %s  p99 %s  gateway %.1f µs/req%s  failed %d %s",
 					t.name, s.conns, ph.rate(), micros(ph.quantile(0.5)), micros(ph.quantile(0.99)),
 					ph.perRequest(ph.gatewayTicks, b.hz), bare, ph.failed, ph.errText)
 			}
@@ -380,10 +380,6 @@ func (b *bench) fast(t *target) func() worker {
 
 func (b *bench) streams(t *target) func() worker {
 	return func() worker { return newStreamWorker(t, streamBody) }
-}
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
 }
 
 // micros formats a duration in whole microseconds.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
 // profile records the gateway with perf during one more phase through it
@@ -38,7 +40,7 @@ func (b *bench) profile(ctx context.Context, path string) error {
 		}
 	}
 	time.Sleep(500 * time.Millisecond) // let perf attach
-	logf("profiling the gateway with perf for %s", b.o.duration)
+	proc.Logf("profiling the gateway with perf for %s", b.o.duration)
 	conns, work, what := b.o.conns, b.fast(b.gateway), "requests"
 	if b.o.perfConns > 0 {
 		conns = b.o.perfConns

@@ -75,10 +75,6 @@ func main() {
 	}
 }
 
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05")+" "+format+"\n", args...)
-}
-
 // rig is the run's processes and addresses.
 type rig struct {
 	o        options
@@ -111,7 +107,7 @@ func run(ctx context.Context, o options) error {
 	}
 	r := &rig{o: o, tmp: tmp, client: &http.Client{Timeout: 30 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: o.clients, MaxConnsPerHost: o.clients}}}
-	logf("building sluice")
+	proc.Logf("building sluice")
 	if r.bin, err = proc.Build(ctx, src, "./cmd/sluice", filepath.Join(tmp, "sluice")); err != nil {
 		return err
 	}
@@ -477,7 +473,7 @@ func (r *rig) overhead(ctx context.Context, rep *report) error {
 	if err := proc.WaitHTTP(lone, "http://"+r.loneAddr+"/healthz", 30*time.Second); err != nil {
 		return err
 	}
-	logf("overhead: one client, direct, through replica 0, through a lone gateway on SQLite")
+	proc.Logf("overhead: one client, direct, through replica 0, through a lone gateway on SQLite")
 	measure := func(target string) (time.Duration, error) {
 		var lat []time.Duration
 		deadline := time.Now().Add(2 * time.Second)
@@ -523,7 +519,7 @@ func (r *rig) budget(ctx context.Context, rep *report) error {
 	if err := r.startReplicas(); err != nil {
 		return err
 	}
-	logf("budget: %d clients spend %d tokens through %d replicas, Redis restarted halfway", r.o.clients, limit, r.o.replicas)
+	proc.Logf("budget: %d clients spend %d tokens through %d replicas, Redis restarted halfway", r.o.clients, limit, r.o.replicas)
 	ctx, cancel := context.WithTimeout(ctx, 120*time.Second)
 	defer cancel()
 	t := newTally()
@@ -545,7 +541,7 @@ func (r *rig) budget(ctx context.Context, rep *report) error {
 		if half {
 			outage.Do(func() {
 				go func() {
-					logf("budget: stopping Redis")
+					proc.Logf("budget: stopping Redis")
 					r.redis.Stop(5 * time.Second)
 					time.Sleep(time.Second)
 					// Recovery is timed from the start of the new Redis
@@ -553,7 +549,7 @@ func (r *rig) budget(ctx context.Context, rep *report) error {
 					// file) counts.
 					restarted.Store(time.Now().UnixNano())
 					err := r.restartRedis()
-					logf("budget: Redis back")
+					proc.Logf("budget: Redis back")
 					outageDone <- err
 				}()
 			})
@@ -584,7 +580,7 @@ func (r *rig) budget(ctx context.Context, rep *report) error {
 		}
 	}
 	rep.budgetRecovery = strings.Join(parts, "; ")
-	logf("budget: served again: %s", rep.budgetRecovery)
+	proc.Logf("budget: served again: %s", rep.budgetRecovery)
 	return nil
 }
 
@@ -599,7 +595,7 @@ func (r *rig) rate(ctx context.Context, rep *report) error {
 	if err := r.startReplicas(); err != nil {
 		return err
 	}
-	logf("rate: %d clients for %s against %d requests a minute", r.o.clients, r.o.phase, perMinute)
+	proc.Logf("rate: %d clients for %s against %d requests a minute", r.o.clients, r.o.phase, perMinute)
 	t := newTally()
 	var refusedWithout atomic.Int64
 	pctx, cancel := context.WithTimeout(ctx, r.o.phase)
@@ -631,7 +627,7 @@ func (r *rig) concurrency(ctx context.Context, rep *report) error {
 	if err := r.startReplicas(); err != nil {
 		return err
 	}
-	logf("concurrency: %d clients for %s against %d in flight", r.o.clients, r.o.phase, limit)
+	proc.Logf("concurrency: %d clients for %s against %d in flight", r.o.clients, r.o.phase, limit)
 	r.mock.max.Store(0)
 	t := newTally()
 	pctx, cancel := context.WithTimeout(ctx, r.o.phase)
@@ -655,7 +651,7 @@ func (r *rig) crash(ctx context.Context, rep *report) error {
 	if err := r.startReplicas(); err != nil {
 		return err
 	}
-	logf("crash: replica 0 holds the %d places of a cap and is killed", limit)
+	proc.Logf("crash: replica 0 holds the %d places of a cap and is killed", limit)
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for range limit {

@@ -30,7 +30,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
 func main() {
@@ -44,7 +45,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := run(ctx, o, logf)
+	r, err := run(ctx, o, proc.Logf)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shares:", err)
 		os.Exit(1)
@@ -69,8 +70,4 @@ func main() {
 	if len(r.broken()) > 0 {
 		os.Exit(1)
 	}
-}
-
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
 }

@@ -284,13 +284,7 @@ func newMock(hold time.Duration) *mock {
 func (m *mock) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	req.Body = io.NopCloser(bytes.NewReader(body))
-	cls := ""
-	if i := bytes.Index(body, []byte("cls=")); i >= 0 {
-		rest := body[i+4:]
-		if j := bytes.IndexAny(rest, " \"]"); j >= 0 {
-			cls = string(rest[:j])
-		}
-	}
+	cls := proc.Marker(body, "cls")
 	m.mu.Lock()
 	m.inFlight[cls]++
 	m.total++

@@ -216,3 +216,23 @@ func DeleteRedisKeys(redisURL, runID string) {
 		}
 	}
 }
+
+// Logf writes a harness's progress line to stderr, with the time.
+func Logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
+}
+
+// Marker returns the value of a marker such as "ws=acme" in a request body
+// (a harness tags each call's prompt with one, so that a mock provider can
+// tell whose call it answers), or "" when there is none.
+func Marker(body []byte, key string) string {
+	i := bytes.Index(body, []byte(key+"="))
+	if i < 0 {
+		return ""
+	}
+	rest := body[i+len(key)+1:]
+	if j := bytes.IndexAny(rest, " \"]"); j >= 0 {
+		return string(rest[:j])
+	}
+	return ""
+}
