@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,6 +258,32 @@ type downStore struct{ sluice.Store }
 
 func (downStore) Admit(context.Context, time.Time, *sluice.Batch) (bool, error) {
 	return false, errors.New("dial tcp 10.0.0.1:6379: i/o timeout")
+}
+
+// peekCountingStore is downStore that also counts the reads made without
+// charging (Peek), which the rate-limit fields of a refusal would make.
+type peekCountingStore struct {
+	downStore
+	peeks atomic.Int64
+}
+
+func (s *peekCountingStore) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
+	s.peeks.Add(1)
+	return s.downStore.Peek(ctx, now, b)
+}
+
+// A 503 of a store that does not answer is sent at once: the rate-limit
+// fields the gateway's own refusals carry (withRoom) are not read from the
+// store that just failed.
+func TestGateway_StoreUnavailableAskedOnce(t *testing.T) {
+	store := &peekCountingStore{downStore: downStore{memstore.New(memstore.Options{})}}
+	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, store: store})
+	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 503 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if n := store.peeks.Load(); n != 0 {
+		t.Errorf("the store that failed the admission was read %d more times for the answer's rate-limit fields", n)
+	}
 }
 
 func TestGateway_StoreUnavailable(t *testing.T) {
