@@ -335,12 +335,17 @@ func TestCatalog_LedgerWriteRetried(t *testing.T) {
 }
 
 // BenchmarkLedgerWrite measures the ledger's write on SQLite, the default
-// catalog: one op is one call's usage entry and call record, written in
-// groups of 20 as the flusher does for a gateway serving about 4,000 calls
-// a second (one group per ledgerGroupDelay).
+// catalog: one op is one call's usage entry (and call record), written in
+// groups of 20 and of 100 calls, as the flusher does for a gateway serving
+// 1,000 and 5,000 calls a second (one group per ledgerGroupDelay): the
+// difference is the write's fixed cost.
 func BenchmarkLedgerWrite(b *testing.B) {
-	for _, calls := range []bool{false, true} {
-		b.Run(fmt.Sprintf("calls=%v", calls), func(b *testing.B) {
+	for _, bc := range []struct {
+		calls bool
+		group int
+	}{{false, 20}, {true, 20}, {true, 100}} {
+		calls := bc.calls
+		b.Run(fmt.Sprintf("calls=%v/group=%d", calls, bc.group), func(b *testing.B) {
 			c, err := OpenSQLite(filepath.Join(b.TempDir(), "c.db"), Options{FlushInterval: time.Hour})
 			if err != nil {
 				b.Fatal(err)
@@ -356,7 +361,7 @@ func BenchmarkLedgerWrite(b *testing.B) {
 				if calls {
 					c.RecordCall(r)
 				}
-				if i%20 == 19 {
+				if i%bc.group == bc.group-1 {
 					if err := c.Flush(ctx); err != nil {
 						b.Fatal(err)
 					}

@@ -44,7 +44,7 @@ expiry_slack: 1s
 // commit of each settlement. Otherwise to within the ledger's group commit:
 // the settlements made durable in the store in the last few milliseconds
 // before the kill, whose ledger write had not committed (the ledger is
-// journaled apart from the store, 5 ms group commit). The test logs the gap
+// journaled apart from the store, 20 ms group commit). The test logs the gap
 // it finds.
 func TestServe_LedgerSurvivesKill9(t *testing.T) {
 	for _, backend := range []string{"sqlite", "postgres", "redis+postgres"} {
@@ -253,7 +253,7 @@ func ledgerSurvivesKill9(t *testing.T, stores []string, exact bool) {
 			continue
 		}
 		// The ledger writes after the store's settlement is durable: it may
-		// miss the calls of its last group commit (5 ms gathered, then one
+		// miss the calls of its last group commit (20 ms gathered, then one
 		// transaction of a few statements), never count more than the
 		// store. Allowed: 250 ms of calls, for a loaded CI machine (at a
 		// load average of 25 on 2 CPUs one such transaction on PostgreSQL
