@@ -127,7 +127,7 @@ func compileClasses(c *compiledRule) error {
 	}
 	set.shares = set.split(r.Limit)
 	set.demand = &compiledRule{Rule: Rule{Name: r.Name, Kind: KindBudget, Subject: r.Subject, OnStoreError: r.OnStoreError},
-		metric: MetricRequests, location: time.UTC, isDemand: true, group: -1}
+		metric: MetricRequests, location: time.UTC, isDemand: true}
 	c.classes = set
 	return nil
 }

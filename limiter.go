@@ -354,7 +354,7 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 			c.Key.Period, c.PeriodEnd = start.Unix(), end
 		}
 		if !rule.hasTag {
-			c.Key.Subject = l.subjectOf(rule, id, charges[:len(charges)-1])
+			c.Key.Subject = subjectValue(rule, id, "", l.serverID)
 			if req.Turn != "" && turnCounted(c) && l.turns.charged(c, id.Key, req.Turn, now) {
 				c.Amount = 0
 			}
@@ -374,18 +374,6 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 	}
 	r.batch.Charges = charges
 	return nil
-}
-
-// subjectOf returns rule's subject for id. A rule whose subject is built
-// from the same attributes as a charge's before reuses its subject, so that
-// a composite subject is joined once per admission.
-func (l *Limiter) subjectOf(rule *compiledRule, id *Identity, before []Charge) string {
-	for i := range before {
-		if before[i].rule.group == rule.group {
-			return before[i].Key.Subject
-		}
-	}
-	return subjectValue(rule, id, "", l.serverID)
 }
 
 func (r *compiledRule) matches(id *Identity) bool {

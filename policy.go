@@ -88,10 +88,6 @@ type compiledRule struct {
 	metric     Metric
 	location   *time.Location
 
-	// group is the same for rules whose subjects are built from the same
-	// attributes (-1 with a tag), so that an admission builds each subject
-	// once.
-	group int
 	// charge is the rule's charge as an admission starts it: the limits
 	// the rule's own, and the amount when it does not depend on the
 	// request (1 for requests and concurrency, ReserveAmount with
@@ -209,7 +205,6 @@ func compileRule(r Rule) (*compiledRule, error) {
 	if err := compileClasses(c); err != nil {
 		return nil, err
 	}
-	c.group = -1
 	c.charge = Charge{Key: CounterKey{Rule: c.id}, Kind: r.Kind, Limit: r.Limit, Burst: r.Burst, Window: r.Window,
 		OnExpiry: r.OnExpiry, Shadow: r.Mode == ModeShadow, rule: c}
 	switch {
@@ -298,7 +293,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 	}
 	cp := &compiledPolicy{source: p, byName: map[ruleName]*compiledRule{}, names: map[string]bool{},
 		rules: make([]*compiledRule, 0, len(p.Rules)), candidates: make([]uint32, 0, len(p.Rules))}
-	groups := map[string]int{}
 	for _, r := range p.Rules {
 		c, err := compileRule(r)
 		if err != nil {
@@ -310,15 +304,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 				msg += " of org " + strconv.Quote(r.Org)
 			}
 			return nil, &RuleError{Rule: r.Name, Field: "name", Message: msg}
-		}
-		if !c.hasTag {
-			attrs := string(c.attrs)
-			g, ok := groups[attrs]
-			if !ok {
-				g = len(groups)
-				groups[attrs] = g
-			}
-			c.group = g
 		}
 		cp.byName[ruleName{r.Org, r.Name}] = c
 		cp.names[r.Name] = true
