@@ -177,9 +177,6 @@ func (c *call) run() error {
 		return errUnknownModel(c.bound.Model)
 	}
 	c.model = m
-	if err := c.checkContext(m); err != nil {
-		return err
-	}
 	if sid := ctx.Request.Header.Peek(HeaderSession); len(sid) > 0 {
 		if err := c.joinSession(string(sid), m); err != nil {
 			return err
@@ -226,6 +223,12 @@ func (c *call) run() error {
 			if i+1 < len(candidates) && g.modelScoped(err, cand) {
 				continue
 			}
+			return err
+		}
+		// Counted once admitted, so that only calls the key's limits let
+		// through make the gateway count a prompt (see checkContext).
+		if err := c.checkContext(cand); err != nil {
+			_ = res.Release(context.Background())
 			return err
 		}
 		if c.session.id != "" {
