@@ -56,8 +56,21 @@ func (h *Handler) calls(w http.ResponseWriter, r *http.Request, p *principal) er
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"calls": nonNilSlice(recs)})
+	out := make([]callOut, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, callOut{rec, money(rec.ReservedCost), money(rec.CostMicros)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"calls": out})
 	return nil
+}
+
+// callOut is a call record as the API writes it: what admission reserved
+// and what the call was charged in dollars, as well as in micro-dollars
+// (reserved_cost_micros and cost_micros, which clients read before).
+type callOut struct {
+	catalog.CallRecord
+	ReservedDollars money `json:"reserved_cost"`
+	CostDollars     money `json:"cost"`
 }
 
 // callsPage is the console's list of call records, with the API's filters.

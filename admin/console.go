@@ -79,7 +79,9 @@ func newConsole(h *Handler) (*console, error) {
 			}
 			return *p
 		},
-		"limitText": func(p *int64) string { return overrideAmount("", p) },
+		// ruleAmount is an override's limit or burst in the metric of its
+		// rule in force (a cost rule's in dollars).
+		"ruleAmount": func(rule string, p *int64) string { return overrideAmount(h.ruleMetric(rule), p) },
 	}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(uiFiles, "ui/layout.html", "ui/bar.html", "ui/chart.html")
 	if err != nil {

@@ -354,6 +354,7 @@ func (c *console) audit(w http.ResponseWriter, r *http.Request, p *principal, v 
 	}
 	rows := make([]auditRow, 0, len(entries))
 	for _, e := range entries {
+		e = c.h.auditInDollars(e)
 		rows = append(rows, auditRow{AuditEntry: e, BeforeText: rawText(e.Before), AfterText: rawText(e.After)})
 	}
 	v.Title, v.Nav, v.Data = "Audit log", "audit", map[string]any{"Entries": rows, "Query": q}

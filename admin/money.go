@@ -95,17 +95,65 @@ func (r ruleOut) MarshalJSON() ([]byte, error) {
 // a string's quotes escaped, so these never match inside one.
 var costAmounts = regexp.MustCompile(`"(limit|soft_limit|reserve_amount)":(\d+)`)
 
+// overrideAmounts matches the amounts of an override's JSON, as
+// costAmounts does a rule's.
+var overrideAmounts = regexp.MustCompile(`"(limit|burst)":(\d+)`)
+
 // inDollars rewrites the amounts of b, a rule's JSON (as json.Marshal
 // returns it, with err), in dollars when the rule's metric is cost.
 func inDollars(metric sluice.Metric, b []byte, err error) ([]byte, error) {
 	if err != nil || metric != sluice.MetricCost {
 		return b, err
 	}
-	return costAmounts.ReplaceAllFunc(b, func(m []byte) []byte {
-		sub := costAmounts.FindSubmatch(m)
+	return amountsInDollars(costAmounts, b), nil
+}
+
+// amountsInDollars rewrites the amounts amounts matches in b, a JSON
+// object, as dollars.
+func amountsInDollars(amounts *regexp.Regexp, b []byte) []byte {
+	return amounts.ReplaceAllFunc(b, func(m []byte) []byte {
+		sub := amounts.FindSubmatch(m)
 		n, _ := strconv.ParseInt(string(sub[2]), 10, 64)
 		return fmt.Appendf(nil, `"%s":"%s"`, sub[1], dollarText(n))
-	}), nil
+	})
+}
+
+// auditInDollars returns e with the amounts of a cost rule in its before
+// and after in dollars, as the rules and overrides APIs write them: a
+// rule's entry by the metric it records, an override's by the metric of
+// its rule in force (one no longer in force, as stored). Other entries,
+// and other values, are as stored.
+func (h *Handler) auditInDollars(e catalog.AuditEntry) catalog.AuditEntry {
+	e.Before, e.After = h.auditValueInDollars(e.Action, e.Before), h.auditValueInDollars(e.Action, e.After)
+	return e
+}
+
+// auditValueInDollars is v, the before or after of an audit entry of
+// action, with a cost rule's amounts in dollars.
+func (h *Handler) auditValueInDollars(action string, v any) any {
+	raw, ok := v.(json.RawMessage)
+	if !ok {
+		return v
+	}
+	switch action {
+	case catalog.ActionRuleCreate, catalog.ActionRuleUpdate, catalog.ActionRuleDelete:
+		var r struct {
+			Metric sluice.Metric `json:"metric"`
+		}
+		if json.Unmarshal(raw, &r) != nil || r.Metric != sluice.MetricCost {
+			return v
+		}
+		return json.RawMessage(amountsInDollars(costAmounts, raw))
+	case catalog.ActionOverrideSet, catalog.ActionOverrideDelete:
+		var o struct {
+			Rule string `json:"rule"`
+		}
+		if json.Unmarshal(raw, &o) != nil || !h.ruleIsCost(o.Rule) {
+			return v
+		}
+		return json.RawMessage(amountsInDollars(overrideAmounts, raw))
+	}
+	return v
 }
 
 // dollarText writes micro-dollars n as the API writes money: "$500",
@@ -133,12 +181,18 @@ func moneyPtr(p *int64) *money {
 
 // ruleIsCost reports whether the rule in force named name counts money.
 func (h *Handler) ruleIsCost(name string) bool {
+	return h.ruleMetric(name) == string(sluice.MetricCost)
+}
+
+// ruleMetric is the metric of the rule in force named name; "" when none
+// is.
+func (h *Handler) ruleMetric(name string) string {
 	for _, r := range h.limiter.Policy().Rules {
 		if r.Name == name {
-			return r.Metric == sluice.MetricCost
+			return string(r.Metric)
 		}
 	}
-	return false
+	return ""
 }
 
 func rulesOut(rules []catalog.Rule) []ruleOut {

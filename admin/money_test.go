@@ -120,3 +120,71 @@ func TestAPI_OverrideAndReportedMoneyInDollars(t *testing.T) {
 		t.Errorf("usage = %s", u.raw)
 	}
 }
+
+// TestAPI_CallsAndAuditMoneyInDollars: a call record has what it reserved
+// and what it cost in dollars beside the micro-dollars; the audit log
+// writes a cost rule's amounts and its overrides' in dollars, before and
+// after, as the rules and overrides APIs do; a token rule's stay counts.
+func TestAPI_CallsAndAuditMoneyInDollars(t *testing.T) {
+	e := newEnv(t)
+	e.createKey("acme", "ada")
+	e.cat.RecordCall(catalog.CallRecord{RequestID: "c1", Workspace: "acme", Outcome: catalog.OutcomeReported, ReservedCost: 2500, CostMicros: 1_250_000})
+	if err := e.cat.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c := e.must(http.StatusOK, "GET", "/admin/v1/calls", rootToken, nil).body["calls"].([]any)[0].(map[string]any)
+	if c["reserved_cost"] != "$0.0025" || c["cost"] != "$1.25" || c["reserved_cost_micros"] != float64(2500) || c["cost_micros"] != float64(1_250_000) {
+		t.Errorf("call record %v", c)
+	}
+
+	e.must(http.StatusCreated, "POST", "/admin/v1/rules", rootToken, map[string]any{
+		"name": "spend", "kind": "budget", "subject": "workspace", "metric": "cost", "limit": "$500", "soft_limit": "$400", "period": "month"})
+	e.must(http.StatusOK, "PUT", "/admin/v1/rules/spend", rootToken, map[string]any{
+		"kind": "budget", "subject": "workspace", "metric": "cost", "limit": "$600", "period": "month"})
+	e.must(http.StatusOK, "PUT", "/admin/v1/overrides", rootToken, map[string]any{
+		"rule": "spend", "attribute": "workspace", "value": "acme", "limit": "$50"})
+	e.must(http.StatusOK, "PUT", "/admin/v1/overrides", rootToken, map[string]any{
+		"rule": "daily_token_budget", "attribute": "workspace", "value": "acme", "limit": 5000})
+	entries := func(target string) []map[string]any {
+		t.Helper()
+		var out []map[string]any
+		for _, a := range e.must(http.StatusOK, "GET", "/admin/v1/audit?target="+target, rootToken, nil).body["entries"].([]any) {
+			out = append(out, a.(map[string]any))
+		}
+		return out
+	}
+	field := func(e map[string]any, side, name string) any {
+		v, _ := e[side].(map[string]any)
+		return v[name]
+	}
+	rule := entries("rule/spend") // newest first
+	if len(rule) != 2 || field(rule[0], "before", "limit") != "$500" || field(rule[0], "after", "limit") != "$600" ||
+		field(rule[1], "after", "limit") != "$500" || field(rule[1], "after", "soft_limit") != "$400" {
+		t.Errorf("the cost rule's audit: %v", rule)
+	}
+	if o := entries("override/spend/workspace/acme"); len(o) != 1 || field(o[0], "after", "limit") != "$50" || field(o[0], "after", "burst") != nil {
+		t.Errorf("the cost override's audit: %v", o)
+	}
+	if o := entries("override/daily_token_budget/workspace/acme"); len(o) != 1 || field(o[0], "after", "limit") != float64(5000) {
+		t.Errorf("the token override's audit: %v", o)
+	}
+
+	// The console says the same.
+	b := e.browser()
+	b.login(rootToken)
+	for path, want := range map[string][]string{
+		"/ui/overrides":       {"$50.00", "5,000"},
+		"/ui/workspaces/acme": {"$50.00", "5,000"},
+		"/ui/audit":           {`&#34;limit&#34;:&#34;$600&#34;`},
+	} {
+		status, body := b.get(path)
+		for _, w := range want {
+			if status != http.StatusOK || !strings.Contains(body, w) {
+				t.Errorf("GET %s = %d, want 200 containing %q", path, status, w)
+			}
+		}
+		if strings.Contains(body, "50,000,000") || strings.Contains(body, "600000000") {
+			t.Errorf("GET %s shows micro-dollars", path)
+		}
+	}
+}

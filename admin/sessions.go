@@ -22,10 +22,10 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request, p *princi
 	if err != nil {
 		return err
 	}
-	out := make([]catalog.Session, 0, len(sessions))
+	out := make([]sessionOut, 0, len(sessions))
 	for _, s := range sessions {
 		if p.canReadIn(s.Org, s.Workspace) {
-			out = append(out, s)
+			out = append(out, sessionOutOf(s))
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
@@ -39,6 +39,24 @@ func (h *Handler) endSession(w http.ResponseWriter, r *http.Request, p *principa
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"session": s})
+	writeJSON(w, http.StatusOK, map[string]any{"session": sessionOutOf(s)})
 	return nil
+}
+
+// sessionOut is a session as the admin API writes it: its cost ceiling and
+// what it spent in dollars as well as in micro-dollars (max_cost_micros
+// and cost_micros, which clients read before). No cost ceiling has no
+// max_cost.
+type sessionOut struct {
+	catalog.Session
+	MaxCostDollars *money `json:"max_cost,omitempty"`
+	CostDollars    money  `json:"cost"`
+}
+
+func sessionOutOf(s catalog.Session) sessionOut {
+	out := sessionOut{Session: s, CostDollars: money(s.Cost)}
+	if s.MaxCost > 0 {
+		out.MaxCostDollars = moneyPtr(&s.MaxCost)
+	}
+	return out
 }

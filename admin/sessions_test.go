@@ -14,7 +14,7 @@ func TestAdmin_Sessions(t *testing.T) {
 	ctx := context.Background()
 	open := func(ws string) catalog.Session {
 		s, _, err := e.cat.OpenSession(ctx, catalog.Session{KeyID: "k1", Workspace: ws, User: "ada", Model: "mock-small",
-			ExpiresAt: time.Now().Add(time.Hour), MaxTurns: 10}, 0)
+			ExpiresAt: time.Now().Add(time.Hour), MaxTurns: 10, MaxCost: 5_000_000}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -26,6 +26,10 @@ func TestAdmin_Sessions(t *testing.T) {
 	all := e.must(http.StatusOK, "GET", "/admin/v1/sessions", rootToken, nil)
 	if n := len(all.body["sessions"].([]any)); n != 2 {
 		t.Fatalf("admin sees %d sessions: %s", n, all.raw)
+	}
+	// Money in dollars beside the micro-dollars.
+	if s := all.body["sessions"].([]any)[0].(map[string]any); s["max_cost"] != "$5" || s["max_cost_micros"] != float64(5_000_000) || s["cost"] != "$0" {
+		t.Errorf("session %v", s)
 	}
 	mine := e.must(http.StatusOK, "GET", "/admin/v1/sessions", viewer, nil)
 	if n := len(mine.body["sessions"].([]any)); n != 1 {

@@ -363,6 +363,9 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request, p *principal) er
 	if err != nil {
 		return err
 	}
+	for i := range entries {
+		entries[i] = h.auditInDollars(entries[i])
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": nonNilSlice(entries)})
 	return nil
 }

@@ -23,13 +23,16 @@ type Tokenizer interface {
 const boundarySlack = 8
 
 // checkContext refuses a prompt certainly longer than m's context window:
-// 400 context_length_exceeded, before admission, so it is neither charged
-// nor forwarded. Certainly: only with m's own tokenizer, counting no more
-// than the provider would (every piece of text counted as the provider
-// counts it, less boundarySlack each; images, tool definitions and the
-// chat format's own tokens not at all). The admission estimate (bytes / 3)
-// is not used: it overestimates English by about a third, and would refuse
-// prompts that fit.
+// 400 context_length_exceeded, once the call is admitted for m and before
+// it is forwarded; the caller releases the admission, so nothing is
+// charged. It runs after admission (on the byte estimate) so that a key
+// makes the gateway count, the costly part, only while its limits admit
+// it: a call they refuse is never counted. Certainly: only with m's
+// own tokenizer, counting no more than the provider would (every piece of
+// text counted as the provider counts it, less boundarySlack each; images,
+// tool definitions and the chat format's own tokens not at all). The
+// admission estimate (bytes / 3) is not used: it overestimates English by
+// about a third, and would refuse prompts that fit.
 func (c *call) checkContext(m *model) error {
 	tk, window := m.Tokenizer, m.ContextWindow
 	// A token of a byte-level BPE is at least one byte, and the text is no

@@ -109,3 +109,46 @@ func TestGateway_ContextWindowCountsNoMoreThanItNeeds(t *testing.T) {
 		t.Errorf("counted %d bytes of a prompt shorter in bytes than the window", n)
 	}
 }
+
+// TestGateway_ContextWindowCountsOnlyAdmittedCalls: the count runs after
+// admission. A prompt longer in bytes than the window from a key whose
+// budget is spent is refused by the budget, and not counted; the same
+// prompt, admitted, is counted and refused 400 with its admission given
+// back.
+func TestGateway_ContextWindowCountsOnlyAdmittedCalls(t *testing.T) {
+	enc, err := bpe.Get(bpe.O200k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := &countingTokenizer{Tokenizer: enc}
+	budget := sluice.Rule{Name: "daily_requests", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests, Limit: 2, Period: sluice.PeriodDay}
+	h := newHarness(t, []sluice.Rule{budget}, func(o *gateway.Options) {
+		o.Models = slices.Clone(o.Models)
+		o.Models[0].ContextWindow, o.Models[0].Tokenizer = 1000, tk
+	})
+	long := `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("hello ", 1500) + `"}]}`
+	r := h.post("/v1/chat/completions", long, nil)
+	if r.status != 400 || !strings.Contains(string(r.body), "context_length_exceeded") {
+		t.Fatalf("admitted long prompt: %d %.300s", r.status, r.body)
+	}
+	if tk.bytes.Load() == 0 {
+		t.Error("the admitted long prompt was not counted")
+	}
+	if got := h.used("daily_requests"); got != 0 {
+		t.Errorf("the refusal charged %d requests, want its admission given back", got)
+	}
+	for i := range 2 { // spend the budget
+		if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
+			t.Fatalf("call %d: %d %s", i, r.status, r.body)
+		}
+	}
+	h.rec.waitUsage(t, 2)
+	tk.bytes.Store(0)
+	r = h.post("/v1/chat/completions", long, nil)
+	if r.status != 429 || !strings.Contains(string(r.body), "budget_exceeded") {
+		t.Fatalf("long prompt on a spent budget: %d %.300s", r.status, r.body)
+	}
+	if n := tk.bytes.Load(); n != 0 {
+		t.Errorf("counted %d bytes of a prompt the budget refused", n)
+	}
+}

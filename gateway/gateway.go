@@ -127,7 +127,8 @@ type Model struct {
 	ContextWindow   int64
 	// Tokenizer, when set, counts prompts as the provider does: a prompt
 	// certainly longer than ContextWindow is refused 400
-	// context_length_exceeded before admission (see checkContext). Nil
+	// context_length_exceeded once admitted, before it is forwarded, and
+	// nothing is charged (see checkContext). Nil
 	// checks nothing.
 	Tokenizer Tokenizer
 	Aliases   []string

@@ -126,3 +126,86 @@ func TestGateway_AuthenticatedBadRequestCarriesRateLimitFields(t *testing.T) {
 	}
 	checkRequestFields(t, h, r, "daily_requests", 100, 24*time.Hour)
 }
+
+// TestGateway_SessionRouteRefusalsCarryRateLimitFields: every refusal a
+// session route answers once the key is known carries the fields of the
+// key's rules, read without charging.
+func TestGateway_SessionRouteRefusalsCarryRateLimitFields(t *testing.T) {
+	h := sessionHarness(t, []sluice.Rule{dailyRequests})
+	if r := h.post("/v1/chat/completions", sessionChat, nil); r.status != 200 {
+		t.Fatalf("first call: %d %s", r.status, r.body)
+	}
+	h.rec.waitUsage(t, 1)
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"BadJSON", "POST", "/v1/sessions", `{"max_turns":`, 400, "invalid_json"},
+		{"CeilingAboveTerms", "POST", "/v1/sessions", `{"max_turns":99}`, 400, "invalid_value"},
+		{"UnknownSession", "GET", "/v1/sessions/sess_nobody", "", 404, "session_not_found"},
+		{"CloseUnknown", "DELETE", "/v1/sessions/sess_nobody", "", 404, "session_not_found"},
+		{"LongID", "GET", "/v1/sessions/" + strings.Repeat("x", 65), "", 404, "session_not_found"},
+		{"Method", "PUT", "/v1/sessions", "", 405, "method_not_allowed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, _ := h.sessionCall(c.method, c.path, c.body, nil)
+			if r.status != c.status || !strings.Contains(string(r.body), c.code) {
+				t.Fatalf("%s %s: %d %s", c.method, c.path, r.status, r.body)
+			}
+			checkRequestFields(t, h, r, "daily_requests", 100, 24*time.Hour)
+		})
+	}
+	t.Run("TooManySessions", func(t *testing.T) {
+		for range 2 {
+			if r, _ := h.sessionCall("POST", "/v1/sessions", "", nil); r.status != 201 {
+				t.Fatalf("mint: %d %s", r.status, r.body)
+			}
+		}
+		r, _ := h.sessionCall("POST", "/v1/sessions", "", nil)
+		if r.status != 429 || !strings.Contains(string(r.body), "too_many_sessions") {
+			t.Fatalf("third open session: %d %s", r.status, r.body)
+		}
+		checkRequestFields(t, h, r, "daily_requests", 100, 24*time.Hour)
+	})
+}
+
+// TestGateway_SessionMintOnSpentBudgetCarriesRateLimitFields: the mint's
+// gate refuses as the spent budget would, with the fields an admission's
+// refusal carries, OpenAI's request fields included.
+func TestGateway_SessionMintOnSpentBudgetCarriesRateLimitFields(t *testing.T) {
+	spent := sluice.Rule{Name: "daily_one", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests, Limit: 1, Period: sluice.PeriodDay}
+	h := sessionHarness(t, []sluice.Rule{spent})
+	if r := h.post("/v1/chat/completions", sessionChat, nil); r.status != 200 {
+		t.Fatalf("spending call: %d %s", r.status, r.body)
+	}
+	h.rec.waitUsage(t, 1)
+	r, _ := h.sessionCall("POST", "/v1/sessions", "", nil)
+	if r.status != 429 || !strings.Contains(string(r.body), `"rule":"daily_one"`) {
+		t.Fatalf("mint on a spent budget: %d %s", r.status, r.body)
+	}
+	checkRequestFields(t, h, r, "daily_one", 1, 24*time.Hour)
+}
+
+// TestGateway_SessionRouteUnauthenticatedRefusalsCarryThePreAuthFields:
+// before the key is known, a session route's refusal carries the pre-auth
+// limit's fields: a bad key's, counted; sessions off, read, not counted.
+func TestGateway_SessionRouteUnauthenticatedRefusalsCarryThePreAuthFields(t *testing.T) {
+	preAuth := func(o *gateway.Options) { o.PreAuthPerMinute = 5 }
+	t.Run("BadKey", func(t *testing.T) {
+		h := sessionHarness(t, []sluice.Rule{dailyRequests}, preAuth)
+		r, _ := h.sessionCall("POST", "/v1/sessions", "", map[string]string{"Authorization": "Bearer sk-sluice-wrong"})
+		if r.status != 401 {
+			t.Fatalf("bad key: %d %s", r.status, r.body)
+		}
+		checkLimitHeaders(t, r, gateway.PreAuthRule, 5, 4, time.Minute)
+	})
+	t.Run("SessionsOff", func(t *testing.T) {
+		h := newHarness(t, []sluice.Rule{dailyRequests}, preAuth)
+		r, _ := h.sessionCall("POST", "/v1/sessions", "", nil)
+		if r.status != 404 {
+			t.Fatalf("sessions off: %d %s", r.status, r.body)
+		}
+		checkLimitHeaders(t, r, gateway.PreAuthRule, 5, 5, time.Minute)
+	})
+}

@@ -177,9 +177,6 @@ func (c *call) run() error {
 		return errUnknownModel(c.bound.Model)
 	}
 	c.model = m
-	if err := c.checkContext(m); err != nil {
-		return err
-	}
 	if sid := ctx.Request.Header.Peek(HeaderSession); len(sid) > 0 {
 		if err := c.joinSession(string(sid), m); err != nil {
 			return err
@@ -228,6 +225,12 @@ func (c *call) run() error {
 			}
 			return err
 		}
+		// Counted once admitted, so that only calls the key's limits let
+		// through make the gateway count a prompt (see checkContext).
+		if err := c.checkContext(cand); err != nil {
+			_ = res.Release(context.Background())
+			return err
+		}
 		if c.session.id != "" {
 			if err := c.chargeSession(c.request(cand, capPer)); err != nil {
 				_ = res.Release(context.Background())
@@ -268,11 +271,19 @@ func (c *call) run() error {
 // its own; a client that left reads nothing; a store that does not answer
 // leaves the fields out.
 func (c *call) withRoom(err error) {
+	if c.authenticated {
+		c.g.withRoom(err, c.identity(c.tried))
+	}
+}
+
+// withRoom gives err, the gateway's own refusal of a caller whose key is
+// known, the room of the rules that apply to id (see call.withRoom).
+func (g *Gateway) withRoom(err error, id sluice.Identity) {
 	var ae *apiError
-	if !c.authenticated || !errors.As(err, &ae) || ae.room != nil || ae.status == 499 {
+	if !errors.As(err, &ae) || ae.room != nil || ae.status == 499 {
 		return
 	}
-	if room, err := c.g.limiter.Room(context.Background(), sluice.Request{Identity: c.identity(c.tried)}); err == nil {
+	if room, err := g.limiter.Room(context.Background(), sluice.Request{Identity: id}); err == nil {
 		ae.room = &room
 	}
 }

@@ -124,7 +124,11 @@ func lower(name string, configured int64, asked *int64) (int64, error) {
 func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	rt := routes["/v1/chat/completions"] // the error shape
 	if g.opts.Sessions == nil {
-		writeError(ctx, rt, errNotFound(path))
+		// Refused before its key is read: the one limit that applies is
+		// the client address's pre-auth limit, read without charging.
+		e := errNotFound(path).(*apiError)
+		e.room = g.addressRoom(ctx)
+		writeError(ctx, rt, e)
 		return
 	}
 	var authEvent Event
@@ -133,16 +137,24 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		writeError(ctx, rt, err)
 		return
 	}
+	// refuse answers a refusal made once the key is known with the
+	// rate-limit fields of the key's rules for model ("" when no model is
+	// known), as the model routes' own refusals carry them.
+	refuse := func(err error, model string) {
+		g.withRoom(err, sessionIdentity(who, model))
+		writeError(ctx, rt, err)
+	}
 	st := g.opts.Sessions.Store
 	bg, cancel := g.catalogContext()
 	defer cancel()
 	id := strings.TrimPrefix(strings.TrimPrefix(path, "/v1/sessions"), "/")
 	switch {
 	case id == "" && method == fasthttp.MethodPost:
-		s, created, lowered, err := g.mintSession(ctx, who)
+		terms := g.opts.Sessions.Terms(who)
+		s, created, lowered, err := g.mintSession(ctx, who, terms)
 		ev := Event{Route: "sessions", Model: s.Model, Outcome: "admitted", IgnoredIdentity: authEvent.IgnoredIdentity}
 		if err != nil {
-			writeError(ctx, rt, err)
+			refuse(err, terms.Model)
 			ev.Outcome, ev.Class = outcomeOf(err)
 		} else {
 			status := 200
@@ -154,7 +166,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		}
 		g.observe(ctx, ev)
 	case id != "" && len(id) > maxSessionID:
-		writeError(ctx, rt, sessionError(ErrUnknownSession))
+		refuse(sessionError(ErrUnknownSession), "")
 	case id != "" && !strings.Contains(id, "/") && (method == fasthttp.MethodGet || method == fasthttp.MethodDelete):
 		var s Session
 		var closed bool
@@ -164,7 +176,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 			s, closed, err = st.CloseSession(bg, id, who.KeyID)
 		}
 		if err != nil {
-			writeError(ctx, rt, sessionError(err))
+			refuse(sessionError(err), "")
 			return
 		}
 		writeSession(ctx, 200, s, nil)
@@ -178,16 +190,16 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		} else {
 			ctx.Response.Header.Set("Allow", "GET, DELETE")
 		}
-		writeError(ctx, rt, errMethodNotAllowed(method, path))
+		refuse(errMethodNotAllowed(method, path), "")
 	}
 }
 
 // mintSession is POST /v1/sessions: the gate of long interactive work. It
-// refuses when a budget that applies to the key is already spent, picks
-// the model for the key's tier, and opens the session with its ceilings.
-func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal) (s Session, created bool, lowered []string, err error) {
+// refuses when a budget that applies to the key is already spent, and
+// opens the session on the model and ceilings of terms (the key's tier's)
+// or the lower ones the body asks for.
+func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal, terms SessionTerms) (s Session, created bool, lowered []string, err error) {
 	so := g.opts.Sessions
-	terms := so.Terms(who)
 	if _, ok := g.models[terms.Model]; !ok || terms.MaxDuration <= 0 {
 		g.log.Error("session terms name no model this gateway serves, or no duration", "model", terms.Model, "max_duration", terms.MaxDuration)
 		return Session{}, false, nil, &apiError{status: 500, typ: "server_error", anthType: "api_error", code: "session_terms",
@@ -261,13 +273,20 @@ type fundable struct {
 	tokensRule, costRule string
 }
 
+// sessionIdentity is who calling model, as the session routes see it: the
+// identity whose budgets gate a mint, and whose rules' room the session
+// routes' refusals report.
+func sessionIdentity(who Principal, model string) sluice.Identity {
+	return sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User, Key: who.KeyID, Model: model, Tier: who.Tier, Class: who.Class}
+}
+
 // budgetsLeft refuses, as the budget itself would, when a budget that
 // applies to who calling model is spent: a session must not open on a
 // budget that cannot serve its first turn. Otherwise it says what the
 // token and cost budgets have left.
 func (g *Gateway) budgetsLeft(who Principal, model string) (fundable, error) {
 	left := fundable{tokens: -1, cost: -1}
-	id := sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User, Key: who.KeyID, Model: model, Tier: who.Tier, Class: who.Class}
+	id := sessionIdentity(who, model)
 	eff, err := g.limiter.Effective(context.Background(), id)
 	if err != nil {
 		return left, err
@@ -290,8 +309,15 @@ func (g *Gateway) budgetsLeft(who Principal, model string) (fundable, error) {
 		if i := slices.IndexFunc(rules, func(r sluice.Rule) bool { return r.Name == e.Rule }); i >= 0 {
 			period = rules[i].Period
 		}
-		return left, &sluice.BudgetError{Refusal: sluice.Refusal{Rule: e.Rule, Subject: e.Subject, Kind: e.Kind, Metric: e.Metric,
-			Limit: e.Limit, Used: e.Used, Period: period, ResetAt: e.ResetAt}}
+		refusal := sluice.Refusal{Rule: e.Rule, Subject: e.Subject, Kind: e.Kind, Metric: e.Metric,
+			Limit: e.Limit, Used: e.Used, Period: period, ResetAt: e.ResetAt}
+		// The rooms of the other rules, for the answer's rate-limit
+		// fields, as Admit's refusals carry them; left out if the store
+		// does not answer.
+		if room, err := g.limiter.Room(context.Background(), sluice.Request{Identity: id}); err == nil {
+			refusal.Result = &room
+		}
+		return left, &sluice.BudgetError{Refusal: refusal}
 	}
 	return left, nil
 }
