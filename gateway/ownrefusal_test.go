@@ -209,3 +209,26 @@ func TestGateway_SessionRouteUnauthenticatedRefusalsCarryThePreAuthFields(t *tes
 		checkLimitHeaders(t, r, gateway.PreAuthRule, 5, 5, time.Minute)
 	})
 }
+
+// TestGateway_SessionRouteAnswersCarryRateLimitFields: a session route's
+// answers that refuse nothing (a mint, a read, a close) carry the fields
+// of the key's rules too, as every answer does.
+func TestGateway_SessionRouteAnswersCarryRateLimitFields(t *testing.T) {
+	h := sessionHarness(t, []sluice.Rule{dailyRequests})
+	if r := h.post("/v1/chat/completions", sessionChat, nil); r.status != 200 {
+		t.Fatalf("first call: %d %s", r.status, r.body)
+	}
+	h.rec.waitUsage(t, 1)
+	r, s := h.sessionCall("POST", "/v1/sessions", "", nil)
+	if r.status != 201 {
+		t.Fatalf("mint: %d %s", r.status, r.body)
+	}
+	checkRequestFields(t, h, r, "daily_requests", 100, 24*time.Hour)
+	for _, method := range []string{"GET", "DELETE"} {
+		r, _ := h.sessionCall(method, "/v1/sessions/"+s.ID, "", nil)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", method, r.status, r.body)
+		}
+		checkRequestFields(t, h, r, "daily_requests", 100, 24*time.Hour)
+	}
+}

@@ -144,6 +144,15 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		g.withRoom(err, sessionIdentity(who, model))
 		writeError(ctx, rt, err)
 	}
+	// answer writes a session with the rate-limit fields of the key's
+	// rules for the session's model, as every answer carries them; none
+	// when the store does not answer (the session is answered anyway).
+	answer := func(status int, s Session, lowered []string) {
+		if room, err := g.limiter.Room(context.Background(), sluice.Request{Identity: sessionIdentity(who, s.Model)}); err == nil {
+			room.SetHeaders(&ctx.Response.Header, time.Now())
+		}
+		writeSession(ctx, status, s, lowered)
+	}
 	st := g.opts.Sessions.Store
 	bg, cancel := g.catalogContext()
 	defer cancel()
@@ -162,7 +171,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 				status = 201
 				ev.Session = "opened"
 			}
-			writeSession(ctx, status, s, lowered)
+			answer(status, s, lowered)
 		}
 		g.observe(ctx, ev)
 	case id != "" && len(id) > maxSessionID:
@@ -179,7 +188,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 			refuse(sessionError(err), "")
 			return
 		}
-		writeSession(ctx, 200, s, nil)
+		answer(200, s, nil)
 		if closed {
 			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: "admitted", Session: "closed",
 				SessionUsed: SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost}, IgnoredIdentity: authEvent.IgnoredIdentity})
