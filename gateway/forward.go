@@ -284,7 +284,9 @@ func copyHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
 			// OpenAI's x-request-id, Anthropic's request-id.
 			dst.SetBytesV("X-Upstream-Request-Id", v)
 		default:
-			dst.SetBytesKV(k, v)
+			// fasthttp read k in its canonical form (or left a name with
+			// a space as it came): no need to work it out again.
+			dst.SetCanonical(k, v)
 		}
 	}
 }

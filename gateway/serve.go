@@ -710,8 +710,8 @@ func (g *Gateway) record(u UsageRecord, taken func() bool) {
 func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sluice.Reservation, capPer int64, clamped bool) {
 	r := res.Result()
 	c.event.Shadowed, c.event.FailedOpen, c.event.BudgetWarnings = r.Shadowed, r.FailedOpenRules, r.Warnings
-	r.SetHeaders(h, time.Now())
-	h.Set("X-Sluice-Model", cand.Name)
+	r.SetHeaders(canonicalHeaders{h}, time.Now())
+	canonicalHeaders{h}.Set(headerModel, cand.Name)
 	for _, cs := range r.Classes {
 		h.Add(HeaderClass, fmt.Sprintf("%s; rule=%s; floor=%d; share=%d; capacity=%d", cs.Class, cs.Rule, cs.Floor, cs.Share, cs.Capacity))
 		if cs.BorrowedFrom != "" {

@@ -80,9 +80,10 @@ func noteRequestID(ctx *fasthttp.RequestCtx) string {
 		id = "req_" + hex.EncodeToString(b[:])
 	}
 	ctx.SetUserValue(requestIDKey, id)
-	ctx.Response.Header.Set(HeaderRequestID, id)
+	h := canonicalHeaders{&ctx.Response.Header}
+	h.Set(HeaderRequestID, id)
 	if bytes.HasPrefix(ctx.Path(), []byte("/v1/messages")) {
-		ctx.Response.Header.Set(headerAnthropicRequestID, id)
+		h.Set(headerAnthropicRequestID, id)
 	}
 	return id
 }
