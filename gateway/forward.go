@@ -87,6 +87,9 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		if c.upstreamStart.IsZero() {
 			c.upstreamStart = time.Now()
 		}
+		// Only a streamed call's answer is read as it comes; any other
+		// is read whole by the client, with no stream to wrap it.
+		resp.StreamBody = c.bound.Stream
 		err = uc.client.DoDeadline(req, resp, deadline)
 		c.event.UpstreamStatus = 0
 		if err == nil {
