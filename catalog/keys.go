@@ -243,34 +243,55 @@ func (c *Catalog) createKey(ctx context.Context, k Key, actor string, also func(
 // compared in constant time like the stored one, and expiry is checked on
 // every call.
 func (c *Catalog) Authenticate(ctx context.Context, secret string) (Key, error) {
+	if k, ok, err := c.AuthenticateCached(secret); ok {
+		return k, err
+	}
+	id, _ := parseSecret(secret) // one that does not parse was answered above
+	hash := hashSecret(secret)
+	now := c.now()
+	gen := c.cache.generation()
+	k, stored, err := c.loadKey(ctx, c.db, id, true)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Key{}, ErrUnknownKey
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("catalog: authenticate: %w", err)
+	}
+	// Only a holder of the right secret learns whether the key is revoked
+	// or expired.
+	if subtle.ConstantTimeCompare(stored, hash[:]) != 1 {
+		return Key{}, ErrUnknownKey
+	}
+	if !k.RevokedAt.IsZero() {
+		return Key{}, ErrRevokedKey
+	}
+	c.cache.put(id, &hash, k, now, gen)
+	return unexpired(k, now)
+}
+
+// AuthenticateCached answers as Authenticate when it can without the
+// database: for a secret that is not shaped like a key (ErrUnknownKey),
+// and for a key the cache holds (the key, or ErrExpiredKey). ok is false
+// when only the database can tell; then Authenticate must be asked. A
+// caller that bounds database calls with a deadline needs none for an
+// answer from here.
+func (c *Catalog) AuthenticateCached(secret string) (_ Key, ok bool, _ error) {
 	id, ok := parseSecret(secret)
 	if !ok {
-		return Key{}, ErrUnknownKey
+		return Key{}, true, ErrUnknownKey
 	}
 	hash := hashSecret(secret)
 	now := c.now()
 	k, ok := c.cache.get(id, &hash, now)
 	if !ok {
-		gen := c.cache.generation()
-		var stored []byte
-		var err error
-		k, stored, err = c.loadKey(ctx, c.db, id, true)
-		if errors.Is(err, sql.ErrNoRows) {
-			return Key{}, ErrUnknownKey
-		}
-		if err != nil {
-			return Key{}, fmt.Errorf("catalog: authenticate: %w", err)
-		}
-		// Only a holder of the right secret learns whether the key is
-		// revoked or expired.
-		if subtle.ConstantTimeCompare(stored, hash[:]) != 1 {
-			return Key{}, ErrUnknownKey
-		}
-		if !k.RevokedAt.IsZero() {
-			return Key{}, ErrRevokedKey
-		}
-		c.cache.put(id, &hash, k, now, gen)
+		return Key{}, false, nil
 	}
+	k, err := unexpired(k, now)
+	return k, true, err
+}
+
+// unexpired returns k, the caller's own copy, unless it expired at now.
+func unexpired(k Key, now time.Time) (Key, error) {
 	if !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt) {
 		return Key{}, ErrExpiredKey
 	}

@@ -222,6 +222,71 @@ func TestCatalog_ExpiredKeyRefusedFromCache(t *testing.T) {
 	})
 }
 
+// AuthenticateCached answers what needs no database (a malformed secret, a
+// cached key, a cached key past its expiry) and leaves the rest to
+// Authenticate.
+func TestCatalog_AuthenticateCached(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		clock := newFakeClock()
+		c, err := be.open(Options{Now: clock.Now, CacheTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		secret, k, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u", ExpiresAt: clock.Now().Add(time.Minute)}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := c.AuthenticateCached("not-a-key"); !ok || !errors.Is(err, ErrUnknownKey) {
+			t.Fatalf("malformed secret: ok %v, err %v; want answered ErrUnknownKey", ok, err)
+		}
+		if _, ok, err := c.AuthenticateCached(secret); ok || err != nil {
+			t.Fatalf("before any lookup: ok %v, err %v; want not answered", ok, err)
+		}
+		if _, err := c.Authenticate(ctx, secret); err != nil { // cached now
+			t.Fatal(err)
+		}
+		forged := secret[:len(secret)-secretRandLen] + strings.Repeat("A", secretRandLen)
+		if _, ok, err := c.AuthenticateCached(forged); ok || err != nil {
+			t.Fatalf("another secret for the cached ID: ok %v, err %v; want not answered", ok, err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The database is gone: what follows comes from the cache alone.
+		got, ok, err := c.AuthenticateCached(secret)
+		if !ok || err != nil || got.ID != k.ID || got.Workspace != "w" {
+			t.Fatalf("cached key: %+v, ok %v, err %v; want key %s", got, ok, err, k.ID)
+		}
+		clock.Advance(time.Minute)
+		if _, ok, err := c.AuthenticateCached(secret); !ok || !errors.Is(err, ErrExpiredKey) {
+			t.Fatalf("cached key at expiry: ok %v, err %v; want answered ErrExpiredKey", ok, err)
+		}
+	})
+}
+
+// With the cache off, only a malformed secret is answered from memory.
+func TestCatalog_AuthenticateCachedDisabled(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, err := be.open(Options{CacheTTL: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		secret, _, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Authenticate(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := c.AuthenticateCached(secret); ok || err != nil {
+			t.Fatalf("cache off: ok %v, err %v; want not answered", ok, err)
+		}
+	})
+}
+
 // A second Catalog on the same file stands for another process: what it
 // changes, this one sees only when its cache entry expires.
 func TestCatalog_CacheTTL(t *testing.T) {

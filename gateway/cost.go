@@ -32,6 +32,6 @@ func (c *call) settledCost(cand *model, u llm.Usage, reported bool) (int64, bool
 // setCostHeader writes HeaderCostMicros when the cost is known.
 func (c *call) setCostHeader(h *fasthttp.ResponseHeader, cand *model, u llm.Usage, reported bool) {
 	if cost, ok := c.settledCost(cand, u, reported); ok {
-		h.Set(HeaderCostMicros, strconv.FormatInt(cost, 10))
+		canonicalHeaders{h}.Set(HeaderCostMicros, strconv.FormatInt(cost, 10))
 	}
 }

@@ -170,7 +170,7 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		status, code, message, limit = hr.Status, hr.Code, hr.Message, hr.Limit
 		terminal = hr.Terminal
 		typ, anthType = errorTypes(code)
-		hr.SetHeaders(h, time.Now())
+		hr.SetHeaders(canonicalHeaders{h}, time.Now())
 		var fh *fitHint
 		if errors.As(err, &fh) {
 			message += fmt.Sprintf(" The largest max_tokens that fits now is %d.", fh.maxTokens)
@@ -190,10 +190,10 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 			// The gateway's own refusals get their rate-limit and retry
 			// headers where the library's do.
 			if ae.room != nil {
-				ae.room.SetHeaders(h, time.Now())
+				ae.room.SetHeaders(canonicalHeaders{h}, time.Now())
 			}
 			hr := sluice.HTTPRefusal{RetryAfter: ae.retryHint, Terminal: ae.terminal}
-			hr.SetHeaders(h, time.Now())
+			hr.SetHeaders(canonicalHeaders{h}, time.Now())
 		default:
 			status, typ, anthType, code = 500, "server_error", "api_error", "internal_error"
 			message = "Internal error."

@@ -87,6 +87,9 @@ func (c *call) forward(cand *model, res *sluice.Reservation, capPer int64, clamp
 		if c.upstreamStart.IsZero() {
 			c.upstreamStart = time.Now()
 		}
+		// Only a streamed call's answer is read as it comes; any other
+		// is read whole by the client, with no stream to wrap it.
+		resp.StreamBody = c.bound.Stream
 		err = uc.client.DoDeadline(req, resp, deadline)
 		c.event.UpstreamStatus = 0
 		if err == nil {
@@ -284,7 +287,9 @@ func copyHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
 			// OpenAI's x-request-id, Anthropic's request-id.
 			dst.SetBytesV("X-Upstream-Request-Id", v)
 		default:
-			dst.SetBytesKV(k, v)
+			// fasthttp read k in its canonical form (or left a name with
+			// a space as it came): no need to work it out again.
+			dst.SetCanonical(k, v)
 		}
 	}
 }

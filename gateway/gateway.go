@@ -66,6 +66,18 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, secret string) (Principal, error)
 }
 
+// A CachedAuthenticator is an Authenticator that can answer some secrets
+// without I/O, from memory (a cache of the keys in steady use, a secret
+// that cannot be a key). The gateway asks AuthenticateCached first, and
+// bounds by Options.CatalogTimeout only the lookups it leaves to
+// Authenticate.
+type CachedAuthenticator interface {
+	Authenticator
+	// AuthenticateCached answers as Authenticate would, when it can
+	// without I/O; ok is false (and the error nil) when it cannot.
+	AuthenticateCached(secret string) (_ Principal, ok bool, _ error)
+}
+
 // UsageRecord is one settled call, for the usage ledger: counters only,
 // never a prompt or an answer.
 type UsageRecord struct {

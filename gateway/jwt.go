@@ -99,7 +99,7 @@ type jwtIssuer struct {
 	keys *issuerKeys
 }
 
-var _ Authenticator = (*JWTAuthenticator)(nil)
+var _ CachedAuthenticator = (*JWTAuthenticator)(nil)
 
 // acceptedAlgs are the signature algorithms a token may use: asymmetric
 // only, so that a public key can never serve as an HMAC secret, and never
@@ -198,6 +198,17 @@ func (a *JWTAuthenticator) Authenticate(ctx context.Context, secret string) (Pri
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	return a.verify(ctx, secret, a.now())
+}
+
+// AuthenticateCached answers a bearer that is not shaped like a JWT from
+// the wrapped Authenticator's memory, when it is a CachedAuthenticator
+// that can. A JWT is left to Authenticate: verifying it may fetch the
+// issuer's keys.
+func (a *JWTAuthenticator) AuthenticateCached(secret string) (Principal, bool, error) {
+	if next, ok := a.next.(CachedAuthenticator); ok && !jwtShaped(secret) {
+		return next.AuthenticateCached(secret)
+	}
+	return Principal{}, false, nil
 }
 
 // jwtShaped reports whether s has the shape of a JWS in compact form:

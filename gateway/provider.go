@@ -76,7 +76,6 @@ func newProvider(p Provider, timeout time.Duration) (*provider, error) {
 			MaxIdleConnDuration:      90 * time.Second,
 			ReadTimeout:              timeout,
 			WriteTimeout:             timeout,
-			StreamResponseBody:       true,
 			NoDefaultUserAgentHeader: true,
 			DisablePathNormalizing:   true,
 			MaxResponseBodySize:      256 << 20,

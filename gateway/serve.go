@@ -95,6 +95,8 @@ type call struct {
 	// the call was admitted for, or tried to be.
 	authenticated bool
 	tried         *model
+	// record is the call's usage record, made by finish.
+	record UsageRecord
 }
 
 func (g *Gateway) serve(ctx *fasthttp.RequestCtx, rt *route, served bool) {
@@ -345,9 +347,7 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 	if secret == "" {
 		return Principal{}, 0, unauthorized(errBadKey())
 	}
-	kctx, cancel := context.WithTimeout(context.Background(), g.opts.CatalogTimeout)
-	who, err := g.opts.Keys.Authenticate(kctx, secret)
-	cancel()
+	who, err := g.lookupKey(secret)
 	if err != nil {
 		var te *tokenError
 		if errors.As(err, &te) {
@@ -368,6 +368,20 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 		who.Class = g.opts.TierClass[who.Tier]
 	}
 	return who, asserted, nil
+}
+
+// lookupKey resolves secret with Options.Keys: from memory when it is a
+// CachedAuthenticator that can, else within CatalogTimeout. An answer from
+// memory needs no deadline, nor the timer one costs.
+func (g *Gateway) lookupKey(secret string) (Principal, error) {
+	if keys, ok := g.opts.Keys.(CachedAuthenticator); ok {
+		if who, ok, err := keys.AuthenticateCached(secret); ok {
+			return who, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.opts.CatalogTimeout)
+	defer cancel()
+	return g.opts.Keys.Authenticate(ctx, secret)
 }
 
 // admitAddress counts a request against its client address's pre-auth
@@ -642,23 +656,11 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 	// The answer is out (a stream has ended): the request's duration stops
 	// here, before the settlement's commit.
 	c.event.Duration = time.Since(c.start)
-	var su sluice.Usage // zero: nothing reported, the reservation is charged
-	if reported && c.impossible(cand, u) {
-		// A provider that reports more than the call could produce is
-		// misbehaving (or hostile): the value is never stored, and the
-		// reservation is charged as for a call that reported nothing.
-		c.g.log.Error("provider reported impossible usage; the reservation is charged instead", "request_id", c.event.RequestID, "route", c.rt.name, "model", cand.Name,
-			"input_tokens", u.InputTokens, "output_tokens", u.OutputTokens, "cached_input_tokens", u.CachedInputTokens,
-			"cache_write_tokens", u.CacheWriteTokens, "bound", c.usageBound(cand))
-		c.event.ImpossibleUsage = true
-		reported = false
-	}
-	if reported {
-		su = c.settleUsage(cand, u)
-	}
+	su := c.reportedUsage(cand, u, reported) // zero: the reservation is charged
 	charged := su
+	estimated := charged.IsZero()
 	reserved := c.request(cand, c.capPer).Max
-	if charged.IsZero() {
+	if estimated {
 		// What the reservation charged: the output cap sent, clamped or not.
 		charged = reserved
 	}
@@ -666,25 +668,50 @@ func (c *call) finish(cand *model, res *sluice.Reservation, u llm.Usage, reporte
 	// settled here, on the connection's goroutine after the answer.
 	c.settleSession(charged, false)
 	c.trace.startSettle()
-	rec := UsageRecord{At: time.Now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
+	c.record = UsageRecord{At: time.Now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: cand.Name,
 		InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags,
-		KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: su.IsZero(), Reserved: reserved}
-	ctx, taken := c.g.attach(rec)
-	res.SettleAsync(ctx, su, func(err error) {
-		c.trace.endSettle(err)
-		if err != nil {
-			c.g.log.Error("settle failed; retrying until the reservation's deadline", "request_id", c.event.RequestID, "route", c.rt.name, "model", cand.Name, "err", err)
-			go c.g.retrySettle(ctx, res, su, rec, taken)
-		}
-		c.event.Usage = charged
-		if err == nil || taken == nil {
-			// With the record attached, a failed settlement leaves it to
-			// the retries.
-			c.g.record(rec, taken)
-		}
-		c.observe()
-		c.g.inFlight.done()
-	})
+		KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: estimated, Reserved: reserved}
+	c.event.Usage = charged
+	ctx, taken := c.g.attach(c.record)
+	res.SettleAsync(ctx, su, func(err error) { c.settled(ctx, cand, res, su, taken, err) })
+}
+
+// reportedUsage is what the call is settled with: the usage the provider
+// reported, priced, or zero (the reservation is charged) when it reported
+// none, or none it could have produced.
+func (c *call) reportedUsage(cand *model, u llm.Usage, reported bool) sluice.Usage {
+	if !reported {
+		return sluice.Usage{}
+	}
+	if c.impossible(cand, u) {
+		// A provider that reports more than the call could produce is
+		// misbehaving (or hostile): the value is never stored, and the
+		// reservation is charged as for a call that reported nothing.
+		c.g.log.Error("provider reported impossible usage; the reservation is charged instead", "request_id", c.event.RequestID, "route", c.rt.name, "model", cand.Name,
+			"input_tokens", u.InputTokens, "output_tokens", u.OutputTokens, "cached_input_tokens", u.CachedInputTokens,
+			"cache_write_tokens", u.CacheWriteTokens, "bound", c.usageBound(cand))
+		c.event.ImpossibleUsage = true
+		return sluice.Usage{}
+	}
+	return c.settleUsage(cand, u)
+}
+
+// settled ends finish once the store answered the settlement of res with
+// su, made with ctx (which carried c.record when taken is not nil): it
+// records the call, or leaves it to retries, and tells the Observer.
+func (c *call) settled(ctx context.Context, cand *model, res *sluice.Reservation, su sluice.Usage, taken func() bool, err error) {
+	c.trace.endSettle(err)
+	if err != nil {
+		c.g.log.Error("settle failed; retrying until the reservation's deadline", "request_id", c.event.RequestID, "route", c.rt.name, "model", cand.Name, "err", err)
+		go c.g.retrySettle(ctx, res, su, c.record, taken)
+	}
+	if err == nil || taken == nil {
+		// With the record attached, a failed settlement leaves it to
+		// the retries.
+		c.g.record(c.record, taken)
+	}
+	c.observe()
+	c.g.inFlight.done()
 }
 
 // attach returns the context to settle a call with: carrying u to the
@@ -709,8 +736,8 @@ func (g *Gateway) record(u UsageRecord, taken func() bool) {
 func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, cand *model, res *sluice.Reservation, capPer int64, clamped bool) {
 	r := res.Result()
 	c.event.Shadowed, c.event.FailedOpen, c.event.BudgetWarnings = r.Shadowed, r.FailedOpenRules, r.Warnings
-	r.SetHeaders(h, time.Now())
-	h.Set("X-Sluice-Model", cand.Name)
+	r.SetHeaders(canonicalHeaders{h}, time.Now())
+	canonicalHeaders{h}.Set(headerModel, cand.Name)
 	for _, cs := range r.Classes {
 		h.Add(HeaderClass, fmt.Sprintf("%s; rule=%s; floor=%d; share=%d; capacity=%d", cs.Class, cs.Rule, cs.Floor, cs.Share, cs.Capacity))
 		if cs.BorrowedFrom != "" {

@@ -77,12 +77,14 @@ func noteRequestID(ctx *fasthttp.RequestCtx) string {
 	if !plainToken(id) {
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], rand.Uint64())
-		id = "req_" + hex.EncodeToString(b[:])
+		var buf [len("req_") + 2*len(b)]byte
+		id = string(hex.AppendEncode(append(buf[:0], "req_"...), b[:]))
 	}
 	ctx.SetUserValue(requestIDKey, id)
-	ctx.Response.Header.Set(HeaderRequestID, id)
+	h := canonicalHeaders{&ctx.Response.Header}
+	h.Set(HeaderRequestID, id)
 	if bytes.HasPrefix(ctx.Path(), []byte("/v1/messages")) {
-		ctx.Response.Header.Set(headerAnthropicRequestID, id)
+		h.Set(headerAnthropicRequestID, id)
 	}
 	return id
 }

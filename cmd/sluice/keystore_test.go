@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -63,6 +64,53 @@ tiers:
 		if p, err := k.Authenticate(ctx, plain); err != nil || p.Tier != "" {
 			t.Errorf("key without tier aged %v: tier %q, err %v", tc.age, p.Tier, err)
 		}
+	}
+}
+
+// TestKeyStore_AuthenticateCached checks that a key the catalog's cache
+// holds is answered without the database as Authenticate answers it
+// (promoted tier included), and a refused one as gateway.ErrBadKey.
+func TestKeyStore_AuthenticateCached(t *testing.T) {
+	created := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	now := created
+	cat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{Now: func() time.Time { return now }, CacheTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	secret, _, err := cat.CreateKey(ctx, catalog.Key{Workspace: "w", User: "u", Tier: "trial", ExpiresAt: created.Add(30 * time.Minute)}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(`
+tiers:
+  - {name: trial, percent: 10, promote: {after: 24h, to: new}}
+  - {name: new, percent: 100}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keyStore{cat: cat, config: func() *config.Config { return cfg }, now: func() time.Time { return created.Add(25 * time.Hour) }}
+	if _, ok, err := k.AuthenticateCached(secret); ok || err != nil {
+		t.Fatalf("before any lookup: ok %v, err %v; want not answered", ok, err)
+	}
+	want, err := k.Authenticate(ctx, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := k.AuthenticateCached(secret)
+	if !ok || err != nil || got.KeyID != want.KeyID || got.Tier != "new" || got.Workspace != "w" {
+		t.Fatalf("cached: %+v, ok %v, err %v; want %+v", got, ok, err, want)
+	}
+	if _, ok, err := k.AuthenticateCached("sk-sluice-malformed"); !ok || !errors.Is(err, gateway.ErrBadKey) {
+		t.Fatalf("malformed: ok %v, err %v; want answered ErrBadKey", ok, err)
+	}
+	now = created.Add(30 * time.Minute) // the key expires, within the cache's TTL
+	if _, ok, err := k.AuthenticateCached(secret); !ok || !errors.Is(err, gateway.ErrBadKey) {
+		t.Fatalf("expired: ok %v, err %v; want answered ErrBadKey", ok, err)
 	}
 }
 

@@ -336,6 +336,8 @@ type keyStore struct {
 	settled *settledByKey
 }
 
+var _ gateway.CachedAuthenticator = keyStore{}
+
 func newKeyStore(cat *catalog.Catalog, started *config.Config) keyStore {
 	return keyStore{cat: cat, now: time.Now, settled: &settledByKey{}, config: func() *config.Config {
 		if c := liveConfig.Load(); c != nil {
@@ -403,6 +405,22 @@ func (s *settledByKey) start(ctx context.Context, cat *catalog.Catalog, live fun
 
 func (k keyStore) Authenticate(ctx context.Context, secret string) (gateway.Principal, error) {
 	key, err := k.cat.Authenticate(ctx, secret)
+	return k.principal(key, err)
+}
+
+// AuthenticateCached answers from the catalog's key cache, when it can.
+func (k keyStore) AuthenticateCached(secret string) (gateway.Principal, bool, error) {
+	key, ok, err := k.cat.AuthenticateCached(secret)
+	if !ok {
+		return gateway.Principal{}, false, nil
+	}
+	p, err := k.principal(key, err)
+	return p, true, err
+}
+
+// principal is the gateway's principal for the catalog's answer about a
+// key: a refused key is gateway.ErrBadKey.
+func (k keyStore) principal(key catalog.Key, err error) (gateway.Principal, error) {
 	switch {
 	case errors.Is(err, catalog.ErrUnknownKey), errors.Is(err, catalog.ErrRevokedKey), errors.Is(err, catalog.ErrExpiredKey):
 		return gateway.Principal{}, gateway.ErrBadKey
