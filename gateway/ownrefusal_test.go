@@ -232,3 +232,25 @@ func TestGateway_SessionRouteAnswersCarryRateLimitFields(t *testing.T) {
 		checkRequestFields(t, h, r, "daily_requests", 100, 24*time.Hour)
 	}
 }
+
+// TestGateway_AuthenticationRefusalsCarryRateLimitFields: a key store that
+// does not answer is a refusal before the key is known, with the pre-auth
+// limit's fields, counted; an identity header the key may not send is a
+// refusal once it is known, with the fields of its own rules.
+func TestGateway_AuthenticationRefusalsCarryRateLimitFields(t *testing.T) {
+	perKey := sluice.Rule{Name: "per_key", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricRequests, Limit: 50, Window: time.Minute}
+	h := newHarness(t, []sluice.Rule{perKey}, withServiceKeys, func(o *gateway.Options) {
+		o.PreAuthPerMinute = 5
+		o.Keys = keyStore{fakeKeys: o.Keys.(fakeKeys)}
+	})
+	r := h.post("/v1/chat/completions", identityChat, map[string]string{"Authorization": "Bearer " + downKey})
+	if r.status != 503 || !strings.Contains(string(r.body), "key_store_unavailable") {
+		t.Fatalf("key store down: %d %s", r.status, r.body)
+	}
+	checkLimitHeaders(t, r, gateway.PreAuthRule, 5, 4, time.Minute)
+	r = h.post("/v1/chat/completions", identityChat, as(listedKey, map[string]string{gateway.HeaderWorkspace: "ws-z"}))
+	if r.status != 403 {
+		t.Fatalf("a workspace outside the key's list: %d %s", r.status, r.body)
+	}
+	checkLimitHeaders(t, r, "per_key", 50, 50, time.Minute)
+}

@@ -356,11 +356,16 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 		if errors.Is(err, ErrBadKey) {
 			return Principal{}, 0, unauthorized(errBadKey())
 		}
-		return Principal{}, 0, errKeyStore(err)
+		// The key is not known yet: the pre-auth limit is the one that
+		// applies.
+		return Principal{}, 0, unauthorized(errKeyStore(err).(*apiError))
 	}
+	key := who
 	who, asserted, ignored, err := assertIdentity(&ctx.Request.Header, who)
 	ev.IgnoredIdentity = ignored.headers()
 	if err != nil {
+		// The key is known: the room of its own rules, as they stand.
+		g.withRoom(err, sessionIdentity(key, ""))
 		return Principal{}, 0, err
 	}
 	if who.Class == "" {

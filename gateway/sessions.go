@@ -149,7 +149,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	// when the store does not answer (the session is answered anyway).
 	answer := func(status int, s Session, lowered []string) {
 		if room, err := g.limiter.Room(context.Background(), sluice.Request{Identity: sessionIdentity(who, s.Model)}); err == nil {
-			room.SetHeaders(&ctx.Response.Header, time.Now())
+			room.SetHeaders(canonicalHeaders{&ctx.Response.Header}, time.Now())
 		}
 		writeSession(ctx, status, s, lowered)
 	}
