@@ -12,6 +12,8 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/config"
+
+	"github.com/sluicehq/sluice/internal/dollars"
 )
 
 // amountOf reads a rule's limit, soft_limit or reserve_amount. On a cost
@@ -158,12 +160,7 @@ func (h *Handler) auditValueInDollars(action string, v any) any {
 
 // dollarText writes micro-dollars n as the API writes money: "$500",
 // "$0.000123", "-$2.5" (what a rate rule in debt has left).
-func dollarText(n int64) string {
-	if n < 0 {
-		return "-$" + config.Dollars(-n).String()
-	}
-	return "$" + config.Dollars(n).String()
-}
+func dollarText(n int64) string { return dollars.Text(n) }
 
 // money is an amount in micro-dollars that the API writes in dollars.
 type money int64

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/dollars"
 )
 
 // Dollars is an amount of money in micro-dollars. In YAML it is written in
@@ -64,19 +66,7 @@ func ParseDollars(s string) (Dollars, error) {
 
 // String writes d in dollars with no trailing zeros: "0.15", "3",
 // "15.000001".
-func (d Dollars) String() string {
-	sign := ""
-	v := int64(d)
-	if v < 0 {
-		sign, v = "-", -v
-	}
-	whole, frac := v/1_000_000, v%1_000_000
-	if frac == 0 {
-		return sign + strconv.FormatInt(whole, 10)
-	}
-	f := strings.TrimRight(fmt.Sprintf("%06d", frac), "0")
-	return sign + strconv.FormatInt(whole, 10) + "." + f
-}
+func (d Dollars) String() string { return dollars.Decimal(int64(d)) }
 
 // UnmarshalYAML reads a scalar's text exactly (see ParseDollars); a quoted
 // number ("3") is accepted as well.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/dollars"
 	"github.com/valyala/fasthttp"
 )
 
@@ -56,12 +57,17 @@ type sessionJSON struct {
 		Turns            int64 `json:"turns"`
 		Tokens           int64 `json:"tokens"`
 		CostMicros       int64 `json:"cost_micros"`
-		ContextTokens    int64 `json:"context_tokens"`
+		// Cost is CostMicros in dollars ("$2.5"); absent without a cost
+		// ceiling.
+		Cost          string `json:"cost,omitempty"`
+		ContextTokens int64  `json:"context_tokens"`
 	} `json:"ceilings"`
 	Used struct {
 		Turns      int64 `json:"turns"`
 		Tokens     int64 `json:"tokens"`
 		CostMicros int64 `json:"cost_micros"`
+		// Cost is CostMicros in dollars.
+		Cost string `json:"cost"`
 	} `json:"used"`
 	CeilingReached string `json:"ceiling_reached,omitempty"`
 	// LoweredBy names the budgets that could not fund the configured
@@ -87,6 +93,10 @@ func writeSession(ctx *fasthttp.RequestCtx, status int, s Session, lowered []str
 	j.Ceilings.Turns, j.Ceilings.Tokens, j.Ceilings.CostMicros = s.MaxTurns, s.MaxTokens, s.MaxCost
 	j.Ceilings.ContextTokens = s.MaxContext
 	j.Used.Turns, j.Used.Tokens, j.Used.CostMicros = s.Turns, s.Tokens, s.Cost
+	j.Used.Cost = dollars.Text(s.Cost)
+	if s.MaxCost > 0 {
+		j.Ceilings.Cost = dollars.Text(s.MaxCost)
+	}
 	j.CeilingReached = s.Ceiling
 	j.LoweredBy = lowered
 	body, _ := json.Marshal(j)

@@ -26,16 +26,18 @@ type sessionReply struct {
 	CreatedAt int64  `json:"created_at"`
 	ExpiresAt int64  `json:"expires_at"`
 	Ceilings  struct {
-		WallClockSeconds int64 `json:"wall_clock_seconds"`
-		Turns            int64 `json:"turns"`
-		Tokens           int64 `json:"tokens"`
-		CostMicros       int64 `json:"cost_micros"`
-		ContextTokens    int64 `json:"context_tokens"`
+		WallClockSeconds int64  `json:"wall_clock_seconds"`
+		Turns            int64  `json:"turns"`
+		Tokens           int64  `json:"tokens"`
+		CostMicros       int64  `json:"cost_micros"`
+		Cost             string `json:"cost"`
+		ContextTokens    int64  `json:"context_tokens"`
 	} `json:"ceilings"`
 	Used struct {
-		Turns      int64 `json:"turns"`
-		Tokens     int64 `json:"tokens"`
-		CostMicros int64 `json:"cost_micros"`
+		Turns      int64  `json:"turns"`
+		Tokens     int64  `json:"tokens"`
+		CostMicros int64  `json:"cost_micros"`
+		Cost       string `json:"cost"`
 	} `json:"used"`
 	CeilingReached string   `json:"ceiling_reached"`
 	LoweredBy      []string `json:"lowered_by"`
@@ -378,5 +380,19 @@ func TestGateway_SessionShortenedToWhatTheBudgetFunds(t *testing.T) {
 	// Asked for less than the budget has: not lowered.
 	if r, s := h.sessionCall("POST", "/v1/sessions", `{"max_tokens":100}`, nil); s.Ceilings.Tokens != 100 || len(s.LoweredBy) != 0 {
 		t.Fatalf("a smaller session: %s", r.body)
+	}
+}
+
+// TestGateway_SessionMoneyInDollars: a session's cost ceiling and spend are
+// written in dollars beside the micro-dollars; no cost ceiling, no cost.
+func TestGateway_SessionMoneyInDollars(t *testing.T) {
+	h := sessionHarness(t, nil)
+	r, s := h.sessionCall("POST", "/v1/sessions", `{"max_cost_micros":2500000}`, nil)
+	if r.status != 201 || s.Ceilings.CostMicros != 2_500_000 || s.Ceilings.Cost != "$2.5" || s.Used.Cost != "$0" {
+		t.Fatalf("mint with a cost ceiling: %d %s", r.status, r.body)
+	}
+	r, s = h.sessionCall("POST", "/v1/sessions", "", nil)
+	if r.status != 201 || s.Ceilings.Cost != "" || s.Used.Cost != "$0" {
+		t.Fatalf("mint without a cost ceiling: %d %s", r.status, r.body)
 	}
 }
