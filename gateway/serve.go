@@ -365,7 +365,7 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 	ev.IgnoredIdentity = ignored.headers()
 	if err != nil {
 		// The key is known: the room of its own rules, as they stand.
-		g.withRoom(err, sessionIdentity(key, ""))
+		g.withRoom(err, principalIdentity(key, ""))
 		return Principal{}, 0, err
 	}
 	if who.Class == "" {
