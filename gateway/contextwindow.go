@@ -44,7 +44,12 @@ func (c *call) checkContext(m *model) error {
 	// Counting costs about two seconds per megabyte on a loaded machine: a
 	// long piece is counted in chunks (each cut is a piece's joint, covered
 	// by boundarySlack), and counting stops once the window is certainly
-	// passed, so no prompt costs much more than its window's worth.
+	// passed, so no prompt costs much more than its window's worth; and
+	// only Options.MaxConcurrentCounts prompts are counted at once, so that
+	// a key sending long prompts as fast as its limits allow takes that
+	// many CPUs at most.
+	c.g.counting <- struct{}{}
+	defer func() { <-c.g.counting }()
 	var tokens, pieces int64
 	over := func() bool { return tokens-boundarySlack*pieces > window }
 	if _, err := c.rt.text(c.body, func(text []byte) {

@@ -3,8 +3,10 @@ package gateway_test
 import (
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
@@ -150,5 +152,52 @@ func TestGateway_ContextWindowCountsOnlyAdmittedCalls(t *testing.T) {
 	}
 	if n := tk.bytes.Load(); n != 0 {
 		t.Errorf("counted %d bytes of a prompt the budget refused", n)
+	}
+}
+
+// slowTokenizer counts like its Tokenizer, slowly, and records the most
+// counts it ran at once.
+type slowTokenizer struct {
+	gateway.Tokenizer
+	running, most atomic.Int64
+}
+
+func (s *slowTokenizer) Count(text []byte) int {
+	n := s.running.Add(1)
+	defer s.running.Add(-1)
+	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
+	}
+	time.Sleep(20 * time.Millisecond)
+	return s.Tokenizer.Count(text)
+}
+
+// TestGateway_ContextWindowCountsTakeTurns: with MaxConcurrentCounts 1,
+// long prompts arriving together are counted one at a time, and each is
+// still refused.
+func TestGateway_ContextWindowCountsTakeTurns(t *testing.T) {
+	enc, err := bpe.Get(bpe.O200k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := &slowTokenizer{Tokenizer: enc}
+	h := newHarness(t, nil, func(o *gateway.Options) {
+		o.MaxConcurrentCounts = 1
+		o.Models = slices.Clone(o.Models)
+		o.Models[0].ContextWindow, o.Models[0].Tokenizer = 1000, tk
+	})
+	long := `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("hello ", 1500) + `"}]}`
+	var wg sync.WaitGroup
+	statuses := make([]int, 4)
+	for i := range statuses {
+		wg.Go(func() { statuses[i] = h.post("/v1/chat/completions", long, nil).status })
+	}
+	wg.Wait()
+	for i, s := range statuses {
+		if s != 400 {
+			t.Errorf("long prompt %d: %d, want 400", i, s)
+		}
+	}
+	if most := tk.most.Load(); most != 1 {
+		t.Errorf("%d prompts counted at once, want 1", most)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,6 +228,12 @@ type Options struct {
 	TenantModels []TenantModel
 	// MaxBodyBytes caps a request body (8 MiB).
 	MaxBodyBytes int
+	// MaxConcurrentCounts bounds the prompts counted against a context
+	// window at once (see Model.Tokenizer): counting a long prompt costs
+	// CPU by the megabyte, so calls that may (admitted, each a window's
+	// worth at most) take turns on this many slots and leave the rest of
+	// the CPUs to everyone else. 0 means half of GOMAXPROCS, at least 1.
+	MaxConcurrentCounts int
 	// MaxConns caps the client connections Server holds at once; one
 	// more is answered 503 and closed (0: fasthttp's 262,144).
 	// MaxConnsPerIP caps them per client address (0: no cap).
@@ -334,6 +341,9 @@ type Gateway struct {
 	// tracer is nil when tracing is off.
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
+	// counting holds a token per prompt being counted against its
+	// context window (Options.MaxConcurrentCounts).
+	counting chan struct{}
 }
 
 // PreAuthRule names the per-address limit checked before authentication.
@@ -352,6 +362,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.Limiter == nil || opts.Keys == nil {
 		return nil, errors.New("gateway: Limiter and Keys are required")
+	}
+	if opts.MaxConcurrentCounts <= 0 {
+		opts.MaxConcurrentCounts = max(1, runtime.GOMAXPROCS(0)/2)
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 8 << 20
@@ -388,7 +401,8 @@ func New(opts Options) (*Gateway, error) {
 	if opts.PaceMaxWait <= 0 {
 		opts.PaceMaxWait = 10 * time.Second
 	}
-	g := &Gateway{opts: opts, limiter: opts.Limiter, models: map[string]*model{}, providers: map[string]*provider{}, log: opts.Logger}
+	g := &Gateway{opts: opts, limiter: opts.Limiter, models: map[string]*model{}, providers: map[string]*provider{}, log: opts.Logger,
+		counting: make(chan struct{}, opts.MaxConcurrentCounts)}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
