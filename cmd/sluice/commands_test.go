@@ -187,12 +187,21 @@ func TestServe_BannerNamesConfigAndDataDirectory(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			// The banner and the log line are written once both listeners
-			// are up, a moment after the client listener answers.
+			// are up, a moment after the client listener answers, and the
+			// banner in several writes: wait for the whole of it.
 			out := &stderr
 			if tc.inStdout {
 				out = &stdout
 			}
-			for !strings.Contains(out.String(), tc.want[0]) && time.Now().Before(deadline) {
+			hasAll := func() bool {
+				for _, want := range tc.want {
+					if !strings.Contains(out.String(), want) {
+						return false
+					}
+				}
+				return true
+			}
+			for !hasAll() && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			for _, want := range tc.want {
