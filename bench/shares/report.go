@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -113,7 +114,7 @@ func (r *result) markdown(command string) string {
 		}
 		fmt.Fprintf(&b, "| %s | all asking: the cap used | | at least %.0f %% | %.1f %% | %s |\n", p.name, 100*r.o.busy, 100*p.used, holds)
 	}
-	fmt.Fprintf(&b, "\nAt most %d calls at the provider at once (cap %d); calls served: ", r.maxTotal, capacity)
+	fmt.Fprintf(&b, "\nAt most %d calls at the provider at once (cap %d), first %s; calls served: ", r.maxTotal, capacity, r.whenMax())
 	for c, cl := range classes {
 		if c > 0 {
 			b.WriteString(", ")
@@ -210,4 +211,19 @@ func (r *result) writePNG(path string) error {
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.XOffs, p.Legend.YOffs = vg.Points(10), vg.Points(-22)
 	return p.Save(10*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// whenMax says when the provider first answered the most calls at once:
+// the phase, and how long after its start.
+func (r *result) whenMax() string {
+	phase := 0
+	for i, at := range r.began {
+		if r.maxAt >= at {
+			phase = i
+		}
+	}
+	if len(r.began) == 0 {
+		return "before the load"
+	}
+	return fmt.Sprintf("in phase %q, %v after its start", phases[phase].name, (r.maxAt - r.began[phase]).Round(time.Millisecond))
 }

@@ -105,7 +105,10 @@ type result struct {
 	// began is when each phase began, since the load began.
 	began    []time.Duration
 	maxTotal int // the most calls the provider answered at once
-	served   []int64
+	// maxAt is when the provider first answered maxTotal calls, since the
+	// load began.
+	maxAt  time.Duration
+	served []int64
 	// unavailable counts the 503s of a store that did not answer in time
 	// (tried again 50 ms later), which a loaded machine may cause.
 	unavailable int64
@@ -274,6 +277,7 @@ type mock struct {
 	inFlight map[string]int
 	total    int
 	maxTotal int
+	maxAt    time.Time // when total first reached maxTotal
 	served   map[string]int64
 }
 
@@ -288,7 +292,9 @@ func (m *mock) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	m.mu.Lock()
 	m.inFlight[cls]++
 	m.total++
-	m.maxTotal = max(m.maxTotal, m.total)
+	if m.total > m.maxTotal {
+		m.maxTotal, m.maxAt = m.total, time.Now()
+	}
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
@@ -380,7 +386,7 @@ func load(ctx context.Context, o options, m *mock, addrs []string, tokens map[st
 	}
 	r.unavailable = unavailable.Load()
 	m.mu.Lock()
-	r.maxTotal = m.maxTotal
+	r.maxTotal, r.maxAt = m.maxTotal, m.maxAt.Sub(start)
 	for _, c := range classes {
 		r.served = append(r.served, m.served[c.name])
 	}
