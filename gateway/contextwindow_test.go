@@ -19,15 +19,9 @@ import (
 // never forwarded nor charged; one of about 800 tokens whose bytes / 3
 // estimate (1,200) is over the window is served.
 func TestGateway_ContextWindowRefusesOnlyPromptsCertainlyTooLong(t *testing.T) {
-	enc, err := bpe.Get(bpe.O200k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	enc := o200k(t)
 	budget := sluice.Rule{Name: "daily_tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}
-	h := newHarness(t, []sluice.Rule{budget}, func(o *gateway.Options) {
-		o.Models = slices.Clone(o.Models)
-		o.Models[0].ContextWindow, o.Models[0].Tokenizer = 1000, enc
-	})
+	h := newHarness(t, []sluice.Rule{budget}, withWindow(1000, enc))
 	long := strings.Repeat("hello ", 1500)
 	if n := enc.Count([]byte(long)); n < 1400 {
 		t.Fatalf("the long prompt has %d tokens", n)
@@ -87,15 +81,9 @@ func (c *countingTokenizer) Count(text []byte) int {
 // a 1,000-token window is refused after counting a chunk or two of it, not
 // all of it; a prompt no longer in bytes than the window is not counted.
 func TestGateway_ContextWindowCountsNoMoreThanItNeeds(t *testing.T) {
-	enc, err := bpe.Get(bpe.O200k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	enc := o200k(t)
 	tk := &countingTokenizer{Tokenizer: enc}
-	h := newHarness(t, nil, func(o *gateway.Options) {
-		o.Models = slices.Clone(o.Models)
-		o.Models[0].ContextWindow, o.Models[0].Tokenizer = 1000, tk
-	})
+	h := newHarness(t, nil, withWindow(1000, tk))
 	r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"`+strings.Repeat("hello ", 500_000)+`"}]}`, nil)
 	if r.status != 400 || !strings.Contains(string(r.body), "context_length_exceeded") {
 		t.Fatalf("3 MB prompt: %d %.300s", r.status, r.body)
@@ -118,17 +106,11 @@ func TestGateway_ContextWindowCountsNoMoreThanItNeeds(t *testing.T) {
 // prompt, admitted, is counted and refused 400 with its admission given
 // back.
 func TestGateway_ContextWindowCountsOnlyAdmittedCalls(t *testing.T) {
-	enc, err := bpe.Get(bpe.O200k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	enc := o200k(t)
 	tk := &countingTokenizer{Tokenizer: enc}
 	budget := sluice.Rule{Name: "daily_requests", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests, Limit: 2, Period: sluice.PeriodDay}
-	h := newHarness(t, []sluice.Rule{budget}, func(o *gateway.Options) {
-		o.Models = slices.Clone(o.Models)
-		o.Models[0].ContextWindow, o.Models[0].Tokenizer = 1000, tk
-	})
-	long := `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("hello ", 1500) + `"}]}`
+	h := newHarness(t, []sluice.Rule{budget}, withWindow(1000, tk))
+	long := longChat
 	r := h.post("/v1/chat/completions", long, nil)
 	if r.status != 400 || !strings.Contains(string(r.body), "context_length_exceeded") {
 		t.Fatalf("admitted long prompt: %d %.300s", r.status, r.body)
@@ -175,17 +157,10 @@ func (s *slowTokenizer) Count(text []byte) int {
 // long prompts arriving together are counted one at a time, and each is
 // still refused.
 func TestGateway_ContextWindowCountsTakeTurns(t *testing.T) {
-	enc, err := bpe.Get(bpe.O200k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	enc := o200k(t)
 	tk := &slowTokenizer{Tokenizer: enc}
-	h := newHarness(t, nil, func(o *gateway.Options) {
-		o.MaxConcurrentCounts = 1
-		o.Models = slices.Clone(o.Models)
-		o.Models[0].ContextWindow, o.Models[0].Tokenizer = 1000, tk
-	})
-	long := `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("hello ", 1500) + `"}]}`
+	h := newHarness(t, nil, withWindow(1000, tk), func(o *gateway.Options) { o.MaxConcurrentCounts = 1 })
+	long := longChat
 	var wg sync.WaitGroup
 	statuses := make([]int, 4)
 	for i := range statuses {
@@ -201,3 +176,25 @@ func TestGateway_ContextWindowCountsTakeTurns(t *testing.T) {
 		t.Errorf("%d prompts counted at once, want 1", most)
 	}
 }
+
+// o200k is OpenAI's o200k_base encoding.
+func o200k(t *testing.T) gateway.Tokenizer {
+	t.Helper()
+	enc, err := bpe.Get(bpe.O200k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return enc
+}
+
+// withWindow gives mock-small a context window counted with tk.
+func withWindow(window int64, tk gateway.Tokenizer) func(*gateway.Options) {
+	return func(o *gateway.Options) {
+		o.Models = slices.Clone(o.Models)
+		o.Models[0].ContextWindow, o.Models[0].Tokenizer = window, tk
+	}
+}
+
+// longChat is a chat call of about 1,500 tokens: over a 1,000-token window
+// in o200k_base, and in bytes.
+var longChat = `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("hello ", 1500) + `"}]}`
