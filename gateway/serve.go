@@ -365,7 +365,7 @@ func (g *Gateway) authenticate(ctx *fasthttp.RequestCtx, ip string, ev *Event) (
 	ev.IgnoredIdentity = ignored.headers()
 	if err != nil {
 		// The key is known: the room of its own rules, as they stand.
-		g.withRoom(err, principalIdentity(key, ""))
+		g.withRoom(err, principalIdentity(&key, ""))
 		return Principal{}, 0, err
 	}
 	if who.Class == "" {
@@ -449,13 +449,20 @@ func (c *call) outputCap(cand *model) int64 {
 
 // identity is who the call is charged to, on cand (nil: no model yet).
 func (c *call) identity(cand *model) sluice.Identity {
-	who := &c.who
-	id := sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User,
-		Key: who.KeyID, IP: c.ip, Session: c.session.id, Route: c.rt.name, Tier: who.Tier, Class: who.Class, Tags: c.tags}
+	id := principalIdentity(&c.who, "")
+	id.IP, id.Session, id.Route, id.Tags = c.ip, c.session.id, c.rt.name, c.tags
 	if cand != nil {
 		id.Model = cand.Name
 	}
 	return id
+}
+
+// principalIdentity is who calling model, without a call's own attributes
+// (tags, session, route): the identity whose budgets gate a session's mint,
+// and whose rules' room the gateway's answers report when no call of the
+// key was admitted (the session routes, a refused identity header).
+func principalIdentity(who *Principal, model string) sluice.Identity {
+	return sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User, Key: who.KeyID, Model: model, Tier: who.Tier, Class: who.Class}
 }
 
 func (c *call) request(cand *model, capPer int64) sluice.Request {

@@ -151,14 +151,14 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	// rate-limit fields of the key's rules for model ("" when no model is
 	// known), as the model routes' own refusals carry them.
 	refuse := func(err error, model string) {
-		g.withRoom(err, principalIdentity(who, model))
+		g.withRoom(err, principalIdentity(&who, model))
 		writeError(ctx, rt, err)
 	}
 	// answer writes a session with the rate-limit fields of the key's
 	// rules for the session's model, as every answer carries them; none
 	// when the store does not answer (the session is answered anyway).
 	answer := func(status int, s Session, lowered []string) {
-		if room, err := g.limiter.Room(context.Background(), sluice.Request{Identity: principalIdentity(who, s.Model)}); err == nil {
+		if room, err := g.limiter.Room(context.Background(), sluice.Request{Identity: principalIdentity(&who, s.Model)}); err == nil {
 			room.SetHeaders(canonicalHeaders{&ctx.Response.Header}, time.Now())
 		}
 		writeSession(ctx, status, s, lowered)
@@ -292,21 +292,13 @@ type fundable struct {
 	tokensRule, costRule string
 }
 
-// principalIdentity is who calling model, without a call's own attributes
-// (tags, session, route): the identity whose budgets gate a session's mint,
-// and whose rules' room the gateway's answers report when no call of the
-// key was admitted (the session routes, a refused identity header).
-func principalIdentity(who Principal, model string) sluice.Identity {
-	return sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User, Key: who.KeyID, Model: model, Tier: who.Tier, Class: who.Class}
-}
-
 // budgetsLeft refuses, as the budget itself would, when a budget that
 // applies to who calling model is spent: a session must not open on a
 // budget that cannot serve its first turn. Otherwise it says what the
 // token and cost budgets have left.
 func (g *Gateway) budgetsLeft(who Principal, model string) (fundable, error) {
 	left := fundable{tokens: -1, cost: -1}
-	id := principalIdentity(who, model)
+	id := principalIdentity(&who, model)
 	eff, err := g.limiter.Effective(context.Background(), id)
 	if err != nil {
 		return left, err
