@@ -5,9 +5,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/llm"
 	"io"
 	"math"
 	"net"
@@ -78,16 +78,6 @@ func (d Decision) Retryable() bool {
 // code. Refusal bodies are a few hundred bytes; a longer one is not JSON we
 // understand, and reading it all would hold a stream hostage.
 const maxPeek = 64 << 10
-
-// quotaCodes are error types and codes that mark a 429 as terminal: the
-// account's money or quota is gone, and waiting for a rate window will not
-// bring it back.
-var quotaCodes = map[string]bool{
-	"insufficient_quota":         true, // OpenAI: no credit left.
-	"billing_hard_limit_reached": true, // OpenAI: the organisation's hard spend limit.
-	"budget_exceeded":            true, // Sluice and other gateways: a budget rule refused.
-	"budget_insufficient":        true, // Sluice: this request does not fit what the budget has left.
-}
 
 // Classify classifies the outcome of one HTTP call: the response and error
 // that an [http.Client] or [http.RoundTripper] returned. A non-nil err
@@ -180,9 +170,9 @@ func ClassifyError(err error) Decision {
 //     never-fits refusal.
 //  3. x-should-retry: true makes the response retryable whatever the
 //     status: Throttled for a 429, Transient otherwise.
-//  4. A 429 whose JSON body names a quota or budget error in error.type or
-//     error.code (insufficient_quota, billing_hard_limit_reached,
-//     budget_exceeded) is Terminal.
+//  4. A 429 whose JSON body names a quota or budget error (llm.QuotaCode:
+//     insufficient_quota, billing_hard_limit_reached, budget_exceeded,
+//     Anthropic's enforced_spend_limit_reached, ...) is Terminal.
 //  5. Any other 429 is Throttled, hint or not. A hintless 429 is usually a
 //     rate limit, but Anthropic's spend cap sends one too; the Policy's
 //     attempt cap bounds what such a refusal costs.
@@ -208,7 +198,7 @@ func ClassifyResponse(status int, header http.Header, body []byte, now time.Time
 			d.Class = Throttled
 		}
 	case status == http.StatusTooManyRequests:
-		if code := quotaCode(body); code != "" {
+		if code := llm.QuotaCode(status, body); code != "" {
 			return Decision{Class: Terminal, Reason: code}
 		}
 		d = Decision{Class: Throttled, Reason: "status 429"}
@@ -263,36 +253,6 @@ func floatDuration(n float64, unit time.Duration) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(math.Ceil(ns))
-}
-
-// quotaCode returns the quota or budget code named by an error body in the
-// OpenAI shape ({"error":{"type","code"}}) or the Anthropic shape
-// ({"type":"error","error":{"type"}}), or "" when there is none.
-func quotaCode(body []byte) string {
-	if len(body) == 0 {
-		return ""
-	}
-	var envelope struct {
-		Error json.RawMessage `json:"error"`
-	}
-	if json.Unmarshal(body, &envelope) != nil {
-		return ""
-	}
-	var detail struct {
-		Type string          `json:"type"`
-		Code json.RawMessage `json:"code"`
-	}
-	if json.Unmarshal(envelope.Error, &detail) != nil {
-		return ""
-	}
-	if quotaCodes[detail.Type] {
-		return detail.Type
-	}
-	var code string
-	if json.Unmarshal(detail.Code, &code) == nil && quotaCodes[code] {
-		return code
-	}
-	return ""
 }
 
 // peekBody reads the start of resp.Body and puts it back, so the caller

@@ -319,7 +319,7 @@ const OpenAIQuotaMessage = "You exceeded your current quota, please check your p
 
 // writeQuota answers the provider's quota-exhausted error: OpenAI's 429 insufficient_quota, or
 // Anthropic's 400 "credit balance is too low" (what Anthropic sends in practice; see
-// anthropic.IsQuotaError).
+// llm.QuotaCode).
 func writeQuota(w http.ResponseWriter, route Route) {
 	var body []byte
 	status := http.StatusTooManyRequests

@@ -136,32 +136,6 @@ func TestErrorBody_Shape(t *testing.T) {
 	}
 }
 
-func TestIsQuotaError_Classifies(t *testing.T) {
-	quota := `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
-	rate := `{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
-	cases := []struct {
-		name   string
-		status int
-		body   string
-		want   bool
-	}{
-		{"Quota", 429, quota, true},
-		{"QuotaCodeOnly", 429, `{"error":{"code":"insufficient_quota"}}`, true},
-		{"CreditBalanceExhausted", 429, `{"error":{"message":"You have no credits left.","type":"insufficient_quota","code":"credit_balance_exhausted"}}`, true},
-		{"OrgUsageLimit", 429, `{"error":{"message":"Usage limit reached.","type":"requests","code":"organization_usage_limit_exceeded"}}`, true},
-		{"OrgSpendLimit", 429, `{"error":{"message":"Spend limit reached.","type":"tokens","code":"organization_spend_limit_exceeded"}}`, true},
-		{"ProjectSpendLimit", 429, `{"error":{"message":"Project spend limit reached.","code":"project_spend_limit_exceeded"}}`, true},
-		{"RateLimit", 429, rate, false},
-		{"QuotaWrongStatus", 400, quota, false},
-		{"NotJSON", 429, `Too Many Requests`, false},
-	}
-	for _, c := range cases {
-		if got := IsQuotaError(c.status, []byte(c.body)); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
 func FuzzChatStream(f *testing.F) {
 	f.Add([]byte(`{"id":"c","choices":[{"index":0,"delta":{"content":"Hel"}}],"usage":null}`), true)
 	f.Add([]byte(`{"usage":null}`), true)
