@@ -17,21 +17,22 @@ const HeaderCostMicros = "X-Sluice-Cost-Micros"
 // nothing possible) was reported. It is not known for a call made with the
 // client's own provider key (Sluice does not price those) nor for a model
 // without a price.
-func (c *call) settledCost(cand *model, u llm.Usage, reported bool) (int64, bool) {
+func (c *call) settledCost(adm *admission, u llm.Usage, reported bool) (int64, bool) {
+	cand := adm.model
 	if c.ownKey != "" || cand.Price == (sluice.Price{}) {
 		return 0, false
 	}
-	if reported && !c.impossible(cand, u) {
+	if reported && !c.impossible(adm, u) {
 		if su := c.settleUsage(cand, u); !su.IsZero() {
 			return su.Cost, true
 		}
 	}
-	return c.request(cand, c.capPer).Max.Cost, true
+	return c.request(cand, adm.capPer).Max.Cost, true
 }
 
 // setCostHeader writes HeaderCostMicros when the cost is known.
-func (c *call) setCostHeader(h *fasthttp.ResponseHeader, cand *model, u llm.Usage, reported bool) {
-	if cost, ok := c.settledCost(cand, u, reported); ok {
+func (c *call) setCostHeader(h *fasthttp.ResponseHeader, adm *admission, u llm.Usage, reported bool) {
+	if cost, ok := c.settledCost(adm, u, reported); ok {
 		canonicalHeaders{h}.Set(HeaderCostMicros, strconv.FormatInt(cost, 10))
 	}
 }

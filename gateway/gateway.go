@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway/event"
+	"github.com/sluicehq/sluice/retry"
 	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -310,6 +311,10 @@ type Options struct {
 	// OnDependency, if set, is told when a dependency (a store, the
 	// catalog, a provider) goes down or comes back; it must not block.
 	OnDependency func(DependencyChange)
+	// Clock tells the gateway the time and runs its timers (nil: real
+	// time). The Limiter has its own (sluice.Options.Clock): a test that
+	// moves one moves both.
+	Clock Clock
 }
 
 // Event describes one finished client request, for metrics and logs.
@@ -344,6 +349,9 @@ type Gateway struct {
 	// counting holds a token per prompt being counted against its
 	// context window (Options.MaxConcurrentCounts).
 	counting chan struct{}
+	clock    Clock
+	// retryPolicy paces the attempts of an upstream call.
+	retryPolicy retry.Policy
 }
 
 // PreAuthRule names the per-address limit checked before authentication.
@@ -406,6 +414,14 @@ func New(opts Options) (*Gateway, error) {
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
+	if g.clock = opts.Clock; g.clock == nil {
+		g.clock = realClock{}
+	}
+	// The provider's hint is honoured up to RetryMax: a longer one goes to
+	// the next candidate or the client, rather than being retried early
+	// here and again by the client.
+	g.retryPolicy = retry.Policy{MaxAttempts: opts.UpstreamRetries + 1, BaseDelay: opts.RetryBase, MaxDelay: opts.RetryMax,
+		MaxHint: opts.RetryMax, HintSlack: -1, Clock: g.clock}
 	if opts.TracerProvider != nil {
 		g.tracer = opts.TracerProvider.Tracer(tracerName)
 		g.propagator = opts.Propagator
@@ -525,8 +541,6 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 			writeError(ctx, routeForShape(path), errNotFound(path))
 			return
 		}
-		g.inFlight.add()
-		defer g.inFlight.done()
 		g.serve(ctx, rt, served)
 	}
 }

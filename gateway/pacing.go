@@ -108,7 +108,7 @@ func (c *call) pace(pc *pacer, cand *model, capPer int64) error {
 	total := input + capPer*max(c.bound.N, 1)
 	var held time.Duration
 	for {
-		now := time.Now()
+		now := c.g.now()
 		d := pc.take(now, input, total)
 		if d == 0 {
 			c.event.Paced = held
@@ -120,7 +120,7 @@ func (c *call) pace(pc *pacer, cand *model, capPer int64) error {
 		}
 		// Wait in short steps, so that a client that leaves is let go.
 		step := min(d, 50*time.Millisecond)
-		time.Sleep(step)
+		c.g.sleep(step, nil)
 		held += step
 		if c.gone.Load() {
 			return errClientGone()

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/llm"
 	"github.com/valyala/fasthttp"
 )
@@ -21,47 +19,40 @@ import (
 // the body: with the reported usage, or when none came (a cut, a client
 // gone), with the input estimate and the output counted in the stream.
 //
-// The stream owns uc, the upstream connection, and watch, the watch on the
-// client's, from here on: both are given back when the body closes, or
-// before stream returns an error. The first event is read before the
+// The stream owns x, the exchange with the provider, once it has started:
+// x is closed when the body closes. The first event is read before the
 // answer starts: a stream that fails there (an event over the size cap, a
 // cut) is returned as the error, for the client to be told in the API's
-// error shape rather than given a 200 with nothing in it.
-func (c *call) stream(cand *model, res *sluice.Reservation, resp *fasthttp.Response, injected bool, uc *upstreamConn, watch *clientWatch) error {
-	upstream := resp.BodyStream()
+// error shape rather than given a 200 with nothing in it, and x is left to
+// the caller.
+func (c *call) stream(x *exchange, adm *admission) error {
+	upstream := x.resp.BodyStream()
 	br, _ := upstreamReaders.Get().(*bufio.Reader)
 	if br == nil {
 		br = bufio.NewReaderSize(upstream, 4096)
 	} else {
 		br.Reset(upstream)
 	}
-	s := &streamBody{c: c, cand: cand, res: res, resp: resp, upstream: upstream, reader: c.rt.stream(injected),
-		br: br, events: llm.NewEventReader(br), uc: uc, watch: watch}
-	s.deadline = time.AfterFunc(time.Until(c.deadline), func() { s.closeUpstream(errors.New("request deadline")) })
+	s := &streamBody{c: c, x: x, adm: adm, upstream: upstream, reader: c.rt.stream(x.injected),
+		br: br, events: llm.NewEventReader(br)}
+	s.stopDeadline = c.g.clock.AfterFunc(c.deadline.Sub(c.g.now()), func() { s.closeUpstream(errors.New("request deadline")) })
 	for len(s.pending) == 0 && !s.ended {
 		s.next()
 	}
 	if s.forwarded > 0 {
-		c.event.FirstToken = time.Since(c.start)
+		c.event.FirstToken = c.g.since(c.start)
 		c.trace.firstToken()
 	}
 	if s.upstreamErr != nil && !s.endCleanly {
-		c.upstreamDone()
-		err := s.upstreamErr
-		c.trace.endUpstream(c.event.UpstreamStatus, cand.Name, c.event.Attempts, llm.Usage{}, false, err)
-		s.deadline.Stop()
-		s.watch.stop()
-		closeStream(s.upstream, err)
-		fasthttp.ReleaseResponse(s.resp)
-		s.cand.provider.conns.put(s.uc, false)
+		s.stopDeadline()
+		closeStream(upstream, s.upstreamErr)
 		s.br.Reset(nil)
 		upstreamReaders.Put(s.br)
-		return err
+		return s.upstreamErr
 	}
-	c.event.FirstToken = time.Since(c.start)
+	c.event.FirstToken = c.g.since(c.start)
 	c.ctx.SetStatusCode(200)
 	c.ctx.Response.Header.Set("Cache-Control", "no-cache")
-	c.g.inFlight.add() // until the stream is settled; done by finish
 	c.ctx.SetBodyStream(s, -1)
 	return nil
 }
@@ -79,16 +70,15 @@ var upstreamReaders sync.Pool
 // client sees the stream fail instead of a clean, truncated end.
 type streamBody struct {
 	c        *call
-	cand     *model
-	res      *sluice.Reservation
-	resp     *fasthttp.Response
+	x        *exchange
+	adm      *admission
 	upstream io.Reader
 	br       *bufio.Reader // under events; back to upstreamReaders once closed
 	events   *llm.EventReader
 	reader   streamReader
-	deadline *time.Timer
-	uc       *upstreamConn
-	watch    *clientWatch
+	// stopDeadline stops the timer that cuts the stream at the call's
+	// deadline.
+	stopDeadline func() bool
 	// out holds a rewritten event; pending is what is left to forward of
 	// the current event (Read may take it in parts).
 	out, pending []byte
@@ -201,40 +191,38 @@ func (s *streamBody) next() {
 // after this returns); Drain still waits for it.
 func (s *streamBody) CloseWithError(werr error) error {
 	c := s.c
-	s.deadline.Stop()
+	s.stopDeadline()
 	// The watch closed the upstream connection if the client left while
 	// the provider was silent.
-	left := s.watch.stop()
+	left := s.x.watch.stop()
 	s.mu.Lock()
 	switch {
 	case left:
 		closeStream(s.upstream, errors.New("client went away"))
-		c.event.Outcome = "client_gone"
+		c.event.Outcome = outcomeClientGone
 	case s.upstreamErr != nil:
 		closeStream(s.upstream, s.upstreamErr)
-		c.event.Outcome, c.event.Class = "upstream_error", "transient"
+		c.event.Outcome, c.event.Class = outcomeUpstreamError, "transient"
 	case werr != nil || !s.ended:
 		// The client went away (or the answer was never written).
 		closeStream(s.upstream, errors.New("client went away"))
-		c.event.Outcome = "client_gone"
+		c.event.Outcome = outcomeClientGone
 	default:
-		_ = s.resp.CloseBodyStream()
+		_ = s.x.resp.CloseBodyStream()
 	}
 	s.released = true
 	s.mu.Unlock()
-	fasthttp.ReleaseResponse(s.resp)
-	s.cand.provider.conns.put(s.uc, left)
+	s.x.close(left)
 	s.br.Reset(nil)
 	upstreamReaders.Put(s.br)
-	s.resp, s.upstream, s.pending, s.br, s.events, s.uc = nil, nil, nil, nil, nil, nil
-	u := s.reader.Usage()
-	reported := s.reader.Reported()
+	s.upstream, s.pending, s.br, s.events = nil, nil, nil, nil
+	u, reported := s.reader.Usage(), s.reader.Reported()
 	var why error
 	if s.upstreamErr != nil {
 		why = s.upstreamErr
 		c.event.Cause = fmt.Errorf("provider stream failed: %w", s.upstreamErr)
 	}
-	c.trace.endUpstream(c.event.UpstreamStatus, s.cand.Name, c.event.Attempts, u, reported, why)
+	c.trace.endUpstream(c.event.UpstreamStatus, s.adm.model.Name, c.event.Attempts, u, reported, why)
 	if !reported {
 		// Charge what was produced: the input as estimated (or as the
 		// stream's start reported it) and the output counted.
@@ -243,7 +231,8 @@ func (s *streamBody) CloseWithError(werr error) error {
 	}
 	c.event.Status = 200
 	c.upstreamDone()
-	c.whenAnswered(func() { c.finish(s.cand, s.res, u, reported) })
+	c.adm, c.ending, c.usage, c.reported = s.adm, endCharge, u, reported
+	c.afterAnswer()
 	return nil
 }
 
@@ -259,4 +248,12 @@ func (s *streamBody) closeUpstream(why error) {
 
 func sameSlice(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// closeStream stops reading an upstream stream, closing its connection:
+// the provider sees the call cancelled.
+func closeStream(upstream io.Reader, why error) {
+	if s, ok := upstream.(fasthttp.ReadCloserWithError); ok {
+		_ = s.CloseWithError(why)
+	}
 }
