@@ -143,7 +143,7 @@ func (c *call) refuse(err error) {
 	c.event.RefusedClass = refusedClass(err)
 	c.event.Cause = causeOf(err)
 	c.withRoom(err)
-	writeError(c.ctx, c.rt, err)
+	c.g.writeError(c.ctx, c.rt, err)
 }
 
 // fitHint is a refusal by a budget with room left, less than the request

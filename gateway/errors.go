@@ -150,7 +150,7 @@ func causeOf(err error) error {
 
 // writeError is the one place that turns an error into a status, headers
 // and a body in the error shape of the route the client called.
-func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
+func (g *Gateway) writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 	var (
 		status        int
 		typ, anthType string
@@ -170,7 +170,7 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		status, code, message, limit = hr.Status, hr.Code, hr.Message, hr.Limit
 		terminal = hr.Terminal
 		typ, anthType = errorTypes(code)
-		hr.SetHeaders(canonicalHeaders{h}, time.Now())
+		hr.SetHeaders(canonicalHeaders{h}, g.now())
 		var fh *fitHint
 		if errors.As(err, &fh) {
 			message += fmt.Sprintf(" The largest max_tokens that fits now is %d.", fh.maxTokens)
@@ -190,10 +190,10 @@ func writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 			// The gateway's own refusals get their rate-limit and retry
 			// headers where the library's do.
 			if ae.room != nil {
-				ae.room.SetHeaders(canonicalHeaders{h}, time.Now())
+				ae.room.SetHeaders(canonicalHeaders{h}, g.now())
 			}
 			hr := sluice.HTTPRefusal{RetryAfter: ae.retryHint, Terminal: ae.terminal}
-			hr.SetHeaders(canonicalHeaders{h}, time.Now())
+			hr.SetHeaders(canonicalHeaders{h}, g.now())
 		default:
 			status, typ, anthType, code = 500, "server_error", "api_error", "internal_error"
 			message = "Internal error."

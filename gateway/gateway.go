@@ -365,56 +365,16 @@ type model struct {
 
 // New validates opts and returns a Gateway.
 func New(opts Options) (*Gateway, error) {
-	if s := opts.Sessions; s != nil && (s.Store == nil || s.Terms == nil) {
-		return nil, errors.New("gateway: Sessions needs a Store and Terms")
-	}
-	if opts.Limiter == nil || opts.Keys == nil {
-		return nil, errors.New("gateway: Limiter and Keys are required")
-	}
-	if opts.MaxConcurrentCounts <= 0 {
-		opts.MaxConcurrentCounts = max(1, runtime.GOMAXPROCS(0)/2)
-	}
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 8 << 20
-	}
-	if opts.HeaderTimeout <= 0 {
-		opts.HeaderTimeout = 10 * time.Second
-	}
-	if opts.CatalogTimeout <= 0 {
-		opts.CatalogTimeout = 250 * time.Millisecond
-	}
-	if err := checkTerminalStatus(opts.TerminalStatus); err != nil {
+	opts, err := withDefaults(opts)
+	if err != nil {
 		return nil, err
 	}
-	if opts.SettleRetryBase <= 0 {
-		opts.SettleRetryBase = 100 * time.Millisecond
-	}
-	if opts.RequestTimeout <= 0 {
-		opts.RequestTimeout = 10 * time.Minute
-	}
-	if opts.UpstreamRetries < 0 {
-		opts.UpstreamRetries = 0
-	} else if opts.UpstreamRetries == 0 {
-		opts.UpstreamRetries = 2
-	}
-	if opts.RetryBase <= 0 {
-		opts.RetryBase = 100 * time.Millisecond
-	}
-	if opts.RetryMax <= 0 {
-		opts.RetryMax = 2 * time.Second
-	}
-	if opts.BatchMaxWait <= 0 {
-		opts.BatchMaxWait = 30 * time.Second
-	}
-	if opts.PaceMaxWait <= 0 {
-		opts.PaceMaxWait = 10 * time.Second
-	}
 	g := &Gateway{opts: opts, limiter: opts.Limiter, models: map[string]*model{}, providers: map[string]*provider{}, log: opts.Logger,
-		counting: make(chan struct{}, opts.MaxConcurrentCounts)}
+		counting: make(chan struct{}, opts.MaxConcurrentCounts), clock: opts.Clock}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
-	if g.clock = opts.Clock; g.clock == nil {
+	if g.clock == nil {
 		g.clock = realClock{}
 	}
 	// The provider's hint is honoured up to RetryMax: a longer one goes to
@@ -444,13 +404,68 @@ func New(opts Options) (*Gateway, error) {
 		}
 		g.providers[p.Name] = pp
 	}
-	for _, m := range opts.Models {
+	if err := g.addModels(opts.Models); err != nil {
+		return nil, err
+	}
+	if err := g.addTenantModels(opts.TenantModels); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// withDefaults checks opts and fills in the defaults of what it leaves
+// zero.
+func withDefaults(opts Options) (Options, error) {
+	if s := opts.Sessions; s != nil && (s.Store == nil || s.Terms == nil) {
+		return opts, errors.New("gateway: Sessions needs a Store and Terms")
+	}
+	if opts.Limiter == nil || opts.Keys == nil {
+		return opts, errors.New("gateway: Limiter and Keys are required")
+	}
+	if err := checkTerminalStatus(opts.TerminalStatus); err != nil {
+		return opts, err
+	}
+	if opts.MaxConcurrentCounts <= 0 {
+		opts.MaxConcurrentCounts = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 8 << 20
+	}
+	if opts.UpstreamRetries < 0 {
+		opts.UpstreamRetries = 0
+	} else if opts.UpstreamRetries == 0 {
+		opts.UpstreamRetries = 2
+	}
+	for _, d := range []struct {
+		value *time.Duration
+		def   time.Duration
+	}{
+		{&opts.HeaderTimeout, 10 * time.Second},
+		{&opts.CatalogTimeout, 250 * time.Millisecond},
+		{&opts.SettleRetryBase, 100 * time.Millisecond},
+		{&opts.RequestTimeout, 10 * time.Minute},
+		{&opts.RetryBase, 100 * time.Millisecond},
+		{&opts.RetryMax, 2 * time.Second},
+		{&opts.BatchMaxWait, 30 * time.Second},
+		{&opts.PaceMaxWait, 10 * time.Second},
+	} {
+		if *d.value <= 0 {
+			*d.value = d.def
+		}
+	}
+	return opts, nil
+}
+
+// addModels adds the models the gateway serves, by name and alias, and
+// resolves their fallbacks.
+func (g *Gateway) addModels(models []Model) error {
+	for _, m := range models {
 		p, ok := g.providers[m.Provider]
 		if !ok {
-			return nil, fmt.Errorf("gateway: model %q: unknown provider %q", m.Name, m.Provider)
+			return fmt.Errorf("gateway: model %q: unknown provider %q", m.Name, m.Provider)
 		}
 		if m.MaxOutputTokens <= 0 {
-			return nil, fmt.Errorf("gateway: model %q: max_output_tokens must be positive", m.Name)
+			return fmt.Errorf("gateway: model %q: max_output_tokens must be positive", m.Name)
 		}
 		if m.UpstreamName == "" {
 			m.UpstreamName = m.Name
@@ -458,7 +473,7 @@ func New(opts Options) (*Gateway, error) {
 		mm := &model{Model: m, provider: p}
 		for _, name := range append([]string{m.Name}, m.Aliases...) {
 			if _, dup := g.models[name]; dup {
-				return nil, fmt.Errorf("gateway: model name %q is used twice", name)
+				return fmt.Errorf("gateway: model name %q is used twice", name)
 			}
 			g.models[name] = mm
 		}
@@ -468,15 +483,12 @@ func New(opts Options) (*Gateway, error) {
 		for _, f := range m.Fallbacks {
 			fm, ok := g.models[f]
 			if !ok || fm == m {
-				return nil, fmt.Errorf("gateway: model %q: bad fallback %q", m.Name, f)
+				return fmt.Errorf("gateway: model %q: bad fallback %q", m.Name, f)
 			}
 			m.fallbacks = append(m.fallbacks, fm)
 		}
 	}
-	if err := g.addTenantModels(opts.TenantModels); err != nil {
-		return nil, err
-	}
-	return g, nil
+	return nil
 }
 
 // Handler is the fasthttp handler of the client API. Mounted in a server
@@ -513,7 +525,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 	if lengthAndChunked(&ctx.Request.Header) {
 		// Two framings: a proxy in front may read one and Sluice the
 		// other (request smuggling). Refused, and the connection closed.
-		writeError(ctx, routeForShape(path), &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+		g.writeError(ctx, routeForShape(path), &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
 			code: "malformed_request", message: "The request has both Content-Length and Transfer-Encoding; send one."})
 		ctx.SetConnectionClose()
 		return
@@ -530,15 +542,15 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 	case method != fasthttp.MethodPost:
 		rt, ok := routes[path]
 		if !ok {
-			writeError(ctx, routeForShape(path), errNotFound(path))
+			g.writeError(ctx, routeForShape(path), errNotFound(path))
 			return
 		}
 		ctx.Response.Header.Set("Allow", fasthttp.MethodPost)
-		writeError(ctx, rt, errMethodNotAllowed(method, path))
+		g.writeError(ctx, rt, errMethodNotAllowed(method, path))
 	default:
 		rt, ok := routes[path]
 		if !ok {
-			writeError(ctx, routeForShape(path), errNotFound(path))
+			g.writeError(ctx, routeForShape(path), errNotFound(path))
 			return
 		}
 		g.serve(ctx, rt, served)

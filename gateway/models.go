@@ -148,7 +148,7 @@ func (g *Gateway) listModels(ctx *fasthttp.RequestCtx) {
 	// as it does for a call.
 	who, _, err := g.authenticate(ctx, clientIP(ctx, g.opts.TrustedProxies), &Event{})
 	if err != nil {
-		writeError(ctx, rt, err)
+		g.writeError(ctx, rt, err)
 		return
 	}
 	list := modelList{Object: "list", Data: []modelEntry{}}
@@ -164,7 +164,7 @@ func (g *Gateway) listModels(ctx *fasthttp.RequestCtx) {
 	}
 	body, err := json.Marshal(list)
 	if err != nil {
-		writeError(ctx, rt, err)
+		g.writeError(ctx, rt, err)
 		return
 	}
 	ctx.SetContentType("application/json")

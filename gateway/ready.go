@@ -39,8 +39,6 @@ func (r *readiness) down() []string {
 // never checking on a probe's own path. A dependency going down is logged
 // once with its cause, and once when it is back.
 func (g *Gateway) CheckDependencies(ctx context.Context, interval, timeout time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	for {
 		for _, d := range g.opts.Dependencies {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -69,7 +67,7 @@ func (g *Gateway) CheckDependencies(ctx context.Context, interval, timeout time.
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-g.clock.After(interval):
 		}
 	}
 }

@@ -96,20 +96,20 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 		// is the client address's pre-auth limit.
 		e := errBodyTooLarge(g.opts.MaxBodyBytes)
 		e.room = g.addressRoom(ctx)
-		writeError(ctx, rt, e)
+		g.writeError(ctx, rt, e)
 		ctx.SetConnectionClose()
 		return
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		writeError(ctx, rt, &apiError{status: 408, typ: "invalid_request_error", anthType: "invalid_request_error",
+		g.writeError(ctx, rt, &apiError{status: 408, typ: "invalid_request_error", anthType: "invalid_request_error",
 			code: "request_timeout", message: "The request was not sent in time: its headers must arrive within the header timeout, its body within a minute."})
 		ctx.SetConnectionClose()
 		return
 	}
 	// fasthttp's error quotes the raw request, headers (and so the key)
 	// included: the client is told what is wrong, never the bytes back.
-	writeError(ctx, rt, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+	g.writeError(ctx, rt, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
 		code: "malformed_request", message: "The request could not be read as HTTP/1.1 (a malformed request line or header, or a header too large)."})
 	ctx.SetConnectionClose()
 }

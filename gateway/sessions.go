@@ -77,14 +77,14 @@ type sessionJSON struct {
 
 // lowered names the budgets that lowered the ceilings of a session just
 // minted.
-func writeSession(ctx *fasthttp.RequestCtx, status int, s Session, lowered []string) {
+func (g *Gateway) writeSession(ctx *fasthttp.RequestCtx, status int, s Session, lowered []string) {
 	var j sessionJSON
 	j.ID, j.Object, j.Model = s.ID, "session", s.Model
 	j.CreatedAt, j.ExpiresAt = s.CreatedAt.Unix(), s.ExpiresAt.Unix()
 	switch {
 	case !s.ClosedAt.IsZero():
 		j.Status = "closed"
-	case !time.Now().Before(s.ExpiresAt):
+	case !g.now().Before(s.ExpiresAt):
 		j.Status = "expired"
 	default:
 		j.Status = "open"
@@ -130,6 +130,16 @@ func lower(name string, configured int64, asked *int64) (int64, error) {
 	return *asked, nil
 }
 
+// answerSession writes s with the rate-limit fields of who's rules for the
+// session's model, as every answer carries them; none when the store does
+// not answer (the session is answered anyway).
+func (g *Gateway) answerSession(ctx *fasthttp.RequestCtx, who *Principal, status int, s Session, lowered []string) {
+	if room, err := g.limiter.Room(context.Background(), sluice.Request{Identity: principalIdentity(who, s.Model)}); err == nil {
+		room.SetHeaders(canonicalHeaders{&ctx.Response.Header}, g.now())
+	}
+	g.writeSession(ctx, status, s, lowered)
+}
+
 // sessions serves /v1/sessions and /v1/sessions/{id}.
 func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	rt := routes["/v1/chat/completions"] // the error shape
@@ -138,13 +148,13 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		// the client address's pre-auth limit, read without charging.
 		e := errNotFound(path).(*apiError)
 		e.room = g.addressRoom(ctx)
-		writeError(ctx, rt, e)
+		g.writeError(ctx, rt, e)
 		return
 	}
 	var authEvent Event
 	who, _, err := g.authenticate(ctx, clientIP(ctx, g.opts.TrustedProxies), &authEvent)
 	if err != nil {
-		writeError(ctx, rt, err)
+		g.writeError(ctx, rt, err)
 		return
 	}
 	// refuse answers a refusal made once the key is known with the
@@ -152,16 +162,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	// known), as the model routes' own refusals carry them.
 	refuse := func(err error, model string) {
 		g.withRoom(err, principalIdentity(&who, model))
-		writeError(ctx, rt, err)
-	}
-	// answer writes a session with the rate-limit fields of the key's
-	// rules for the session's model, as every answer carries them; none
-	// when the store does not answer (the session is answered anyway).
-	answer := func(status int, s Session, lowered []string) {
-		if room, err := g.limiter.Room(context.Background(), sluice.Request{Identity: principalIdentity(&who, s.Model)}); err == nil {
-			room.SetHeaders(canonicalHeaders{&ctx.Response.Header}, time.Now())
-		}
-		writeSession(ctx, status, s, lowered)
+		g.writeError(ctx, rt, err)
 	}
 	st := g.opts.Sessions.Store
 	bg, cancel := g.catalogContext()
@@ -171,7 +172,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	case id == "" && method == fasthttp.MethodPost:
 		terms := g.opts.Sessions.Terms(who)
 		s, created, lowered, err := g.mintSession(ctx, who, terms)
-		ev := Event{Route: "sessions", Model: s.Model, Outcome: "admitted", IgnoredIdentity: authEvent.IgnoredIdentity}
+		ev := Event{Route: "sessions", Model: s.Model, Outcome: outcomeAdmitted, IgnoredIdentity: authEvent.IgnoredIdentity}
 		if err != nil {
 			refuse(err, terms.Model)
 			ev.Outcome, ev.Class = outcomeOf(err)
@@ -181,7 +182,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 				status = 201
 				ev.Session = "opened"
 			}
-			answer(status, s, lowered)
+			g.answerSession(ctx, &who, status, s, lowered)
 		}
 		g.observe(ctx, ev)
 	case id != "" && len(id) > maxSessionID:
@@ -198,9 +199,9 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 			refuse(sessionError(err), "")
 			return
 		}
-		answer(200, s, nil)
+		g.answerSession(ctx, &who, 200, s, nil)
 		if closed {
-			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: "admitted", Session: "closed",
+			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: outcomeAdmitted, Session: "closed",
 				SessionUsed: SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost}, IgnoredIdentity: authEvent.IgnoredIdentity})
 		}
 	default:
@@ -238,7 +239,7 @@ func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal, terms Ses
 		return Session{}, false, nil, err
 	}
 	s = Session{KeyID: who.KeyID, Org: who.Org, Workspace: who.Workspace, User: who.User, Model: terms.Model,
-		IdempotencyKey: string(ctx.Request.Header.Peek("Idempotency-Key")), ExpiresAt: time.Now().Add(time.Duration(secs) * time.Second)}
+		IdempotencyKey: string(ctx.Request.Header.Peek("Idempotency-Key")), ExpiresAt: g.now().Add(time.Duration(secs) * time.Second)}
 	if s.MaxTurns, err = lower("max_turns", terms.MaxTurns, req.MaxTurns); err != nil {
 		return Session{}, false, nil, err
 	}
