@@ -114,18 +114,6 @@ func (c *call) admitClamped(ctx context.Context, cand *model, capPer int64, refu
 	return &admission{model: cand, res: res, capPer: perCompletion, clamped: perCompletion < capPer}, nil
 }
 
-// outputCap is the output cap per completion for cand: the client's,
-// capped at the model's maximum, or the maximum when the client set none.
-func (c *call) outputCap(cand *model) int64 {
-	if c.bound.NoOutput {
-		return 0
-	}
-	if c.bound.HasMaxOutput && c.bound.MaxOutputTokens <= cand.MaxOutputTokens {
-		return c.bound.MaxOutputTokens
-	}
-	return cand.MaxOutputTokens
-}
-
 // refusingRule names the rule behind a refusal by a limit, if it is one.
 func refusingRule(err error) (string, bool) {
 	var rl *sluice.RateLimitError

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/llm"
 	"github.com/valyala/fasthttp"
 )
@@ -243,41 +242,4 @@ func parseTags(v []byte) []string {
 		}
 	}
 	return tags
-}
-
-// identity is who the call is charged to, on cand (nil: no model yet).
-func (c *call) identity(cand *model) sluice.Identity {
-	id := principalIdentity(&c.who, "")
-	id.IP, id.Session, id.Route, id.Tags = c.ip, c.session.id, c.rt.name, c.tags
-	if cand != nil {
-		id.Model = cand.Name
-	}
-	return id
-}
-
-// principalIdentity is who calling model, without a call's own attributes
-// (tags, session, route): the identity whose budgets gate a session's mint,
-// and whose rules' room the gateway's answers report when no call of the
-// key was admitted (the session routes, a refused identity header).
-func principalIdentity(who *Principal, model string) sluice.Identity {
-	return sluice.Identity{Org: who.Org, Workspace: who.Workspace, Team: who.Team, User: who.User, Key: who.KeyID, Model: model, Tier: who.Tier, Class: who.Class}
-}
-
-// request is what the call asks of the limiter on cand with an output cap
-// of capPer per completion: its worst case.
-func (c *call) request(cand *model, capPer int64) sluice.Request {
-	max := sluice.Usage{InputTokens: c.bound.InputTokens, OutputTokens: capPer * c.bound.N}
-	price := cand.Price
-	if c.ownKey != "" {
-		price = sluice.Price{}
-	}
-	max.Cost = price.Cost(max)
-	return sluice.Request{
-		Identity:    c.identity(cand),
-		Max:         max,
-		OutputPrice: price.Output,
-		Timeout:     c.g.opts.RequestTimeout,
-		MaxWait:     c.maxWait,
-		Turn:        c.turn,
-	}
 }
