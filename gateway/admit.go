@@ -76,7 +76,8 @@ func (c *call) admitRules(cand *model) (*admission, error) {
 	}
 	c.event.Decision += c.g.since(t0)
 	if err == nil {
-		return &admission{model: cand, res: res, capPer: capPer}, nil
+		c.held = admission{model: cand, res: res, capPer: capPer}
+		return &c.held, nil
 	}
 	if c.bound.NoOutput || capPer == 0 {
 		return nil, err
@@ -111,7 +112,8 @@ func (c *call) admitClamped(ctx context.Context, cand *model, capPer int64, refu
 	if err != nil {
 		return nil, err
 	}
-	return &admission{model: cand, res: res, capPer: perCompletion, clamped: perCompletion < capPer}, nil
+	c.held = admission{model: cand, res: res, capPer: perCompletion, clamped: perCompletion < capPer}
+	return &c.held, nil
 }
 
 // refusingRule names the rule behind a refusal by a limit, if it is one.

@@ -84,10 +84,15 @@ type call struct {
 	authenticated bool
 	tried         *model
 
+	// held is the admission in hand (of the candidate being tried), and
+	// x the exchange with its provider: kept here, not allocated apart.
+	held admission
+	x    exchange
 	// How the call ends (see end): the admission it ends with, what
 	// becomes of its reservation, and the usage the provider reported.
 	adm      *admission
 	ending   ending
+	record   UsageRecord // made by settle
 	usage    llm.Usage
 	reported bool
 }

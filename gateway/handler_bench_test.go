@@ -54,3 +54,27 @@ func BenchmarkGateway_Chat(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// chatAllocsBudget is BenchmarkGateway_Chat's allocations per request on
+// 2026-12-06, before the call became one pipeline (54517f4): 73, or 85
+// with the race detector. The count is the same from run to run (the
+// mock's and the client's included), so any rise is a change's.
+func chatAllocsBudget() int64 {
+	if raceBuild {
+		return 85
+	}
+	return 73
+}
+
+// The gateway's allocations per request do not grow: a guard the CPU
+// budget of BENCHMARKS.md cannot be, since allocation counts, unlike
+// times, do not depend on the machine's load.
+func TestGateway_ChatAllocationsDoNotGrow(t *testing.T) {
+	r := testing.Benchmark(BenchmarkGateway_Chat)
+	if r.N == 0 {
+		t.Fatal("the benchmark did not run")
+	}
+	if got, budget := r.AllocsPerOp(), chatAllocsBudget(); got > budget {
+		t.Fatalf("%d allocations per request, over the budget of %d (%d requests)", got, budget, r.N)
+	}
+}

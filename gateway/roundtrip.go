@@ -52,7 +52,8 @@ func (c *call) forward(adm *admission) error {
 	if uc == nil {
 		return errUpstream(502, fasthttp.ErrNoFreeConns)
 	}
-	x := &exchange{p: p, uc: uc, resp: fasthttp.AcquireResponse()}
+	c.x = exchange{p: p, uc: uc, resp: fasthttp.AcquireResponse()}
+	x := &c.x
 	// A client that closes its connection while the provider works has
 	// the upstream call cancelled: its connection is closed.
 	if conn := c.ctx.Conn(); conn != nil {
@@ -113,6 +114,9 @@ func (c *call) roundTrip(x *exchange, adm *admission) error {
 		wait, again := g.retryPolicy.Delay(attempt, c.classify(x, err))
 		now := g.now()
 		if !again || now.Add(max(wait, g.opts.RetryMax)).After(c.deadline) {
+			if err == nil {
+				return nil // the provider answered: its answer is passed on
+			}
 			return c.failure(err)
 		}
 		if err == nil {
@@ -199,13 +203,10 @@ func (c *call) classify(x *exchange, err error) retry.Decision {
 	return retry.ClassifyResponse(status, hints, nil, c.g.now())
 }
 
-// failure is what the client is told of a round trip that ended on err
-// (nil: the provider answered, and the answer is passed on).
+// failure is what the client is told of a round trip that ended on err.
 func (c *call) failure(err error) error {
 	var ae *apiError
 	switch {
-	case err == nil:
-		return nil
 	case errors.As(err, &ae):
 		return err // paced, or past its deadline: refused before the provider was called
 	case errors.Is(err, fasthttp.ErrTimeout):

@@ -68,7 +68,7 @@ func (c *call) end() {
 func (c *call) release(adm *admission) {
 	if err := adm.res.Release(context.Background()); err != nil {
 		c.g.log.Error("release failed; retrying until the reservation's deadline", "request_id", c.event.RequestID, "route", c.rt.name, "model", adm.model.Name, "err", err)
-		go c.g.retryEnd(context.Background(), adm.res, c.event.RequestID, adm.model.Name, adm.res.Release, nil)
+		go c.g.retryEnd(context.Background(), pendingEnd{res: adm.res, release: true, requestID: c.event.RequestID, model: adm.model.Name})
 	}
 	c.settleSession(sluice.Usage{}, true)
 }
@@ -92,34 +92,27 @@ func (c *call) settle() {
 	// The session's counters are in the catalog, not the limit store.
 	c.settleSession(charged, false)
 	c.trace.startSettle()
-	rec := UsageRecord{At: c.g.now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: adm.model.Name,
+	c.record = UsageRecord{At: c.g.now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: adm.model.Name,
 		InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags,
 		KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: estimated, Reserved: reserved}
 	c.event.Usage = charged
-	ctx, taken := c.g.attach(rec)
-	adm.res.SettleAsync(ctx, su, func(err error) { c.settled(ctx, rec, su, taken, err) })
+	ctx, taken := c.g.attach(c.record)
+	adm.res.SettleAsync(ctx, su, func(err error) { c.settled(ctx, su, taken, err) })
 }
 
 // settled ends the call once the store answered its settlement with su,
-// made with ctx (which carried rec when taken is not nil): it records the
-// call, or leaves it to the retries, and tells the Observer.
-func (c *call) settled(ctx context.Context, rec UsageRecord, su sluice.Usage, taken func() bool, err error) {
+// made with ctx (which carried c.record when taken is not nil): it records
+// the call, or leaves it to the retries, and tells the Observer.
+func (c *call) settled(ctx context.Context, su sluice.Usage, taken func() bool, err error) {
 	c.trace.endSettle(err)
 	if err != nil {
-		res := c.adm.res
-		c.g.log.Error("settle failed; retrying until the reservation's deadline", "request_id", rec.RequestID, "route", rec.Route, "model", rec.Model, "err", err)
-		go c.g.retryEnd(ctx, res, rec.RequestID, rec.Model, func(ctx context.Context) error {
-			return res.Settle(ctx, su)
-		}, func() {
-			if taken != nil {
-				c.g.record(rec, taken)
-			}
-		})
+		c.g.log.Error("settle failed; retrying until the reservation's deadline", "request_id", c.record.RequestID, "route", c.record.Route, "model", c.record.Model, "err", err)
+		go c.g.retryEnd(ctx, pendingEnd{res: c.adm.res, usage: su, record: c.record, taken: taken, requestID: c.record.RequestID, model: c.record.Model})
 	}
 	if err == nil || taken == nil {
 		// With the record attached, a failed settlement leaves it to
 		// the retries.
-		c.g.record(rec, taken)
+		c.g.record(c.record, taken)
 	}
 	c.observe()
 	c.g.inFlight.done()
@@ -207,30 +200,46 @@ func (g *Gateway) record(u UsageRecord, taken func() bool) {
 	}
 }
 
-// retryEnd tries apply (a settlement or a release of res, with a context
-// made from base) again, backing
-// off (SettleRetryBase, doubling to 5 s), until the store answers or the
-// reservation's deadline passes (then the sweep charges it), and calls
-// applied, if set, once it succeeded. Settling is idempotent: a settlement
-// the store applied before failing to answer, or one the sweep made, is
-// not applied twice, nor is its record. Leases are freed as soon as the
-// store is back.
-func (g *Gateway) retryEnd(base context.Context, res *sluice.Reservation, requestID, model string, apply func(context.Context) error, applied func()) {
+// pendingEnd is a settlement (or a release) the store failed, for
+// retryEnd: res settled with usage, or released; record, when taken is not
+// nil, went with the settlement and is recorded once one succeeds, unless
+// the store took it.
+type pendingEnd struct {
+	res              *sluice.Reservation
+	release          bool
+	usage            sluice.Usage
+	record           UsageRecord
+	taken            func() bool
+	requestID, model string
+}
+
+// retryEnd applies p again with a context made from base, backing off
+// (SettleRetryBase, doubling to 5 s), until the store answers or the
+// reservation's deadline passes (then the sweep charges it). Settling is
+// idempotent: a settlement the store applied before failing to answer, or
+// one the sweep made, is not applied twice, nor is its record. Leases are
+// freed as soon as the store is back.
+func (g *Gateway) retryEnd(base context.Context, p pendingEnd) {
 	delay := g.opts.SettleRetryBase
 	for attempt := 1; ; attempt++ {
-		if g.now().Add(delay).After(res.Deadline()) {
-			g.log.Error("settle abandoned at the reservation's deadline; the sweep charges it", "request_id", requestID, "model", model, "attempts", attempt)
+		if g.now().Add(delay).After(p.res.Deadline()) {
+			g.log.Error("settle abandoned at the reservation's deadline; the sweep charges it", "request_id", p.requestID, "model", p.model, "attempts", attempt)
 			return
 		}
 		g.sleep(delay, nil)
 		delay = min(2*delay, 5*time.Second)
 		ctx, cancel := context.WithTimeout(base, 5*time.Second)
-		err := apply(ctx)
+		var err error
+		if p.release {
+			err = p.res.Release(ctx)
+		} else {
+			err = p.res.Settle(ctx, p.usage)
+		}
 		cancel()
 		if err == nil {
-			g.log.Info("settled after retrying", "request_id", requestID, "model", model, "attempts", attempt+1)
-			if applied != nil {
-				applied()
+			g.log.Info("settled after retrying", "request_id", p.requestID, "model", p.model, "attempts", attempt+1)
+			if p.taken != nil {
+				g.record(p.record, p.taken)
 			}
 			return
 		}
