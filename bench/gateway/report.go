@@ -325,4 +325,22 @@ func (b *bench) reportBare(w io.Writer, added, addedTTFB []float64) {
 		list(bAdded, "%.0f", 1), list(bTTFB, "%.0f", 1), list(bRatios, "%.0f%%", 100), list(bCPU, "%.1f", 1), median(bCPU1))
 	fmt.Fprintf(w, "| the gateway beyond the bare proxy, for scale: added p50 at 1 connection %+.0f µs, added TTFB %+.0f µs | added p50 %s; added TTFB %s | (for scale) |\n",
 		median(overP50), median(overTTFB), list(overP50, "%+.0f", 1), list(overTTFB, "%+.0f", 1))
+	// Issue 26's budget, against the bare proxy of the same rounds.
+	gwCPU := b.over(saturation, "gateway", func(ph *phase) float64 { return ph.perRequest(ph.gatewayTicks, b.hz) })
+	cpuRatio := make([]float64, 0, len(gwCPU))
+	for i := range min(len(gwCPU), len(bCPU)) {
+		cpuRatio = append(cpuRatio, gwCPU[i]/bCPU[i])
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "pass"
+		}
+		return "**fail**"
+	}
+	fmt.Fprintf(w, "| budget: gateway CPU per request ≤ 2.0x the bare proxy's (saturation) | %.2fx (%s) | %s |\n",
+		median(cpuRatio), list(cpuRatio, "%.2fx", 1), verdict(median(cpuRatio) <= 2.0))
+	fmt.Fprintf(w, "| budget: added p50 at 1 connection ≤ the bare proxy's + 60 µs | %+.0f µs (%s) | %s |\n",
+		median(overP50), list(overP50, "%+.0f", 1), verdict(median(overP50) <= 60))
+	fmt.Fprintf(w, "| budget: gateway peak resident memory (VmHWM) ≤ 64 MiB | %.1f MiB | %s |\n",
+		float64(b.hwmKiB)/1024, verdict(b.hwmKiB <= 64*1024))
 }
