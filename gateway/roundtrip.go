@@ -175,7 +175,8 @@ func (c *call) attempt(req *fasthttp.Request, x *exchange, pc *pacer, cand *mode
 	// upstream.
 	g.limiter.SetProviderLimits(cand.Name, pc.limits())
 	if status >= 400 {
-		x.quota = llm.QuotaCode(status, x.resp.Body())
+		_, hinted := retryHint(&x.resp.Header, now)
+		x.quota = llm.QuotaCode(status, hinted, x.resp.Body())
 	}
 	return nil
 }

@@ -3,8 +3,12 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
 )
 
 var dailyTokens = sluice.Rule{Name: "daily_tokens", Kind: sluice.KindBudget, Subject: "workspace",
@@ -204,5 +209,60 @@ func TestSDK_BudgetExhaustedReachesSDKOnce(t *testing.T) {
 	tomorrow := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour).Format(time.RFC3339)
 	if !strings.Contains(apiErr.Message, "tiny_budget") || !strings.Contains(apiErr.Message, tomorrow) {
 		t.Fatalf("message %q should name the budget and its reset %s", apiErr.Message, tomorrow)
+	}
+}
+
+// An Anthropic provider's 429 without retry-after is its spend cap: the
+// gateway calls it once, passes it on as terminal (x-should-retry: false,
+// class terminal), and the official Anthropic SDK, retrying by default,
+// asks once. With retry-after it stays a throttle the SDK may retry.
+func TestSDK_AnthropicSpendCapIsTerminal(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		retryAfter   string
+		wantUpstream int
+		wantSDK      int
+		wantClass    string
+	}{
+		{"WithoutRetryAfter", "", 1, 1, "terminal"},
+		{"WithRetryAfter", "0", 6, 2, "transient"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var upstream atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				upstream.Add(1)
+				if tc.retryAfter != "" {
+					w.Header().Set("Retry-After", tc.retryAfter)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(429)
+				fmt.Fprint(w, `{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed your organization's rate limit."}}`)
+			}))
+			t.Cleanup(srv.Close)
+			h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, tweak: []func(*gateway.Options){func(o *gateway.Options) {
+				o.Providers = append(slices.Clone(o.Providers), gateway.Provider{Name: "an", Kind: gateway.KindAnthropic, BaseURL: srv.URL, APIKey: "sk-ant"})
+				o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "claude-capped", Provider: "an", MaxOutputTokens: 100})
+			}}})
+			asked := 0
+			c := anthropicClient(h, anthropicoption.WithMaxRetries(1), anthropicoption.WithMiddleware(func(r *http.Request, next anthropicoption.MiddlewareNext) (*http.Response, error) {
+				asked++
+				return next(r)
+			}))
+			_, err := c.Messages.New(context.Background(), anthropic.MessageNewParams{Model: "claude-capped", MaxTokens: 10,
+				Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}})
+			var apiErr *anthropic.Error
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 {
+				t.Fatalf("got %v, want the provider's 429", err)
+			}
+			if asked != tc.wantSDK || int(upstream.Load()) != tc.wantUpstream {
+				t.Fatalf("the SDK asked %d times (want %d), the provider was called %d times (want %d)", asked, tc.wantSDK, upstream.Load(), tc.wantUpstream)
+			}
+			if got := h.used("daily_tokens"); got != 0 {
+				t.Errorf("budget charged %d for a call the provider refused", got)
+			}
+			if ev := h.rec.waitEvents(t, tc.wantSDK); ev[len(ev)-1].Class != tc.wantClass {
+				t.Errorf("event class %q, want %q", ev[len(ev)-1].Class, tc.wantClass)
+			}
+		})
 	}
 }

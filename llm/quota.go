@@ -20,7 +20,8 @@ var quotaCodes = map[string]bool{
 	"budget_insufficient":               true, // Sluice: the call does not fit what the budget has left
 }
 
-// QuotaCode reports whether an error answer (status and body) says the
+// QuotaCode reports whether an error answer (status, body, and whether it
+// carried a retry hint: retry-after or retry-after-ms) says the
 // provider's account, or a gateway's budget, cannot spend any more, which
 // waiting does not fix; it returns the code that says so, or "" when the
 // answer is anything else (a rate limit, an overload, not JSON). It is the
@@ -37,8 +38,11 @@ var quotaCodes = map[string]bool{
 //     console ("You have reached your specified API usage limits");
 //     error.details.error_code enforced_spend_limit_reached (the usage
 //     tier's monthly cap: the same 429 and rate_limit_error as a rate
-//     limit, but no retry-after).
-func QuotaCode(status int, body []byte) string {
+//     limit, but no retry-after); and any 429 rate_limit_error without a
+//     retry hint, which is how the spend cap answers when it names no code:
+//     Anthropic's rate limits always say when to come back, the spend cap
+//     never does, and retrying it fails until access resumes.
+func QuotaCode(status int, hinted bool, body []byte) string {
 	if status < 400 {
 		return ""
 	}
@@ -68,6 +72,10 @@ func QuotaCode(status int, body []byte) string {
 		if code := string(jsonscan.StringAt(body, jsonscan.Lookup(body, d, "error_code"))); code == "enforced_spend_limit_reached" {
 			return code
 		}
+	}
+	anthropic := string(jsonscan.StringAt(body, jsonscan.Lookup(body, jsonscan.SkipSpace(body, 0), "type"))) == "error"
+	if status == 429 && !hinted && anthropic && typ == "rate_limit_error" {
+		return "spend_cap_without_retry_after"
 	}
 	return ""
 }

@@ -173,9 +173,9 @@ func ClassifyError(err error) Decision {
 //  4. A 429 whose JSON body names a quota or budget error (llm.QuotaCode:
 //     insufficient_quota, billing_hard_limit_reached, budget_exceeded,
 //     Anthropic's enforced_spend_limit_reached, ...) is Terminal.
-//  5. Any other 429 is Throttled, hint or not. A hintless 429 is usually a
-//     rate limit, but Anthropic's spend cap sends one too; the Policy's
-//     attempt cap bounds what such a refusal costs.
+//  5. Any other 429 is Throttled, hint or not, but for Anthropic's
+//     rate_limit_error without a hint, which is its spend cap (Terminal, by
+//     step 4).
 //  6. 408, 409, and every 5xx except 501, 505 and 511 are Transient.
 //  7. Every other status (400, 401, 403, 404, 413, 422, ...) is Terminal.
 //
@@ -198,7 +198,8 @@ func ClassifyResponse(status int, header http.Header, body []byte, now time.Time
 			d.Class = Throttled
 		}
 	case status == http.StatusTooManyRequests:
-		if code := llm.QuotaCode(status, body); code != "" {
+		_, hinted := parseHint(header, now)
+		if code := llm.QuotaCode(status, hinted, body); code != "" {
 			return Decision{Class: Terminal, Reason: code}
 		}
 		d = Decision{Class: Throttled, Reason: "status 429"}

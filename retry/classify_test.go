@@ -232,20 +232,30 @@ func FuzzClassifyResponse(f *testing.F) {
 }
 
 // The spend caps of both providers are terminal here as in the gateway
-// (llm.QuotaCode is the one list), and a plain rate limit is not.
+// (llm.QuotaCode is the one list): Anthropic's says so in its details, or
+// by a rate_limit_error without retry-after; a rate limit with its hint is
+// not.
 func TestClassifyResponse_ProviderSpendCapsAreTerminal(t *testing.T) {
+	const anthropicRate = `{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`
 	cases := []struct {
-		name string
-		body string
-		want retry.Class
+		name       string
+		body       string
+		retryAfter string
+		want       retry.Class
 	}{
-		{"AnthropicTierSpendCap", `{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your monthly spend limit.","details":{"error_code":"enforced_spend_limit_reached"}}}`, retry.Terminal},
-		{"OpenAIProjectSpendLimit", `{"error":{"message":"Project spend limit reached.","code":"project_spend_limit_exceeded"}}`, retry.Terminal},
-		{"OpenAICreditBalanceExhausted", `{"error":{"message":"You have no credits left.","type":"insufficient_quota","code":"credit_balance_exhausted"}}`, retry.Terminal},
-		{"AnthropicRateLimit", `{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`, retry.Throttled},
+		{"AnthropicTierSpendCap", `{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your monthly spend limit.","details":{"error_code":"enforced_spend_limit_reached"}}}`, "", retry.Terminal},
+		{"AnthropicRateLimitWithoutHint", anthropicRate, "", retry.Terminal},
+		{"AnthropicRateLimit", anthropicRate, "1", retry.Throttled},
+		{"OpenAIProjectSpendLimit", `{"error":{"message":"Project spend limit reached.","code":"project_spend_limit_exceeded"}}`, "", retry.Terminal},
+		{"OpenAICreditBalanceExhausted", `{"error":{"message":"You have no credits left.","type":"insufficient_quota","code":"credit_balance_exhausted"}}`, "", retry.Terminal},
+		{"OpenAIRateLimitWithoutHint", `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, "", retry.Throttled},
 	}
 	for _, c := range cases {
-		if d := retry.ClassifyResponse(429, http.Header{}, []byte(c.body), time.Now()); d.Class != c.want {
+		h := http.Header{}
+		if c.retryAfter != "" {
+			h.Set("Retry-After", c.retryAfter)
+		}
+		if d := retry.ClassifyResponse(429, h, []byte(c.body), time.Now()); d.Class != c.want {
 			t.Errorf("%s: %v, want %v", c.name, d.Class, c.want)
 		}
 	}

@@ -61,7 +61,7 @@ func TestServer_ErrorAnswers(t *testing.T) {
 		}},
 		{"ChatStatus503Streaming", "/v1/chat/completions", chatReq("[mock status=503]", true), 503, openaiErr("server_error", "", "")},
 		{"ChatQuota", "/v1/chat/completions", chatReq("[mock quota]", false), 429, func(t *testing.T, _ *http.Response, body []byte) {
-			if llm.QuotaCode(429, body) == "" {
+			if llm.QuotaCode(429, true, body) == "" {
 				t.Errorf("not a quota error: %s", body)
 			}
 		}},
@@ -69,14 +69,14 @@ func TestServer_ErrorAnswers(t *testing.T) {
 		{"ChatBadRequest", "/v1/chat/completions", `{"model":"mock-small","max_tokens":0,"messages":[{"role":"user","content":"x"}]}`, 400, openaiErr("invalid_request_error", "", "max_tokens")},
 		{"ResponsesStatus500", "/v1/responses", `{"model":"mock-small","input":"[mock status=500]"}`, 500, openaiErr("server_error", "", "")},
 		{"EmbeddingsQuota", "/v1/embeddings", `{"model":"mock-small","input":"[mock quota]"}`, 429, func(t *testing.T, _ *http.Response, body []byte) {
-			if llm.QuotaCode(429, body) == "" {
+			if llm.QuotaCode(429, true, body) == "" {
 				t.Errorf("not a quota error: %s", body)
 			}
 		}},
 		{"MessagesStatus529", "/v1/messages", messagesReq("[mock status=529]", true), 529, anthropicErr("overloaded_error")},
 		{"MessagesStatus429", "/v1/messages", messagesReq("[mock status=429]", false), 429, anthropicErr("rate_limit_error")},
 		{"MessagesQuota", "/v1/messages", messagesReq("[mock quota]", false), 400, func(t *testing.T, _ *http.Response, body []byte) {
-			if llm.QuotaCode(400, body) == "" {
+			if llm.QuotaCode(400, true, body) == "" {
 				t.Errorf("not a quota error: %s", body)
 			}
 		}},
