@@ -112,8 +112,7 @@ func (c *call) roundTrip(x *exchange, adm *admission) error {
 			return errClientGone()
 		}
 		wait, again := g.retryPolicy.Delay(attempt, c.classify(x, err))
-		now := g.now()
-		if !again || now.Add(max(wait, g.opts.RetryMax)).After(c.deadline) {
+		if !again || g.now().Add(max(wait, g.opts.RetryMax)).After(c.deadline) {
 			if err == nil {
 				return nil // the provider answered: its answer is passed on
 			}
