@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -51,6 +52,11 @@ func (c *call) answer(x *exchange, adm *admission) error {
 	case (status == 429 || status >= 500) && cand != c.lastCandidate():
 		// Spent: let a fallback try before the client hears of it.
 		return errUpstream(502, fmt.Errorf("provider answered %d", status))
+	case status < 400:
+		// A redirect (or any other answer that is neither the model's
+		// nor an error) is not passed on: a client that followed its
+		// Location would send the prompt, and its key, elsewhere.
+		return errUpstream(502, fmt.Errorf("provider answered %d %q, which the gateway does not pass on", status, resp.Header.Peek("Location")))
 	default:
 		c.passOn(x, adm, false)
 		return nil
@@ -97,7 +103,14 @@ func (c *call) passOn(x *exchange, adm *admission, terminal bool) {
 	h := &c.ctx.Response.Header
 	copyHeaders(h, &resp.Header)
 	c.ctx.SetStatusCode(resp.StatusCode())
-	c.ctx.SetBody(resp.Body())
+	if body := resp.Body(); json.Valid(body) {
+		c.ctx.SetBody(body)
+	} else {
+		// An error page from a proxy in front of the provider, or a
+		// provider that does not speak JSON: the client gets the API's
+		// error shape, with the provider's status.
+		c.g.writeError(c.ctx, c.rt, errNotJSON(resp.StatusCode()))
+	}
 	if terminal {
 		h.Set("x-should-retry", "false")
 		if resp.StatusCode() == 429 {
@@ -110,6 +123,20 @@ func (c *call) passOn(x *exchange, adm *admission, terminal bool) {
 	}
 	c.setResultHeaders(h, adm)
 	c.adm, c.ending = adm, endRelease
+}
+
+// errNotJSON is a provider's error answer whose body is not JSON, in the
+// API's error shape with the provider's status.
+func errNotJSON(status int) *apiError {
+	e := &apiError{status: status, typ: "server_error", anthType: "api_error", code: "upstream_error",
+		message: fmt.Sprintf("The provider answered %d with a body that is not JSON.", status)}
+	if status < 500 && status != 429 {
+		e.typ, e.anthType = "invalid_request_error", "invalid_request_error"
+	}
+	if status == 429 {
+		e.typ, e.anthType = "rate_limit_error", "rate_limit_error"
+	}
+	return e
 }
 
 // setResultHeaders writes the admission's headers on a response.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,4 +126,57 @@ func TestGateway_OutputCapFieldForOlderServers(t *testing.T) {
 			t.Errorf("call %d sent max_tokens %v, want %v (body %v)", i, bodies[i]["max_tokens"], want, bodies[i])
 		}
 	}
+}
+
+// A provider's redirect is never passed on (a client following it would
+// send the prompt and its key elsewhere): 502 upstream_error, nothing
+// charged. An error answer that is not JSON reaches the client in the
+// API's error shape, with the provider's status and retry hint.
+func TestGateway_ProviderRedirectAndNonJSONErrors(t *testing.T) {
+	var status atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch s := int(status.Load()); s {
+		case 302:
+			w.Header().Set("Location", "https://elsewhere.example/v1/chat/completions")
+			w.WriteHeader(302)
+		default:
+			w.Header().Set("Content-Type", "text/html")
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(s)
+			fmt.Fprint(w, "<html><body>Bad Gateway</body></html>")
+		}
+	}))
+	t.Cleanup(srv.Close)
+	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, tweak: []func(*gateway.Options){func(o *gateway.Options) {
+		o.Providers = append(slices.Clone(o.Providers), gateway.Provider{Name: "oa", Kind: gateway.KindOpenAI, BaseURL: srv.URL + "/v1", APIKey: "sk-up"})
+		o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "gpt-odd", Provider: "oa", MaxOutputTokens: 100})
+	}}})
+	const chat = `{"model":"gpt-odd","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+
+	status.Store(302)
+	r := h.post("/v1/chat/completions", chat, nil)
+	if r.status != 502 || r.header.Get("Location") != "" || codeOf(openaiError(t, r)) != "upstream_error" {
+		t.Fatalf("redirect: %d Location %q %s, want 502 upstream_error and no Location", r.status, r.header.Get("Location"), r.body)
+	}
+
+	for _, s := range []int{503, 400} {
+		status.Store(int64(s))
+		r = h.post("/v1/chat/completions", chat, nil)
+		if r.status != s || codeOf(openaiError(t, r)) != "upstream_error" || !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
+			t.Fatalf("non-JSON %d: %d %q %s, want the provider's status in the API's error shape", s, r.status, r.header.Get("Content-Type"), r.body)
+		}
+		if s == 503 && r.header.Get("Retry-After") != "30" {
+			t.Errorf("non-JSON 503: Retry-After %q, want the provider's 30", r.header.Get("Retry-After"))
+		}
+	}
+	if used := h.used("daily_tokens"); used != 0 {
+		t.Fatalf("budget charged %d for calls the provider never served", used)
+	}
+}
+
+func codeOf(e errorReply) string {
+	if e.Error.Code == nil {
+		return ""
+	}
+	return *e.Error.Code
 }
