@@ -350,6 +350,8 @@ type Gateway struct {
 	// context window (Options.MaxConcurrentCounts).
 	counting chan struct{}
 	clock    Clock
+	// streams are the streams being answered (CutStreams).
+	streams openStreams
 	// retryPolicy paces the attempts of an upstream call.
 	retryPolicy retry.Policy
 }

@@ -54,7 +54,50 @@ func (c *call) stream(x *exchange, adm *admission) error {
 	c.ctx.SetStatusCode(200)
 	c.ctx.Response.Header.Set("Cache-Control", "no-cache")
 	c.ctx.SetBodyStream(s, -1)
+	c.g.streams.add(s)
 	return nil
+}
+
+// openStreams are the streams being answered, for CutStreams.
+type openStreams struct {
+	mu   sync.Mutex
+	open map[*streamBody]struct{}
+}
+
+func (o *openStreams) add(s *streamBody) {
+	o.mu.Lock()
+	if o.open == nil {
+		o.open = map[*streamBody]struct{}{}
+	}
+	o.open[s] = struct{}{}
+	o.mu.Unlock()
+}
+
+func (o *openStreams) remove(s *streamBody) {
+	o.mu.Lock()
+	delete(o.open, s)
+	o.mu.Unlock()
+}
+
+// errShutdown cuts the streams still open when the gateway stops.
+var errShutdown = errors.New("the gateway is shutting down")
+
+// CutStreams ends the streams still being answered, as a shutdown whose
+// drain deadline has passed must: each provider call is cancelled, the
+// client's stream fails (it was not complete), and the call is settled
+// with what it streamed (the input, and the output counted so far) rather
+// than left open for the next start's sweep to charge its whole
+// reservation. Drain then waits for those settlements.
+func (g *Gateway) CutStreams() {
+	g.streams.mu.Lock()
+	open := make([]*streamBody, 0, len(g.streams.open))
+	for s := range g.streams.open {
+		open = append(open, s)
+	}
+	g.streams.mu.Unlock()
+	for _, s := range open {
+		s.closeUpstream(errShutdown)
+	}
 }
 
 // upstreamReaders are the 4 KiB buffers streams read the provider through.
@@ -191,6 +234,7 @@ func (s *streamBody) next() {
 // after this returns); Drain still waits for it.
 func (s *streamBody) CloseWithError(werr error) error {
 	c := s.c
+	c.g.streams.remove(s)
 	s.stopDeadline()
 	// The watch closed the upstream connection if the client left while
 	// the provider was silent.

@@ -292,3 +292,30 @@ func getReady(t *testing.T, h *harness) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// A stream cut at shutdown (CutStreams, once the drain's deadline passed)
+// is settled with what it streamed, not left open for the next start's
+// sweep to charge its whole reservation.
+func TestGateway_CutStreamsSettleWhatTheyStreamed(t *testing.T) {
+	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, mock: mockOptions(20 * time.Millisecond)})
+	const chunks = 200 // 20ms apart: the stream would last 4 s
+	s := openChatStream(context.Background(), h, "cut me", chunks)
+	if !s.next() {
+		t.Fatalf("no first chunk: %v", s.err())
+	}
+	h.gw.CutStreams()
+	for s.next() {
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.gw.Drain(ctx); err != nil {
+		t.Fatalf("Drain after the cut: %v", err)
+	}
+	recs := h.rec.usage()
+	if len(recs) != 1 || recs[0].Estimated || recs[0].OutputTokens < 1 || recs[0].OutputTokens >= chunks {
+		t.Fatalf("ledger %+v: want one record of the output streamed before the cut (1 to %d tokens), not estimated", recs, chunks-1)
+	}
+	if got := h.used("daily_tokens"); got != recs[0].InputTokens+recs[0].OutputTokens || got >= recs[0].Reserved.InputTokens+recs[0].Reserved.OutputTokens {
+		t.Errorf("budget %d: want what was streamed (%d), under the reservation", got, recs[0].InputTokens+recs[0].OutputTokens)
+	}
+}

@@ -193,7 +193,16 @@ func serve(args []string) error {
 	defer cancel()
 	_ = srv.ShutdownWithContext(drain)
 	if err := g.Drain(drain); err != nil {
-		log.Warn("shutdown deadline passed with calls in flight", "err", err)
+		// Streams longer than the drain are cut, and settled with what
+		// they streamed, rather than left for the next start's sweep to
+		// charge whole.
+		log.Warn("shutdown deadline passed with calls in flight; cutting the streams still open", "err", err)
+		g.CutStreams()
+		settle, cancelSettle := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := g.Drain(settle); err != nil {
+			log.Warn("calls still unsettled at exit; the next start's sweep charges their reservations", "err", err)
+		}
+		cancelSettle()
 	}
 	// The spans still batched go out before the process ends.
 	if err := tr.shutdown(drain); err != nil {
