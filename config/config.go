@@ -45,7 +45,9 @@ type Config struct {
 	// 256 (kept for the stores, the catalog and the providers).
 	MaxConnections int `yaml:"max_connections,omitempty"`
 	// MaxConnectionsPerIP caps them per client address; 0 (the default)
-	// sets no cap, as many clients may share a proxy's or a NAT's address.
+	// is half of max_connections, so that no one address can hold every
+	// place (set it to max_connections for none: many clients may share a
+	// proxy's or a NAT's address).
 	MaxConnectionsPerIP int `yaml:"max_connections_per_ip,omitempty"`
 	// TerminalStatus is the status of budget and session-ceiling refusals:
 	// auto (the default: 429 with x-should-retry: false, or 402 to clients

@@ -354,38 +354,80 @@ func TestGateway_LengthAndChunkedRefused(t *testing.T) {
 	}
 }
 
-// Server caps the connections of one client address: past MaxConnsPerIP a
-// new connection is refused at once, and served again once one closes.
-func TestGateway_ConnectionsPerAddressCapped(t *testing.T) {
-	h := newHarness(t, nil, func(o *gateway.Options) { o.MaxConnsPerIP = 2 })
-	addr := strings.TrimPrefix(h.url, "http://")
+// Listener caps the connections of one client address: past MaxConnsPerIP
+// a new connection is answered 429 at once, in the API's error shape with
+// Retry-After, and served again once one closes; past MaxConns, 503 alike.
+func TestGateway_ConnectionsCappedInTheAPIsShape(t *testing.T) {
+	h := newHarness(t, nil, func(o *gateway.Options) { o.MaxConns, o.MaxConnsPerIP = 3, 2 })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := h.gw.Server()
+	go func() { _ = srv.Serve(h.gw.Listener(ln)) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	addr := ln.Addr().String()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	call := func() (int, http.Header, []byte) {
+		resp, err := client.Post("http://"+addr+"/healthz", "text/plain", nil)
+		if err != nil {
+			return 0, nil, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, b
+	}
 	var held []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", addr)
+	// hold opens a connection that is served (it answers a request) and
+	// stays open; a place freed by a connection the server is still
+	// closing may take a moment to come back.
+	hold := func() {
+		eventually(t, "a connection served", func() bool {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n")
+			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
+				c.Close()
+				return false
+			}
+			held = append(held, c)
+			return true
+		})
+	}
+	hold()
+	hold()
+	status, header, body := call()
+	if status != 429 || header.Get("Retry-After") != "1" || !strings.Contains(string(body), `"code":"too_many_connections_per_address"`) {
+		t.Fatalf("a third connection from the address: %d %v %s, want 429 in the API's shape with Retry-After", status, header, body)
+	}
+	held[0].Close()
+	eventually(t, "a place back once a connection closed", func() bool { s, _, _ := call(); return s == 200 })
+
+	// The whole cap, from other addresses on loopback: 127.0.0.2 takes the
+	// third place, 127.0.0.3 finds none.
+	hold()
+	from := func(ip byte) *http.Response {
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, ip)}}).Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, c)
-	}
-	time.Sleep(100 * time.Millisecond) // both accepted
-	call := func() int {
-		resp, err := http.Post(h.url+"/healthz", "text/plain", nil)
+		fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
-			return 0
+			t.Fatal(err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return resp
 	}
-	if got := call(); got == 200 {
-		t.Fatal("a third connection from the address was served")
+	eventually(t, "the third place, from another address", func() bool { return from(2).StatusCode == 200 })
+	resp := from(3)
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(b), `"code":"too_many_connections"`) {
+		t.Fatalf("past MaxConns: %d %v %s, want 503 in the API's shape with Retry-After", resp.StatusCode, resp.Header, b)
 	}
-	held[0].Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for call() != 200 {
-		if time.Now().After(deadline) {
-			t.Fatal("not served again after a connection closed")
-		}
-		time.Sleep(20 * time.Millisecond)
+	for _, c := range held {
+		c.Close()
 	}
-	held[1].Close()
 }

@@ -237,7 +237,10 @@ type Options struct {
 	MaxConcurrentCounts int
 	// MaxConns caps the client connections Server holds at once; one
 	// more is answered 503 and closed (0: fasthttp's 262,144).
-	// MaxConnsPerIP caps them per client address (0: no cap).
+	// MaxConnsPerIP caps them per client address, 429 past it (0: half of
+	// MaxConns, so that no one address holds every place; none without
+	// MaxConns). The caps are Listener's, in the API's error shape with
+	// Retry-After; Server alone has fasthttp's, in plain text.
 	MaxConns, MaxConnsPerIP int
 	// HeaderTimeout is how long a connection may take to send a request's
 	// headers, the first or the next on a kept-alive connection (10 s):

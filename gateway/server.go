@@ -28,18 +28,35 @@ func (g *Gateway) Server() *fasthttp.Server {
 		ReadBufferSize: 16 << 10,
 		Concurrency:    g.opts.MaxConns,
 		MaxConnsPerIP:  g.opts.MaxConnsPerIP,
-		// The headers must come within HeaderTimeout; then the body has a
-		// minute.
+		// The headers must come within HeaderTimeout; then the body at a
+		// minimum rate (bodyTimeout).
 		ReadTimeout: g.opts.HeaderTimeout,
 		IdleTimeout: g.opts.HeaderTimeout,
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-			return fasthttp.RequestConfig{ReadTimeout: time.Minute}
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: bodyTimeout(h.ContentLength(), g.opts.MaxBodyBytes)}
 		},
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
 		Logger:                serverLog{g.log},
 		ConnState:             g.after.connState,
 	}
+}
+
+// A request's body must arrive at minBodyRate on average, after
+// bodyGrace: a client that trickles a body holds a connection for
+// seconds, not the minute it once could (Listener's caps bound how many).
+const (
+	bodyGrace   = 10 * time.Second
+	minBodyRate = 64 << 10 // bytes a second
+)
+
+// bodyTimeout is how long a body of length bytes (negative: unknown, so
+// as long as maxBody) may take to arrive.
+func bodyTimeout(length, maxBody int) time.Duration {
+	if length < 0 || length > maxBody {
+		length = maxBody
+	}
+	return bodyGrace + time.Duration(length)*time.Second/minBodyRate
 }
 
 // PatientListener returns ln with an Accept that outlasts running out of
@@ -103,7 +120,7 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		g.writeError(ctx, rt, &apiError{status: 408, typ: "invalid_request_error", anthType: "invalid_request_error",
-			code: "request_timeout", message: "The request was not sent in time: its headers must arrive within the header timeout, its body within a minute."})
+			code: "request_timeout", message: "The request was not sent in time: its headers must arrive within the header timeout, its body within 10 seconds plus one for every 64 KiB."})
 		ctx.SetConnectionClose()
 		return
 	}

@@ -172,7 +172,7 @@ func serve(args []string) error {
 	}
 	srv := g.Server()
 	go func() {
-		if err := srv.Serve(gateway.PatientListener(ln, log)); err != nil {
+		if err := srv.Serve(g.Listener(ln)); err != nil {
 			log.Error("client listener", "err", err)
 			stop()
 		}
