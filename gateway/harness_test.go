@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/mockprovider"
 	"github.com/sluicehq/sluice/store/memstore"
 )
@@ -118,6 +120,9 @@ type setup struct {
 	tweak []func(*gateway.Options)
 	// limiter, if set, edits the limiter's options.
 	limiter func(*sluice.Options)
+	// clock, if set, is the gateway's and the limiter's clock: the test's
+	// waits for either take no real time, and it reads what they waited.
+	clock *clocktest.Clock
 }
 
 // startHarness starts the mock provider and a gateway as s says.
@@ -131,7 +136,12 @@ func startHarness(t testing.TB, s setup) *harness {
 	if h.store == nil {
 		h.store = memstore.New(memstore.Options{})
 	}
-	lopts := sluice.Options{Store: h.store, Rules: s.rules}
+	// Rules and models are cloned: tests running in parallel share the
+	// package's rule and model values.
+	lopts := sluice.Options{Store: h.store, Rules: slices.Clone(s.rules)}
+	if s.clock != nil {
+		lopts.Clock = s.clock
+	}
 	if s.limiter != nil {
 		s.limiter(&lopts)
 	}
@@ -146,9 +156,12 @@ func startHarness(t testing.TB, s setup) *harness {
 			"sk-sluice-other": {KeyID: "k2", Org: "o1", Workspace: "w2", User: "u2", AllowedModels: []string{"mock-small"}}},
 		Usage:     h.rec,
 		Observer:  h.rec.observe,
-		Models:    testModels,
+		Models:    slices.Clone(testModels),
 		Providers: []gateway.Provider{{Name: "mock", Kind: gateway.KindMock, BaseURL: upstream.URL}},
 		RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
+	}
+	if s.clock != nil {
+		opts.Clock = s.clock
 	}
 	for _, f := range s.tweak {
 		f(&opts)
