@@ -307,6 +307,8 @@ func TestGateway_SessionContextCeiling(t *testing.T) {
 // provider sees it cancelled, and the reservation is charged: the
 // provider may have done the work.
 func TestGateway_SessionWallClockEndsTheCall(t *testing.T) {
+	// Real time: the call's cut is a deadline on its connection to the
+	// provider, and a fake clock does not move while the provider works.
 	h := sessionHarness(t, nil)
 	_, s := h.sessionCall("POST", "/v1/sessions", `{"max_duration_seconds":1}`, nil)
 	slow := `{"model":"mock-small","max_tokens":10,"messages":[{"role":"user","content":"slow [mock delay=5000]"}]}`
