@@ -35,6 +35,7 @@ func (k slowKeys) Authenticate(ctx context.Context, secret string) (gateway.Prin
 // A stalled key store is answered 503 key_store_unavailable after
 // CatalogTimeout, not after the stall.
 func TestGateway_KeyLookupIsBounded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
 		o.Keys = slowKeys{fakeKeys: o.Keys.(fakeKeys), delay: time.Minute}
 		o.CatalogTimeout = 100 * time.Millisecond

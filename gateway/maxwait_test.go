@@ -14,6 +14,7 @@ import (
 // beyond the tier's bound (or the deployment's), and is refused 400 when it
 // is not a number of seconds.
 func TestGateway_MaxWaitHeader(t *testing.T) {
+	t.Parallel()
 	refill := sluice.Rule{Name: "one_per_200ms", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: 200 * time.Millisecond}
 	inTier := func(tier string, bound time.Duration) func(*gateway.Options) {
 		return func(o *gateway.Options) {
@@ -74,6 +75,7 @@ func TestGateway_MaxWaitHeader(t *testing.T) {
 // A turn id that is not one short printable value is refused 400 (the
 // six-step turn is TestGateway_TurnChargedOnceByRequestRules).
 func TestGateway_TurnHeaderMalformed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	body := `{"model":"mock-small","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`
 	if r := h.post("/v1/chat/completions", body, map[string]string{gateway.HeaderTurn: strings.Repeat("t", 300)}); r.status != 400 || !bytes.Contains(r.body, []byte("invalid_turn")) {
@@ -90,6 +92,7 @@ func TestGateway_TurnHeaderMalformed(t *testing.T) {
 // call of a key without one waits for the slot under the deployment's
 // bound and is served.
 func TestGateway_KeyMaxWaitBoundsItsWait(t *testing.T) {
+	t.Parallel()
 	oneAtATime := sluice.Rule{Name: "one_at_a_time", Kind: sluice.KindConcurrency, Subject: "global", Limit: 1}
 	h := newHarness(t, []sluice.Rule{oneAtATime}, func(o *gateway.Options) {
 		o.Keys = fakeKeys{
@@ -153,6 +156,7 @@ func TestGateway_KeyMaxWaitBoundsItsWait(t *testing.T) {
 // client's X-Sluice-Max-Wait when it asked for less. A call that could not
 // wait names none.
 func TestGateway_WaitRefusalNamesItsBound(t *testing.T) {
+	t.Parallel()
 	perMinute := sluice.Rule{Name: "one_per_minute", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}
 	h := newHarness(t, []sluice.Rule{perMinute}, func(o *gateway.Options) {
 		o.Keys = fakeKeys{

@@ -17,6 +17,7 @@ func paced(o *gateway.Options) { o.Providers[0].Pace = true }
 // headers. Paced, 12 calls in a row all succeed and the provider refuses
 // none: the gateway held them. Not paced, the provider refuses some.
 func TestGateway_PacingHoldsWhatTheProviderWouldRefuse(t *testing.T) {
+	t.Parallel()
 	limited := mockprovider.Options{RateLimitRequests: 5, RateLimitWindow: 500 * time.Millisecond}
 	for _, api := range []struct{ name, path, body string }{
 		{"OpenAI", "/v1/chat/completions", smallChat},
@@ -61,6 +62,7 @@ func TestGateway_PacingHoldsWhatTheProviderWouldRefuse(t *testing.T) {
 // longer than PaceMaxWait, the call is refused 429 at once with
 // Retry-After, the provider is not called, and nothing is charged.
 func TestGateway_PacingRefusesALongWait(t *testing.T) {
+	t.Parallel()
 	budget := sluice.Rule{Name: "daily_requests", Kind: sluice.KindBudget, Subject: "workspace", Limit: 100, Period: sluice.PeriodDay}
 	h := startHarness(t, setup{rules: []sluice.Rule{budget}, mock: mockprovider.Options{RateLimitRequests: 2, RateLimitWindow: 20 * time.Second},
 		tweak: []func(*gateway.Options){paced, func(o *gateway.Options) { o.PaceMaxWait = 100 * time.Millisecond }}})

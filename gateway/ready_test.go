@@ -19,6 +19,7 @@ import (
 // it fails, and 200 again once it answers; the outage is logged once with
 // its cause and once when it ends. /healthz stays 200.
 func TestGateway_ReadyzFollowsDependencies(t *testing.T) {
+	t.Parallel()
 	var down atomic.Bool
 	var logs syncbuf.Buffer
 	h := newHarness(t, nil, func(o *gateway.Options) {

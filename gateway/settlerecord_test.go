@@ -56,6 +56,7 @@ func (s *takingStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch
 // it, through the settlement's retries, and is then not recorded again;
 // a store that does not take it leaves it to the recorder, once.
 func TestGateway_AttachedRecordIsLeftToTheStore(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name           string
 		take           bool

@@ -29,6 +29,7 @@ func (s *flakySettles) Settle(ctx context.Context, now time.Time, b *sluice.Batc
 // concurrency place comes back then, not at its deadline, and its budget
 // is charged what it used, not its reservation.
 func TestGateway_FailedSettlementIsRetried(t *testing.T) {
+	t.Parallel()
 	store := &flakySettles{Store: memstore.New(memstore.Options{})}
 	store.failures.Store(3)
 	one := sluice.Rule{Name: "one_at_a_time", Kind: sluice.KindConcurrency, Subject: "workspace", Limit: 1}

@@ -113,6 +113,7 @@ func withFallbacks(model string, fallbacks ...string) func(*gateway.Options) {
 }
 
 func TestGateway_UpstreamFailureRetriedBeforeFirstByte(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, path, model, body string
 		status                  int
@@ -188,6 +189,7 @@ func TestGateway_UpstreamFailureRetriedBeforeFirstByte(t *testing.T) {
 }
 
 func TestGateway_FallbackWhenProviderFails(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
 		t.Run(path, func(t *testing.T) {
 			u := startUpstream(t, 100, 503)
@@ -217,6 +219,7 @@ func TestGateway_FallbackWhenProviderFails(t *testing.T) {
 }
 
 func TestGateway_FallbackWhenModelRuleRefuses(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{
 		{Name: "large_once", Kind: sluice.KindBudget, Subject: "workspace", Limit: 1, Period: sluice.PeriodDay, Match: sluice.Match{Models: []string{"mock-large"}}},
 		{Name: "small_count", Kind: sluice.KindBudget, Subject: "workspace", Limit: 100, Period: sluice.PeriodDay, Match: sluice.Match{Models: []string{"mock-small"}}},
@@ -306,6 +309,7 @@ func TestGateway_FallbackWhenModelRuleRefuses(t *testing.T) {
 }
 
 func TestGateway_ProviderQuotaIsTerminal(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, path, body string
 		route            mockprovider.Route
@@ -344,6 +348,7 @@ func TestGateway_ProviderQuotaIsTerminal(t *testing.T) {
 }
 
 func TestGateway_OwnProviderKey(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{
 		{Name: "cost", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricCost, Limit: 1_000_000, Period: sluice.PeriodDay},
 		{Name: "tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay},
@@ -405,6 +410,7 @@ func TestGateway_OwnProviderKey(t *testing.T) {
 }
 
 func TestGateway_BatchPriorityWaitsForRate(t *testing.T) {
+	t.Parallel()
 	rule := sluice.Rule{Name: "one_per_200ms", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: 200 * time.Millisecond}
 	h := newHarness(t, []sluice.Rule{rule})
 	first := time.Now()
@@ -454,6 +460,7 @@ func TestGateway_BatchPriorityWaitsForRate(t *testing.T) {
 // after 100ms: the wait ends then, the call is never admitted nor sent
 // upstream, and the bucket's next unit is left for the next caller.
 func TestGateway_BatchWaitEndsWhenTheClientLeaves(t *testing.T) {
+	t.Parallel()
 	rule := sluice.Rule{Name: "one_per_second", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Second}
 	h := newHarness(t, []sluice.Rule{rule})
 	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {

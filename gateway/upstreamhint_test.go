@@ -77,6 +77,7 @@ func TestGateway_UpstreamRetriesHonourTheProvidersHint(t *testing.T) {
 // naming the provider, never the client's 401 invalid_api_key; the
 // reservation is released.
 func TestGateway_ProviderAuthErrorIsNotTheClients(t *testing.T) {
+	t.Parallel()
 	for _, status := range []int{401, 403} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -103,6 +104,7 @@ func TestGateway_ProviderAuthErrorIsNotTheClients(t *testing.T) {
 // cap in max_tokens whatever field the client used, so a server that reads
 // only the older name cannot leave the call unbounded.
 func TestGateway_OutputCapFieldForOlderServers(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var bodies []map[string]any
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
