@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/mockprovider"
 	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/valyala/fasthttp"
 )
 
 // testKey is the API key every harness accepts, for workspace w1, user u1.
@@ -177,9 +178,21 @@ func startHarness(t testing.TB, s setup) *harness {
 	}
 	srv := g.Server()
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
+	t.Cleanup(func() { shutdown(srv) })
 	h.url = "http://" + ln.Addr().String()
 	return h
+}
+
+// shutdown shuts srv down once the test's clients have let their idle
+// connections go: Shutdown checks for open connections only every 100 ms,
+// and most tests would spend that time waiting for a keep-alive connection
+// the client no longer needs.
+func shutdown(srv *fasthttp.Server) {
+	http.DefaultClient.CloseIdleConnections()
+	for end := time.Now().Add(100 * time.Millisecond); srv.GetOpenConnectionsCount() > 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	_ = srv.Shutdown()
 }
 
 // used returns what rule has counted for the harness's key.
