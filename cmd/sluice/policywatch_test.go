@@ -19,6 +19,7 @@ import (
 // later, is refused by it (the backstop poll is 30 s; the catalog's change
 // watch sees the write).
 func TestServe_OverrideWrittenInTheDatabaseAppliesAtOnce(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
 	listen, admin := freeAddr(t), freeAddr(t)
