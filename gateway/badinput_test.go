@@ -372,7 +372,7 @@ func TestGateway_ConnectionsPerAddressCapped(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	time.Sleep(100 * time.Millisecond) // both accepted
+	eventually(t, "both connections accepted", func() bool { return h.srv.GetOpenConnectionsCount() == 2 })
 	call := func() int {
 		resp, err := http.Post(h.url+"/healthz", "text/plain", nil)
 		if err != nil {

@@ -98,6 +98,7 @@ type harness struct {
 	url     string
 	mockURL string
 	gw      *gateway.Gateway
+	srv     *fasthttp.Server
 }
 
 var testModels = []gateway.Model{
@@ -177,6 +178,7 @@ func startHarness(t testing.TB, s setup) *harness {
 		t.Fatal(err)
 	}
 	srv := g.Server()
+	h.srv = srv
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { shutdown(srv) })
 	h.url = "http://" + ln.Addr().String()
