@@ -61,6 +61,7 @@ func (a *azureShim) last() *http.Request {
 // the model's upstream name with the api-version, or to the v1 API; usage
 // is counted as OpenAI's.
 func TestGateway_AzureProvider(t *testing.T) {
+	t.Parallel()
 	shim := &azureShim{mock: mockprovider.New(mockprovider.Options{})}
 	srv := httptest.NewServer(shim)
 	t.Cleanup(srv.Close)

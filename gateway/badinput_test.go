@@ -65,6 +65,7 @@ var guardRules = []sluice.Rule{
 }
 
 func TestGateway_BadInputIsRefusedUncharged(t *testing.T) {
+	t.Parallel()
 	const maxBody = 4096
 	h := startHarness(t, setup{rules: guardRules, tweak: []func(*gateway.Options){withOtherKinds, func(o *gateway.Options) {
 		o.MaxBodyBytes = maxBody
@@ -266,6 +267,7 @@ func deref(s *string) string {
 // members that claim another identity: the counters charged are those of
 // the key's record.
 func TestGateway_IdentityHeadersDoNotChangeWhoPays(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{
 		{Name: "per_user", Kind: sluice.KindBudget, Subject: "workspace+user", Limit: 100, Period: sluice.PeriodDay},
 		{Name: "per_org", Kind: sluice.KindBudget, Subject: "org", Limit: 100, Period: sluice.PeriodDay},
@@ -305,6 +307,7 @@ func TestGateway_IdentityHeadersDoNotChangeWhoPays(t *testing.T) {
 // TestGateway_ServerErrorsGoToTheLog: what the HTTP server says about a
 // body over the cap goes to the gateway's structured log, not to stderr.
 func TestGateway_ServerErrorsGoToTheLog(t *testing.T) {
+	t.Parallel()
 	var logged syncbuf.Buffer
 	h := newHarness(t, nil, func(o *gateway.Options) {
 		o.MaxBodyBytes = 1024
@@ -322,6 +325,7 @@ func TestGateway_ServerErrorsGoToTheLog(t *testing.T) {
 // A request with both Content-Length and Transfer-Encoding is refused
 // (request smuggling), whichever comes first.
 func TestGateway_LengthAndChunkedRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	for _, headers := range []string{
 		"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
@@ -358,6 +362,7 @@ func TestGateway_LengthAndChunkedRefused(t *testing.T) {
 // a new connection is answered 429 at once, in the API's error shape with
 // Retry-After, and served again once one closes; past MaxConns, 503 alike.
 func TestGateway_ConnectionsCappedInTheAPIsShape(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil, func(o *gateway.Options) { o.MaxConns, o.MaxConnsPerIP = 3, 2 })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -55,6 +55,7 @@ const chatHi = `{"model":"mock-small","max_tokens":8,"messages":[{"role":"user",
 // not know goes to the store, within CatalogTimeout; a refusal from the
 // cache is a 401 like the store's.
 func TestGateway_CachedKeyNeedsNoStoreLookup(t *testing.T) {
+	t.Parallel()
 	keys := &cachedKeys{cached: map[string]gateway.Principal{
 		testKey:             {KeyID: "k1", Org: "o1", Workspace: "w1", User: "u1"},
 		"sk-sluice-revoked": {},
@@ -83,6 +84,7 @@ func TestGateway_CachedKeyNeedsNoStoreLookup(t *testing.T) {
 // A key the cache does not hold, behind a stalled store, is still answered
 // 503 key_store_unavailable after CatalogTimeout.
 func TestGateway_CacheMissLookupIsBounded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
 		o.Keys = &cachedKeys{store: slowKeys{fakeKeys: o.Keys.(fakeKeys), delay: time.Minute}}
 		o.CatalogTimeout = 100 * time.Millisecond
@@ -97,6 +99,7 @@ func TestGateway_CacheMissLookupIsBounded(t *testing.T) {
 // A JWTAuthenticator asks the cache of the Authenticator it wraps for
 // API keys, and leaves JWTs to Authenticate.
 func TestJWT_AuthenticateCached(t *testing.T) {
+	t.Parallel()
 	key := newECKey(t, "ec-1")
 	jwks := newJWKSServer(t, key)
 	next := &cachedKeys{store: fakeKeys{}, cached: map[string]gateway.Principal{testKey: {KeyID: "k1"}}}

@@ -25,6 +25,7 @@ func (p principals) Authenticate(_ context.Context, secret string) (Principal, e
 // (Options.TierClass), else none. (That the class decides an admission is
 // the test of the rules with classes.)
 func TestGateway_ClassReachesTheLimiter(t *testing.T) {
+	t.Parallel()
 	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{})})
 	if err != nil {
 		t.Fatal(err)

@@ -71,6 +71,7 @@ func classOf(t *testing.T, r reply) (limit int64, class map[string]any) {
 // floor, its share and the capacity, in both API shapes, waited for or
 // not; the events carry the classes for the metrics and the log.
 func TestGateway_ClassRuleExplainsItsDecisions(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, setup{rules: []sluice.Rule{modelCalls}, mock: mockOptions(10 * time.Millisecond)})
 
 	own := holdStream(t, h)
@@ -138,6 +139,7 @@ func TestGateway_ClassRuleExplainsItsDecisions(t *testing.T) {
 // An admission's event names its class on each class rule and the class it
 // borrowed from; a call no class rule decided carries none.
 func TestGateway_ClassesInTheEvent(t *testing.T) {
+	t.Parallel()
 	rate := sluice.Rule{Name: "calls", Kind: sluice.KindRate, Subject: "global", Limit: 2, Window: time.Hour,
 		DefaultClass: "batch", Classes: []sluice.Class{{Name: "interactive", Floor: 1}, {Name: "batch", Floor: 1}}}
 	h := newHarness(t, []sluice.Rule{rate})

@@ -61,6 +61,7 @@ func waitIdle(t *testing.T, l *watchList) {
 // it is due never have it started, however many, in whatever order they
 // stop; the watcher's goroutine ends once nothing is registered.
 func TestWatchList_ShortCallsNeverWatched(t *testing.T) {
+	t.Parallel()
 	conn, _ := connPair(t)
 	var launched atomic.Int64
 	l := &watchList{tick: time.Millisecond, linger: 3, launch: func(*clientWatch) { launched.Add(1) }}

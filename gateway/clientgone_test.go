@@ -21,6 +21,7 @@ import (
 // s), and is charged the reservation, since what the provider produced is
 // unknown.
 func TestGateway_ClientLeavesDuringUpstreamCall(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}})
 	const body = `{"model":"mock-small","max_tokens":50,"messages":[{"role":"user","content":"take your time [mock delay=5000]"}]}`
 	conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
@@ -58,6 +59,7 @@ func TestGateway_ClientLeavesDuringUpstreamCall(t *testing.T) {
 // cancelled at once, not when the next chunk would have failed to reach
 // it, and is charged what was streamed.
 func TestGateway_ClientLeavesSilentStream(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, mock: mockOptions(5 * time.Second)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -89,6 +91,7 @@ func TestGateway_ClientLeavesSilentStream(t *testing.T) {
 // rate limit whose client leaves is let go at once, never sent, and not
 // charged.
 func TestGateway_ClientLeavesWhileHeldByPacing(t *testing.T) {
+	t.Parallel()
 	budget := sluice.Rule{Name: "daily_requests", Kind: sluice.KindBudget, Subject: "workspace", Limit: 100, Period: sluice.PeriodDay}
 	h := startHarness(t, setup{rules: []sluice.Rule{budget}, mock: mockprovider.Options{RateLimitRequests: 1, RateLimitWindow: 3 * time.Second},
 		tweak: []func(*gateway.Options){paced}})

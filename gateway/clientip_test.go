@@ -14,6 +14,7 @@ import (
 // a trusted proxy is the client; what a client writes before the trusted
 // hops is not believed.
 func TestGateway_TrustedProxies(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{{Name: "per_ip", Kind: sluice.KindBudget, Subject: "ip", Limit: 100, Period: sluice.PeriodDay}}
 	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("10.0.0.0/8")}
 	h := newHarness(t, rules, func(o *gateway.Options) { o.TrustedProxies = trusted })
@@ -47,6 +48,7 @@ func TestGateway_TrustedProxies(t *testing.T) {
 // TestGateway_UntrustedPeerForwardedForIgnored checks that without trusted
 // proxies X-Forwarded-For changes nothing.
 func TestGateway_UntrustedPeerForwardedForIgnored(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{{Name: "per_ip", Kind: sluice.KindBudget, Subject: "ip", Limit: 100, Period: sluice.PeriodDay}}
 	h := newHarness(t, rules, func(o *gateway.Options) { o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} })
 	body := `{"model":"mock-small","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
@@ -63,6 +65,7 @@ func TestGateway_UntrustedPeerForwardedForIgnored(t *testing.T) {
 // a Retry-After in the route's error shape, and another client address
 // behind a trusted proxy has its own count.
 func TestGateway_PreAuthLimit(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil, func(o *gateway.Options) {
 		o.PreAuthPerMinute = 3
 		o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}

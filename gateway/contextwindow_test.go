@@ -19,6 +19,7 @@ import (
 // never forwarded nor charged; one of about 800 tokens whose bytes / 3
 // estimate (1,200) is over the window is served.
 func TestGateway_ContextWindowRefusesOnlyPromptsCertainlyTooLong(t *testing.T) {
+	t.Parallel()
 	enc := o200k(t)
 	budget := sluice.Rule{Name: "daily_tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}
 	h := newHarness(t, []sluice.Rule{budget}, withWindow(1000, enc))
@@ -81,6 +82,7 @@ func (c *countingTokenizer) Count(text []byte) int {
 // a 1,000-token window is refused after counting a chunk or two of it, not
 // all of it; a prompt no longer in bytes than the window is not counted.
 func TestGateway_ContextWindowCountsNoMoreThanItNeeds(t *testing.T) {
+	t.Parallel()
 	enc := o200k(t)
 	tk := &countingTokenizer{Tokenizer: enc}
 	h := newHarness(t, nil, withWindow(1000, tk))
@@ -106,6 +108,7 @@ func TestGateway_ContextWindowCountsNoMoreThanItNeeds(t *testing.T) {
 // prompt, admitted, is counted and refused 400 with its admission given
 // back.
 func TestGateway_ContextWindowCountsOnlyAdmittedCalls(t *testing.T) {
+	t.Parallel()
 	enc := o200k(t)
 	tk := &countingTokenizer{Tokenizer: enc}
 	budget := sluice.Rule{Name: "daily_requests", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests, Limit: 2, Period: sluice.PeriodDay}
@@ -157,6 +160,7 @@ func (s *slowTokenizer) Count(text []byte) int {
 // long prompts arriving together are counted one at a time, and each is
 // still refused.
 func TestGateway_ContextWindowCountsTakeTurns(t *testing.T) {
+	t.Parallel()
 	enc := o200k(t)
 	tk := &slowTokenizer{Tokenizer: enc}
 	h := newHarness(t, nil, withWindow(1000, tk), func(o *gateway.Options) { o.MaxConcurrentCounts = 1 })

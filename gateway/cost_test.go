@@ -11,6 +11,7 @@ import (
 // settled cost, the one the ledger records, and the ledger's record names
 // the key, user, request id and reservation of the call.
 func TestGateway_CostHeaderAndAttribution(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	r := h.post("/v1/chat/completions", smallChat, map[string]string{gateway.HeaderRequestID: "req-cost-1", gateway.HeaderTags: "eval"})
 	if r.status != 200 {

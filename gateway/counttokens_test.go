@@ -15,6 +15,7 @@ import (
 // provider (the mock answers it), is counted by request rules, and is never
 // charged tokens.
 func TestGateway_CountTokens(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{
 		{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 2, Window: time.Hour},
 		{Name: "tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1000, Period: sluice.PeriodDay},
@@ -53,6 +54,7 @@ func TestGateway_CountTokens(t *testing.T) {
 // TestGateway_CountTokensBadBody: a count_tokens body the gateway cannot
 // bound is 400 in Anthropic's shape, not forwarded.
 func TestGateway_CountTokensBadBody(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	r := h.post("/v1/messages/count_tokens", `{"model":"mock-small"}`, nil)
 	if e := anthropicError(t, r); r.status != 400 || e.Error.Type != "invalid_request_error" {

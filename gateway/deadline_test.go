@@ -8,18 +8,24 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
-// slowKeys is a key store that takes delay to answer, or until the
-// lookup's context ends.
+// slowKeys is a key store that takes delay to answer on clock (nil: real
+// time), or until the lookup's context ends.
 type slowKeys struct {
 	fakeKeys
 	delay time.Duration
+	clock gateway.Clock
 }
 
 func (k slowKeys) Authenticate(ctx context.Context, secret string) (gateway.Principal, error) {
+	after := time.After
+	if k.clock != nil {
+		after = k.clock.After
+	}
 	select {
-	case <-time.After(k.delay):
+	case <-after(k.delay):
 		return k.fakeKeys.Authenticate(ctx, secret)
 	case <-ctx.Done():
 		return gateway.Principal{}, ctx.Err()
@@ -29,6 +35,7 @@ func (k slowKeys) Authenticate(ctx context.Context, secret string) (gateway.Prin
 // A stalled key store is answered 503 key_store_unavailable after
 // CatalogTimeout, not after the stall.
 func TestGateway_KeyLookupIsBounded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
 		o.Keys = slowKeys{fakeKeys: o.Keys.(fakeKeys), delay: time.Minute}
 		o.CatalogTimeout = 100 * time.Millisecond
@@ -44,13 +51,16 @@ func TestGateway_KeyLookupIsBounded(t *testing.T) {
 }
 
 // A call whose deadline passed while it waited, before it reached the
-// provider, is released, not charged, and told so.
+// provider, is released, not charged, and told so. The key store's wait is
+// on the gateway's clock.
 func TestGateway_CallPastItsDeadlineIsReleased(t *testing.T) {
-	h := newHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
-		o.Keys = slowKeys{fakeKeys: o.Keys.(fakeKeys), delay: 300 * time.Millisecond}
+	t.Parallel()
+	clock := clocktest.New(time.Now())
+	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, clock: clock, tweak: []func(*gateway.Options){func(o *gateway.Options) {
+		o.Keys = slowKeys{fakeKeys: o.Keys.(fakeKeys), delay: 300 * time.Millisecond, clock: clock}
 		o.CatalogTimeout = 5 * time.Second
 		o.RequestTimeout = 200 * time.Millisecond
-	})
+	}}})
 	r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, nil)
 	if r.status != 503 || !strings.Contains(string(r.body), "deadline_passed") {
 		t.Fatalf("%d %s, want 503 deadline_passed", r.status, r.body)

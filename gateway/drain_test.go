@@ -14,6 +14,7 @@ import (
 // requests come and go: it must neither panic nor return before the
 // requests are done.
 func TestGateway_DrainWhileRequestsArrive(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	var stop atomic.Bool
 	var wg sync.WaitGroup

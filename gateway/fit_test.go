@@ -64,6 +64,7 @@ func estimate(t *testing.T, parse func([]byte) (llm.Bound, error), body string) 
 }
 
 func TestGateway_FitClampLowersOutputCap(t *testing.T) {
+	t.Parallel()
 	for _, c := range fitCalls {
 		t.Run(c.name, func(t *testing.T) {
 			// Room for the input and 300 output tokens: the worst case
@@ -94,6 +95,7 @@ func TestGateway_FitClampLowersOutputCap(t *testing.T) {
 }
 
 func TestGateway_FitClampPartlySpentBudget(t *testing.T) {
+	t.Parallel()
 	u := startUpstream(t, 0, 0)
 	h := newHarness(t, []sluice.Rule{clampRule(1000, 10)}, withUpstream(u))
 	first := `{"model":"up-model","max_tokens":500,"messages":[{"role":"user","content":"Some. [mock tokens=500]"}]}`
@@ -125,6 +127,7 @@ func TestGateway_FitClampPartlySpentBudget(t *testing.T) {
 }
 
 func TestGateway_FitClampRespectsFloors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, path, body string
 		parse            func([]byte) (llm.Bound, error)
@@ -175,6 +178,7 @@ func noUsageProvider(t *testing.T) string {
 // answer, the reservation is charged, and the ledger records what was
 // charged: the clamped cap when the cap was clamped.
 func TestGateway_NoReportedUsageChargesTheReservation(t *testing.T) {
+	t.Parallel()
 	body := `{"model":"silent","max_tokens":2000,"messages":[{"role":"user","content":"Tell me everything."}]}`
 	est := estimate(t, openai.ParseChat, body)
 	price := sluice.Price{Input: 1_000_000, Output: 2_000_000}

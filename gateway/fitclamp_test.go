@@ -12,6 +12,7 @@ import (
 // TestGateway_FitClampAboveWholeLimit: a max_tokens larger than the rule's
 // whole limit is clamped to what fits, never answered 413.
 func TestGateway_FitClampAboveWholeLimit(t *testing.T) {
+	t.Parallel()
 	body := `{"model":"up-model","max_tokens":5000,"messages":[{"role":"user","content":"Tell me everything."}]}`
 	est := estimate(t, openai.ParseChat, body)
 	u := startUpstream(t, 0, 0)
@@ -32,6 +33,7 @@ func TestGateway_FitClampAboveWholeLimit(t *testing.T) {
 // reset), whether or not its max_tokens is above the whole limit; 413 is
 // kept for a call that no period could hold.
 func TestGateway_FitClampBelowFloorIsTheBudgetsRefusal(t *testing.T) {
+	t.Parallel()
 	for _, maxTokens := range []int{900, 5000} {
 		t.Run(strconv.Itoa(maxTokens), func(t *testing.T) {
 			u := startUpstream(t, 0, 0)
@@ -68,6 +70,7 @@ func TestGateway_FitClampBelowFloorIsTheBudgetsRefusal(t *testing.T) {
 // token bucket that cannot hold even the floor now answers a rate limit
 // with its hint, not 413.
 func TestGateway_FitClampTokenBucketBelowFloorRetriesLater(t *testing.T) {
+	t.Parallel()
 	rule := sluice.Rule{Name: "clamped", Kind: sluice.KindRate, Subject: "workspace", Metric: sluice.MetricTokens,
 		Limit: 1000, Window: time.Hour, Fit: "clamp", MinOutputTokens: 100}
 	u := startUpstream(t, 0, 0)

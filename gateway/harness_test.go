@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +17,10 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/mockprovider"
 	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/valyala/fasthttp"
 )
 
 // testKey is the API key every harness accepts, for workspace w1, user u1.
@@ -95,6 +98,7 @@ type harness struct {
 	url     string
 	mockURL string
 	gw      *gateway.Gateway
+	srv     *fasthttp.Server
 }
 
 var testModels = []gateway.Model{
@@ -118,6 +122,9 @@ type setup struct {
 	tweak []func(*gateway.Options)
 	// limiter, if set, edits the limiter's options.
 	limiter func(*sluice.Options)
+	// clock, if set, is the gateway's and the limiter's clock: the test's
+	// waits for either take no real time, and it reads what they waited.
+	clock *clocktest.Clock
 }
 
 // startHarness starts the mock provider and a gateway as s says.
@@ -131,7 +138,12 @@ func startHarness(t testing.TB, s setup) *harness {
 	if h.store == nil {
 		h.store = memstore.New(memstore.Options{})
 	}
-	lopts := sluice.Options{Store: h.store, Rules: s.rules}
+	// Rules and models are cloned: tests running in parallel share the
+	// package's rule and model values.
+	lopts := sluice.Options{Store: h.store, Rules: slices.Clone(s.rules)}
+	if s.clock != nil {
+		lopts.Clock = s.clock
+	}
 	if s.limiter != nil {
 		s.limiter(&lopts)
 	}
@@ -146,9 +158,12 @@ func startHarness(t testing.TB, s setup) *harness {
 			"sk-sluice-other": {KeyID: "k2", Org: "o1", Workspace: "w2", User: "u2", AllowedModels: []string{"mock-small"}}},
 		Usage:     h.rec,
 		Observer:  h.rec.observe,
-		Models:    testModels,
+		Models:    slices.Clone(testModels),
 		Providers: []gateway.Provider{{Name: "mock", Kind: gateway.KindMock, BaseURL: upstream.URL}},
 		RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
+	}
+	if s.clock != nil {
+		opts.Clock = s.clock
 	}
 	for _, f := range s.tweak {
 		f(&opts)
@@ -163,10 +178,23 @@ func startHarness(t testing.TB, s setup) *harness {
 		t.Fatal(err)
 	}
 	srv := g.Server()
+	h.srv = srv
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
+	t.Cleanup(func() { shutdown(srv) })
 	h.url = "http://" + ln.Addr().String()
 	return h
+}
+
+// shutdown shuts srv down once the test's clients have let their idle
+// connections go: Shutdown checks for open connections only every 100 ms,
+// and most tests would spend that time waiting for a keep-alive connection
+// the client no longer needs.
+func shutdown(srv *fasthttp.Server) {
+	http.DefaultClient.CloseIdleConnections()
+	for end := time.Now().Add(100 * time.Millisecond); srv.GetOpenConnectionsCount() > 0 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	_ = srv.Shutdown()
 }
 
 // used returns what rule has counted for the harness's key.

@@ -33,6 +33,7 @@ func everyHeader(h sluice.HeaderSetter, now time.Time) {
 // Every name the library sets on an answer is one canonicalHeaders knows,
 // so none is normalized per request.
 func TestCanonicalHeaders_KnowsTheLibrarysNames(t *testing.T) {
+	t.Parallel()
 	var n namesSet
 	everyHeader(&n, time.Unix(1_800_000_000, 0))
 	for _, name := range n.set {
@@ -48,6 +49,7 @@ func TestCanonicalHeaders_KnowsTheLibrarysNames(t *testing.T) {
 // Written through canonicalHeaders, an answer's header is byte for byte
 // the one fasthttp's own Set and Add write.
 func TestCanonicalHeaders_SameBytesAsSet(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1_800_000_000, 0)
 	var direct, canonical fasthttp.ResponseHeader
 	everyHeader(&direct, now)

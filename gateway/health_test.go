@@ -38,6 +38,7 @@ func (l *lockedBuffer) String() string {
 // once with its cause and reported; its next good answer brings it back,
 // logged and reported once too.
 func TestGateway_ProviderDownAndBack(t *testing.T) {
+	t.Parallel()
 	mock := mockprovider.New(mockprovider.Options{})
 	var failing atomic.Bool
 	failing.Store(true)
@@ -87,6 +88,7 @@ func TestGateway_ProviderDownAndBack(t *testing.T) {
 // reached and the shadow rules that would have refused it; the log line
 // and the events are built from those.
 func TestGateway_EventCarriesWarningsAndShadowed(t *testing.T) {
+	t.Parallel()
 	warned := sluice.Rule{Name: "warned", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests,
 		Limit: 10, Period: sluice.PeriodDay, WarnAt: []float64{0.1}}
 	shadow := sluice.Rule{Name: "try_strict", Kind: sluice.KindRate, Subject: "workspace", Metric: sluice.MetricRequests,

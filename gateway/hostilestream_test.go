@@ -42,6 +42,7 @@ func hostileProvider(t *testing.T, before int) string {
 // proper end of the stream. The reservation is charged either way (the
 // provider may have done the work).
 func TestGateway_OversizedProviderEvent(t *testing.T) {
+	t.Parallel()
 	for _, before := range []int{0, 2} {
 		for _, api := range []struct{ name, path, model, body string }{
 			{"chat", "/v1/chat/completions", "gpt-hostile", `{"model":"gpt-hostile","stream":true,"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`},

@@ -8,6 +8,7 @@ import (
 )
 
 func TestPrincipal_MayAssertWorkspace(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		patterns []string
 		ws       string
@@ -33,6 +34,7 @@ func TestPrincipal_MayAssertWorkspace(t *testing.T) {
 }
 
 func TestParseAssertedValue(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		raw, want, err string
 	}{

@@ -53,6 +53,7 @@ func as(key string, headers map[string]string) map[string]string {
 }
 
 func TestServiceKey_AssertedUsersGetTheirOwnCounters(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{
 		{Name: "per_user", Kind: sluice.KindRate, Subject: "user", Metric: sluice.MetricRequests, Limit: 1, Window: time.Hour},
 		{Name: "per_team", Kind: sluice.KindBudget, Subject: "team", Metric: sluice.MetricRequests, Limit: 100, Period: sluice.PeriodDay},
@@ -107,6 +108,7 @@ func TestServiceKey_AssertedUsersGetTheirOwnCounters(t *testing.T) {
 }
 
 func TestServiceKey_HeadersAKeyMayNotAssertAreIgnoredAndCounted(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{
 		{Name: "per_user", Kind: sluice.KindBudget, Subject: "workspace+user", Metric: sluice.MetricRequests, Limit: 100, Period: sluice.PeriodDay},
 		{Name: "per_team", Kind: sluice.KindBudget, Subject: "team", Metric: sluice.MetricRequests, Limit: 100, Period: sluice.PeriodDay},
@@ -154,6 +156,7 @@ func TestServiceKey_HeadersAKeyMayNotAssertAreIgnoredAndCounted(t *testing.T) {
 }
 
 func TestServiceKey_WorkspaceOutsideItsListIsForbidden(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil, withServiceKeys)
 	for _, tc := range []struct {
 		workspace string
@@ -203,6 +206,7 @@ func TestServiceKey_WorkspaceOutsideItsListIsForbidden(t *testing.T) {
 }
 
 func TestServiceKey_MalformedValuesAreRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil, withServiceKeys)
 	for _, tc := range []struct {
 		name   string
@@ -271,6 +275,7 @@ func rawPost(t *testing.T, base, key, lines, body string) (int, string) {
 }
 
 func TestServiceKey_SessionsAreMintedForTheAssertedIdentity(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{{Name: "per_user", Kind: sluice.KindBudget, Subject: "workspace+user", Metric: sluice.MetricRequests, Limit: 100, Period: sluice.PeriodDay}}
 	h := sessionHarness(t, rules, withServiceKeys) // at most 2 open sessions per user
 	alice := as(serviceKey, map[string]string{gateway.HeaderWorkspace: "ws-a", gateway.HeaderUser: "alice"})
@@ -334,6 +339,7 @@ func TestServiceKey_SessionsAreMintedForTheAssertedIdentity(t *testing.T) {
 // asserting the same user share nothing, while in one org an asserted user
 // is the user of that name.
 func TestServiceKey_AssertedValuesStayInTheKeysOrg(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{{Name: "per_user", Kind: sluice.KindRate, Subject: "workspace+user", Metric: sluice.MetricRequests, Limit: 1, Window: time.Hour}}
 	all := []string{gateway.AssertWorkspace, gateway.AssertUser, gateway.AssertTeam}
 	h := newHarness(t, rules, func(o *gateway.Options) {
@@ -365,6 +371,7 @@ func TestServiceKey_AssertedValuesStayInTheKeysOrg(t *testing.T) {
 // TestServiceKey_AssertedWorkspacePicksTheTenantModel checks that a tenant
 // model's route for a workspace serves the workspace a service key asserts.
 func TestServiceKey_AssertedWorkspacePicksTheTenantModel(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil, func(o *gateway.Options) {
 		o.Keys = fakeKeys{"sk-service-b": {KeyID: "ksb", Org: "orgB", Workspace: "w1", User: "server", Assert: []string{gateway.AssertWorkspace}}}
 		o.TenantModels = tenantModels // orgB's cheap is mock-large, its research workspace's mock-small

@@ -15,6 +15,7 @@ import (
 // believed: the client gets its answer, the budget is charged the
 // reservation, never the reported value, and the event says so.
 func TestGateway_ImpossibleUsageChargesTheReservation(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, usage string }{
 		{"max int64 output", `{"prompt_tokens":10,"completion_tokens":9223372036854775807,"total_tokens":1}`},
 		{"over the window plus the cap", `{"prompt_tokens":99950,"completion_tokens":200,"total_tokens":100150}`},

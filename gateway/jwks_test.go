@@ -17,6 +17,7 @@ import (
 // again, and tokens naming unknown keys read it at most once per
 // MinRefresh.
 func TestJWT_KeyRotation(t *testing.T) {
+	t.Parallel()
 	oldKey, newKey := newRSAKey(t, "2026-01"), newECKey(t, "2026-02")
 	jwks := newJWKSServer(t, oldKey)
 	clk := &clock{}
@@ -67,6 +68,7 @@ func TestJWT_KeyRotation(t *testing.T) {
 // key to check against, tokens are answered 503 (the key store is
 // unavailable), never 401 or 500, until the endpoint answers again.
 func TestJWT_JWKSDown(t *testing.T) {
+	t.Parallel()
 	key := newECKey(t, "ec-1")
 	jwks := newJWKSServer(t, key)
 	jwks.down.Store(true)
@@ -98,6 +100,7 @@ func TestJWT_JWKSDown(t *testing.T) {
 // TestJWT_JWKSFile reads the keys from a file, and again when a token
 // names a key the file did not hold: rewriting the file rotates them.
 func TestJWT_JWKSFile(t *testing.T) {
+	t.Parallel()
 	oldKey, newKey := newRSAKey(t, "file-1"), newECKey(t, "file-2")
 	path := filepath.Join(t.TempDir(), "jwks.json")
 	if err := os.WriteFile(path, publicSet(t, oldKey), 0o600); err != nil {

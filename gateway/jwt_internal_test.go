@@ -20,6 +20,7 @@ import (
 
 // TestJWTShaped checks which bearers are taken for JWTs.
 func TestJWTShaped(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		bearer string
 		want   bool

@@ -233,6 +233,7 @@ const jwtChat = `{"model":"mock-small","max_tokens":3,"messages":[{"role":"user"
 // keys: each is admitted and charged to the workspace, user, team and org
 // of its claims, under a key id of its subject; API keys still work.
 func TestJWT_AdmittedAndChargedToClaims(t *testing.T) {
+	t.Parallel()
 	rsaKey, ecKey := newRSAKey(t, "rsa-1"), newECKey(t, "ec-1")
 	jwks := newJWKSServer(t, rsaKey, ecKey)
 	rules := []sluice.Rule{
@@ -280,6 +281,7 @@ func TestJWT_AdmittedAndChargedToClaims(t *testing.T) {
 // issuer, the same for every token of that subject, and no part of the
 // token.
 func TestJWT_KeyIDIsStable(t *testing.T) {
+	t.Parallel()
 	key := newECKey(t, "ec-1")
 	jwks := newJWKSServer(t, key)
 	other := newJWKSServer(t, key)
@@ -317,6 +319,7 @@ func TestJWT_KeyIDIsStable(t *testing.T) {
 // TestJWT_Refusals sends every kind of bad token: each is 401 with a
 // message saying what is wrong, and never reaches the provider.
 func TestJWT_Refusals(t *testing.T) {
+	t.Parallel()
 	key, stranger := newRSAKey(t, "rsa-1"), newRSAKey(t, "nope")
 	jwks := newJWKSServer(t, key)
 	h := jwtHarness(t, nil, gateway.JWTOptions{Tiers: []string{"free", "pro"}, Issuers: []gateway.JWTIssuer{
@@ -394,6 +397,7 @@ func TestJWT_Refusals(t *testing.T) {
 // TestJWT_FixedOrg checks that an issuer with a fixed org puts every token
 // in it, whatever the token's org claim says.
 func TestJWT_FixedOrg(t *testing.T) {
+	t.Parallel()
 	key := newECKey(t, "ec-1")
 	jwks := newJWKSServer(t, key)
 	a, err := gateway.NewJWTAuthenticator(t.Context(), gateway.JWTOptions{Next: fakeKeys{}, Issuers: []gateway.JWTIssuer{
@@ -432,6 +436,7 @@ func TestJWT_FixedOrg(t *testing.T) {
 // gives the principal's class, is refused when it is no class name, and
 // that without one named no claim is read.
 func TestJWT_ClassClaim(t *testing.T) {
+	t.Parallel()
 	key := newECKey(t, "ec-1")
 	jwks, other := newJWKSServer(t, key), newJWKSServer(t, key)
 	a, err := gateway.NewJWTAuthenticator(t.Context(), gateway.JWTOptions{Next: fakeKeys{}, Issuers: []gateway.JWTIssuer{

@@ -8,12 +8,15 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // X-Sluice-Max-Wait asks to wait for rate and concurrency rules, never
 // beyond the tier's bound (or the deployment's), and is refused 400 when it
-// is not a number of seconds.
+// is not a number of seconds. The gateway and its limiter run on a fake
+// clock: what a call waited is read on it.
 func TestGateway_MaxWaitHeader(t *testing.T) {
+	t.Parallel()
 	refill := sluice.Rule{Name: "one_per_200ms", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: 200 * time.Millisecond}
 	inTier := func(tier string, bound time.Duration) func(*gateway.Options) {
 		return func(o *gateway.Options) {
@@ -22,45 +25,59 @@ func TestGateway_MaxWaitHeader(t *testing.T) {
 			o.TierMaxWait = map[string]time.Duration{tier: bound}
 		}
 	}
-	call := func(h *harness, maxWait string) (reply, time.Duration) {
-		start := time.Now()
-		r := h.post("/v1/chat/completions", smallChat, map[string]string{gateway.HeaderMaxWait: maxWait})
-		return r, time.Since(start)
+	start := func(t *testing.T, rule sluice.Rule, tweak ...func(*gateway.Options)) (*harness, *clocktest.Clock) {
+		clock := clocktest.New(time.Now())
+		return startHarness(t, setup{rules: []sluice.Rule{rule}, clock: clock, tweak: tweak}), clock
 	}
+	// call sends a call that may wait maxWait and says how long it waited.
+	call := func(h *harness, clock *clocktest.Clock, maxWait string, headers ...string) (reply, time.Duration) {
+		before := len(clock.Waits())
+		hs := map[string]string{gateway.HeaderMaxWait: maxWait}
+		if maxWait == "" {
+			hs = map[string]string{headers[0]: headers[1]}
+		}
+		r := h.post("/v1/chat/completions", smallChat, hs)
+		var waited time.Duration
+		for _, w := range clock.Waits()[before:] {
+			waited += w
+		}
+		return r, waited
+	}
+	slow := sluice.Rule{Name: "one_per_minute", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}
 
 	t.Run("WaitsAsAsked", func(t *testing.T) {
-		h := newHarness(t, []sluice.Rule{refill}, inTier("free", 5*time.Second))
+		t.Parallel()
+		h, clock := start(t, refill, inTier("free", 5*time.Second))
 		h.post("/v1/chat/completions", smallChat, nil)
-		if r, took := call(h, "2.5"); r.status != 200 || took < 150*time.Millisecond {
-			t.Fatalf("a call that may wait 2.5 s for a 200 ms refill: %d after %v: %s", r.status, took, r.body)
+		if r, waited := call(h, clock, "2.5"); r.status != 200 || waited < 200*time.Millisecond || waited > 2500*time.Millisecond {
+			t.Fatalf("a call that may wait 2.5 s for a 200 ms refill: %d after waiting %v: %s", r.status, waited, r.body)
 		}
 	})
 	t.Run("ZeroDoesNotWait", func(t *testing.T) {
-		slow := sluice.Rule{Name: "one_per_minute", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}
-		h := newHarness(t, []sluice.Rule{slow}, inTier("free", 5*time.Second))
+		t.Parallel()
+		h, clock := start(t, slow, inTier("free", 5*time.Second))
 		h.post("/v1/chat/completions", smallChat, nil)
-		if r, took := call(h, "0"); r.status != 429 || took > time.Second {
-			t.Fatalf("a call that asked not to wait: %d after %v", r.status, took)
+		if r, waited := call(h, clock, "0"); r.status != 429 || waited != 0 {
+			t.Fatalf("a call that asked not to wait: %d after waiting %v", r.status, waited)
 		}
 	})
 	t.Run("NeverBeyondTheTiersBound", func(t *testing.T) {
-		slow := sluice.Rule{Name: "one_per_minute", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}
-		h := newHarness(t, []sluice.Rule{slow}, inTier("free", 50*time.Millisecond))
+		t.Parallel()
+		h, clock := start(t, slow, inTier("free", 50*time.Millisecond))
 		h.post("/v1/chat/completions", smallChat, nil)
-		if r, took := call(h, "3600"); r.status != 429 || took > 2*time.Second {
-			t.Fatalf("a call asking an hour on a tier bounded at 50 ms: %d after %v", r.status, took)
+		if r, waited := call(h, clock, "3600"); r.status != 429 || waited > 50*time.Millisecond {
+			t.Fatalf("a call asking an hour on a tier bounded at 50 ms: %d after waiting %v", r.status, waited)
 		}
 		// The tier's bound applies to X-Sluice-Priority: batch too.
-		start := time.Now()
-		r := h.post("/v1/chat/completions", smallChat, map[string]string{gateway.HeaderPriority: "batch"})
-		if r.status != 429 || time.Since(start) > 2*time.Second {
-			t.Fatalf("a batch call on a tier bounded at 50 ms: %d after %v", r.status, time.Since(start))
+		if r, waited := call(h, clock, "", gateway.HeaderPriority, "batch"); r.status != 429 || waited > 50*time.Millisecond {
+			t.Fatalf("a batch call on a tier bounded at 50 ms: %d after waiting %v", r.status, waited)
 		}
 	})
 	t.Run("Malformed", func(t *testing.T) {
-		h := newHarness(t, []sluice.Rule{refill})
+		t.Parallel()
+		h, clock := start(t, refill)
 		for _, v := range []string{"soon", "-1", "NaN", "+Inf", "1e400"} {
-			r, _ := call(h, v)
+			r, _ := call(h, clock, v)
 			if r.status != 400 || !bytes.Contains(r.body, []byte("invalid_max_wait")) {
 				t.Errorf("%s: %q: %d %s", gateway.HeaderMaxWait, v, r.status, r.body)
 			}
@@ -74,6 +91,7 @@ func TestGateway_MaxWaitHeader(t *testing.T) {
 // A turn id that is not one short printable value is refused 400 (the
 // six-step turn is TestGateway_TurnChargedOnceByRequestRules).
 func TestGateway_TurnHeaderMalformed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	body := `{"model":"mock-small","max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`
 	if r := h.post("/v1/chat/completions", body, map[string]string{gateway.HeaderTurn: strings.Repeat("t", 300)}); r.status != 400 || !bytes.Contains(r.body, []byte("invalid_turn")) {
@@ -90,6 +108,7 @@ func TestGateway_TurnHeaderMalformed(t *testing.T) {
 // call of a key without one waits for the slot under the deployment's
 // bound and is served.
 func TestGateway_KeyMaxWaitBoundsItsWait(t *testing.T) {
+	t.Parallel()
 	oneAtATime := sluice.Rule{Name: "one_at_a_time", Kind: sluice.KindConcurrency, Subject: "global", Limit: 1}
 	h := newHarness(t, []sluice.Rule{oneAtATime}, func(o *gateway.Options) {
 		o.Keys = fakeKeys{
@@ -153,6 +172,7 @@ func TestGateway_KeyMaxWaitBoundsItsWait(t *testing.T) {
 // client's X-Sluice-Max-Wait when it asked for less. A call that could not
 // wait names none.
 func TestGateway_WaitRefusalNamesItsBound(t *testing.T) {
+	t.Parallel()
 	perMinute := sluice.Rule{Name: "one_per_minute", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}
 	h := newHarness(t, []sluice.Rule{perMinute}, func(o *gateway.Options) {
 		o.Keys = fakeKeys{

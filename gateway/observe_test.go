@@ -13,6 +13,7 @@ import (
 // provider, its last status, the time spent on it and, for a stream, the
 // time to its first event.
 func TestGateway_EventTimesTheProvider(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, setup{mock: mockOptions(20 * time.Millisecond)})
 	if r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":8,"messages":[{"role":"user","content":"[mock delay=30] hi"}]}`, nil); r.status != 200 {
 		t.Fatalf("status %d: %s", r.status, r.body)
@@ -63,6 +64,7 @@ type sluiceEvent struct {
 // A shadow rule over its limit and rules failing open are named in the
 // event, for their per-rule counters.
 func TestGateway_EventNamesShadowAndFailOpenRules(t *testing.T) {
+	t.Parallel()
 	shadow := sluice.Rule{Name: "trial", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Hour, Mode: sluice.ModeShadow}
 	h := startHarness(t, setup{rules: []sluice.Rule{shadow}})
 	for range 2 {

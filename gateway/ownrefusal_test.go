@@ -34,6 +34,7 @@ func checkRequestFields(t *testing.T, h *harness, r reply, rule string, limit in
 // session's ceiling carries the fields of the key's rules, with the
 // refused call's reservation given back.
 func TestGateway_SessionCeilingCarriesRateLimitFields(t *testing.T) {
+	t.Parallel()
 	h := sessionHarness(t, []sluice.Rule{dailyRequests})
 	_, s := h.sessionCall("POST", "/v1/sessions", `{"max_turns":1}`, nil)
 	in := map[string]string{gateway.HeaderSession: s.ID}
@@ -54,6 +55,7 @@ func TestGateway_SessionCeilingCarriesRateLimitFields(t *testing.T) {
 // TestGateway_PacedRefusalCarriesRateLimitFields: a call refused by pacing
 // (its provider's own limit) carries the fields of the key's rules.
 func TestGateway_PacedRefusalCarriesRateLimitFields(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, setup{rules: []sluice.Rule{dailyRequests}, mock: mockprovider.Options{RateLimitRequests: 1, RateLimitWindow: 20 * time.Second},
 		tweak: []func(*gateway.Options){paced, func(o *gateway.Options) { o.PaceMaxWait = 50 * time.Millisecond }}})
 	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
@@ -71,6 +73,7 @@ func TestGateway_PacedRefusalCarriesRateLimitFields(t *testing.T) {
 // one limit that applies to an unknown caller, its address's pre-auth
 // limit; without it, none.
 func TestGateway_UnauthenticatedRefusalsCarryThePreAuthFields(t *testing.T) {
+	t.Parallel()
 	badKey := map[string]string{"Authorization": "Bearer sk-sluice-wrong"}
 	preAuth := func(o *gateway.Options) { o.PreAuthPerMinute, o.MaxBodyBytes = 5, 1024 }
 	t.Run("BadKey", func(t *testing.T) {
@@ -115,6 +118,7 @@ func TestGateway_UnauthenticatedRefusalsCarryThePreAuthFields(t *testing.T) {
 // refused after its key is known (a model that does not exist) carries its
 // key's fields.
 func TestGateway_AuthenticatedBadRequestCarriesRateLimitFields(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyRequests})
 	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
 		t.Fatalf("first call: %d %s", r.status, r.body)
@@ -131,6 +135,7 @@ func TestGateway_AuthenticatedBadRequestCarriesRateLimitFields(t *testing.T) {
 // session route answers once the key is known carries the fields of the
 // key's rules, read without charging.
 func TestGateway_SessionRouteRefusalsCarryRateLimitFields(t *testing.T) {
+	t.Parallel()
 	h := sessionHarness(t, []sluice.Rule{dailyRequests})
 	if r := h.post("/v1/chat/completions", sessionChat, nil); r.status != 200 {
 		t.Fatalf("first call: %d %s", r.status, r.body)
@@ -174,6 +179,7 @@ func TestGateway_SessionRouteRefusalsCarryRateLimitFields(t *testing.T) {
 // gate refuses as the spent budget would, with the fields an admission's
 // refusal carries, OpenAI's request fields included.
 func TestGateway_SessionMintOnSpentBudgetCarriesRateLimitFields(t *testing.T) {
+	t.Parallel()
 	spent := sluice.Rule{Name: "daily_one", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests, Limit: 1, Period: sluice.PeriodDay}
 	h := sessionHarness(t, []sluice.Rule{spent})
 	if r := h.post("/v1/chat/completions", sessionChat, nil); r.status != 200 {
@@ -191,6 +197,7 @@ func TestGateway_SessionMintOnSpentBudgetCarriesRateLimitFields(t *testing.T) {
 // before the key is known, a session route's refusal carries the pre-auth
 // limit's fields: a bad key's, counted; sessions off, read, not counted.
 func TestGateway_SessionRouteUnauthenticatedRefusalsCarryThePreAuthFields(t *testing.T) {
+	t.Parallel()
 	preAuth := func(o *gateway.Options) { o.PreAuthPerMinute = 5 }
 	t.Run("BadKey", func(t *testing.T) {
 		h := sessionHarness(t, []sluice.Rule{dailyRequests}, preAuth)
@@ -214,6 +221,7 @@ func TestGateway_SessionRouteUnauthenticatedRefusalsCarryThePreAuthFields(t *tes
 // answers that refuse nothing (a mint, a read, a close) carry the fields
 // of the key's rules too, as every answer does.
 func TestGateway_SessionRouteAnswersCarryRateLimitFields(t *testing.T) {
+	t.Parallel()
 	h := sessionHarness(t, []sluice.Rule{dailyRequests})
 	if r := h.post("/v1/chat/completions", sessionChat, nil); r.status != 200 {
 		t.Fatalf("first call: %d %s", r.status, r.body)
@@ -238,6 +246,7 @@ func TestGateway_SessionRouteAnswersCarryRateLimitFields(t *testing.T) {
 // limit's fields, counted; an identity header the key may not send is a
 // refusal once it is known, with the fields of its own rules.
 func TestGateway_AuthenticationRefusalsCarryRateLimitFields(t *testing.T) {
+	t.Parallel()
 	perKey := sluice.Rule{Name: "per_key", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricRequests, Limit: 50, Window: time.Minute}
 	h := newHarness(t, []sluice.Rule{perKey}, withServiceKeys, func(o *gateway.Options) {
 		o.PreAuthPerMinute = 5

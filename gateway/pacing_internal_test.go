@@ -9,6 +9,7 @@ import (
 )
 
 func TestPacer_TokensAndRetryAfter(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	var h fasthttp.ResponseHeader
 	// OpenAI: 1,000 tokens, 100 left, full again in 900 ms: one token per
@@ -63,6 +64,7 @@ func TestPacer_TokensAndRetryAfter(t *testing.T) {
 // provider take: requests and combined tokens from OpenAI's headers, input
 // tokens from Anthropic's input-token limit given alone, and a 429's hold.
 func TestPacer_Limits(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	var p pacer
 	if got := p.limits(); got != (sluice.ProviderLimits{}) {

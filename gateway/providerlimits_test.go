@@ -31,6 +31,7 @@ func (h *harness) providerLimitOf() sluice.Effective {
 // served, the fifth is refused by the gateway, saying the limit is the
 // provider's, and never reaches the provider, which refuses nothing.
 func TestGateway_ProviderLimitRuleFollowsTheHeaders(t *testing.T) {
+	t.Parallel()
 	limited := mockprovider.Options{RateLimitRequests: 4, RateLimitWindow: time.Minute}
 	for _, api := range []struct {
 		name, path, body string
@@ -74,6 +75,7 @@ func TestGateway_ProviderLimitRuleFollowsTheHeaders(t *testing.T) {
 // refuses at the gateway, with the provider's hint, though it has room of
 // its own; the provider is not called again.
 func TestGateway_ProviderHoldRefusesAtTheGateway(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, setup{rules: []sluice.Rule{providerRPM(100)},
 		mock:  mockprovider.Options{RateLimitRequests: 3, RateLimitWindow: time.Minute},
 		tweak: []func(*gateway.Options){func(o *gateway.Options) { o.UpstreamRetries = -1 }}})

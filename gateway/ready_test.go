@@ -19,12 +19,15 @@ import (
 // it fails, and 200 again once it answers; the outage is logged once with
 // its cause and once when it ends. /healthz stays 200.
 func TestGateway_ReadyzFollowsDependencies(t *testing.T) {
+	t.Parallel()
 	var down atomic.Bool
+	var failedChecks atomic.Int64
 	var logs syncbuf.Buffer
 	h := newHarness(t, nil, func(o *gateway.Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		o.Dependencies = []gateway.Dependency{{Name: "store", Check: func(context.Context) error {
 			if down.Load() {
+				failedChecks.Add(1)
 				return errors.New("dial tcp 10.0.0.7:6379: connection refused")
 			}
 			return nil
@@ -64,7 +67,7 @@ func TestGateway_ReadyzFollowsDependencies(t *testing.T) {
 	if status, _ := get("/healthz"); status != 200 {
 		t.Fatalf("/healthz %d while a dependency is down, want 200 (liveness)", status)
 	}
-	time.Sleep(50 * time.Millisecond) // several failed checks
+	eventually(t, "several failed checks", func() bool { return failedChecks.Load() >= 5 })
 	down.Store(false)
 	wait(200)
 	out := logs.String()

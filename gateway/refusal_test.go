@@ -69,6 +69,7 @@ func checkRetryHint(t *testing.T, r reply, l *limitObject, max time.Duration) ti
 }
 
 func TestGateway_RateLimitRefusal(t *testing.T) {
+	t.Parallel()
 	rule := sluice.Rule{Name: "per_key_rate", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: 10 * time.Second}
 	h := newHarness(t, []sluice.Rule{rule})
 	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
@@ -120,6 +121,7 @@ func TestGateway_RateLimitRefusal(t *testing.T) {
 }
 
 func TestGateway_BusyRefusal(t *testing.T) {
+	t.Parallel()
 	rule := sluice.Rule{Name: "one_at_a_time", Kind: sluice.KindConcurrency, Subject: "workspace", Limit: 1}
 	// Chunks every 10ms, 2000 of them: the stream stays open until the test
 	// lets go of it.
@@ -160,6 +162,7 @@ func TestGateway_BusyRefusal(t *testing.T) {
 }
 
 func TestGateway_BudgetRefusal(t *testing.T) {
+	t.Parallel()
 	rule := sluice.Rule{Name: "one_a_day", Kind: sluice.KindBudget, Subject: "workspace", Limit: 1, Period: sluice.PeriodDay}
 	h := newHarness(t, []sluice.Rule{rule})
 	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
@@ -203,6 +206,7 @@ func TestGateway_BudgetRefusal(t *testing.T) {
 }
 
 func TestGateway_NeverFits(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		rule sluice.Rule
@@ -276,6 +280,7 @@ func (s *peekCountingStore) Peek(ctx context.Context, now time.Time, b *sluice.B
 // fields the gateway's own refusals carry (withRoom) are not read from the
 // store that just failed.
 func TestGateway_StoreUnavailableAskedOnce(t *testing.T) {
+	t.Parallel()
 	store := &peekCountingStore{downStore: downStore{memstore.New(memstore.Options{})}}
 	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, store: store})
 	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 503 {
@@ -287,6 +292,7 @@ func TestGateway_StoreUnavailableAskedOnce(t *testing.T) {
 }
 
 func TestGateway_StoreUnavailable(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, store: downStore{memstore.New(memstore.Options{})}})
 	for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
 		r := h.post(path, smallChat, nil)
@@ -313,6 +319,7 @@ func TestGateway_StoreUnavailable(t *testing.T) {
 }
 
 func TestGateway_StoreUnavailableFailsOpenWhenEveryRuleSaysSo(t *testing.T) {
+	t.Parallel()
 	open := dailyTokens
 	open.OnStoreError = sluice.StoreErrorOpen
 	h := startHarness(t, setup{rules: []sluice.Rule{open}, store: downStore{memstore.New(memstore.Options{})}})
@@ -326,6 +333,7 @@ func TestGateway_StoreUnavailableFailsOpenWhenEveryRuleSaysSo(t *testing.T) {
 }
 
 func TestGateway_RateLimitHeaders(t *testing.T) {
+	t.Parallel()
 	rate := sluice.Rule{Name: "rate", Kind: sluice.KindRate, Subject: "key", Limit: 4, Window: time.Hour}
 	budget := sluice.Rule{Name: "budget", Kind: sluice.KindBudget, Subject: "workspace", Limit: 10, Period: sluice.PeriodDay}
 	cases := []struct {
@@ -376,6 +384,7 @@ func TestGateway_RateLimitHeaders(t *testing.T) {
 }
 
 func TestGateway_BudgetWarning(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{
 		{Name: "warned", Kind: sluice.KindBudget, Subject: "workspace", Limit: 10, Period: sluice.PeriodDay, WarnAt: []float64{0.2, 0.5}},
 		{Name: "soft", Kind: sluice.KindBudget, Subject: "user", Limit: 10, SoftLimit: 3, Period: sluice.PeriodDay},
@@ -401,6 +410,7 @@ func TestGateway_BudgetWarning(t *testing.T) {
 }
 
 func TestGateway_ModelHeader(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	cases := []struct{ path, body, want string }{
 		{"/v1/chat/completions", `{"model":"small","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, "mock-small"},
@@ -421,6 +431,7 @@ func TestGateway_ModelHeader(t *testing.T) {
 }
 
 func TestSDK_AnthropicBudgetExhaustedReachesSDKOnce(t *testing.T) {
+	t.Parallel()
 	tiny := sluice.Rule{Name: "tiny_budget", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests, Limit: 1, Period: sluice.PeriodDay}
 	h := newHarness(t, []sluice.Rule{tiny})
 	calls := 0

@@ -11,6 +11,7 @@ import (
 // a plain token, else one the gateway makes; the event (and so the log
 // line) carries it, with who was charged and the provider that served.
 func TestGateway_RequestIDs(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyTokens})
 	body := `{"model":"mock-small","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
 	r := h.post("/v1/chat/completions", body, map[string]string{"X-Request-Id": "client-req-42"})

@@ -60,6 +60,7 @@ func measureRetryOnHint(t testing.TB, buffer time.Duration, callers, calls int) 
 // TestGateway_RetryOnTheHintIsAdmitted: with the default buffer, one
 // client that retries exactly on the hint is not refused again.
 func TestGateway_RetryOnTheHintIsAdmitted(t *testing.T) {
+	t.Parallel()
 	m := measureRetryOnHint(t, 0, 1, 20)
 	if m.failed != 0 || m.retries == 0 {
 		t.Fatalf("%+v", m)

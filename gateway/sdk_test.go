@@ -36,6 +36,7 @@ func anthropicClient(h *harness, opts ...anthropicoption.RequestOption) anthropi
 const prompt = "Say hello to the gateway. [mock tokens=7]"
 
 func TestSDK_OpenAIChatSettlesReportedUsage(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyTokens})
 	c := openaiClient(h)
 	resp, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
@@ -63,6 +64,7 @@ func TestSDK_OpenAIChatSettlesReportedUsage(t *testing.T) {
 }
 
 func TestSDK_OpenAIChatStreamSettlesAndHidesInjectedUsage(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyTokens})
 	c := openaiClient(h)
 	stream := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
@@ -95,6 +97,7 @@ func TestSDK_OpenAIChatStreamSettlesAndHidesInjectedUsage(t *testing.T) {
 }
 
 func TestSDK_OpenAIResponsesStream(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyTokens})
 	c := openaiClient(h)
 	stream := c.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{
@@ -117,6 +120,7 @@ func TestSDK_OpenAIResponsesStream(t *testing.T) {
 }
 
 func TestSDK_AnthropicMessagesAndStream(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyTokens})
 	c := anthropicClient(h)
 	msg, err := c.Messages.New(context.Background(), anthropic.MessageNewParams{
@@ -158,6 +162,7 @@ func TestSDK_AnthropicMessagesAndStream(t *testing.T) {
 }
 
 func TestSDK_RateLimitedIsRetriedAfterRetryAfter(t *testing.T) {
+	t.Parallel()
 	rps := sluice.Rule{Name: "per_second", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: 300 * time.Millisecond}
 	h := newHarness(t, []sluice.Rule{rps})
 	var statuses []int
@@ -186,6 +191,7 @@ func TestSDK_RateLimitedIsRetriedAfterRetryAfter(t *testing.T) {
 }
 
 func TestSDK_BudgetExhaustedReachesSDKOnce(t *testing.T) {
+	t.Parallel()
 	tiny := sluice.Rule{Name: "tiny_budget", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests, Limit: 1, Period: sluice.PeriodDay}
 	h := newHarness(t, []sluice.Rule{tiny})
 	calls := 0

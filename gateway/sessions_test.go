@@ -94,6 +94,7 @@ func (h *harness) sessionCall(method, path, body string, headers map[string]stri
 const sessionChat = `{"model":"mock-small","max_tokens":10,"messages":[{"role":"user","content":"twelve bytes"}]}`
 
 func TestGateway_SessionTurnsAndTokens(t *testing.T) {
+	t.Parallel()
 	h := sessionHarness(t, nil)
 	r, s := h.sessionCall("POST", "/v1/sessions", "", nil)
 	if r.status != 201 || !strings.HasPrefix(s.ID, "sess_") || s.Object != "session" || s.Model != "mock-small" || s.Status != "open" ||
@@ -160,6 +161,7 @@ func TestGateway_SessionTurnsAndTokens(t *testing.T) {
 }
 
 func TestGateway_SessionTokenCeilingReservesTheWorstCase(t *testing.T) {
+	t.Parallel()
 	h := sessionHarness(t, nil)
 	_, s := h.sessionCall("POST", "/v1/sessions", `{"max_tokens":100,"max_turns":2}`, nil)
 	if s.Ceilings.Tokens != 100 || s.Ceilings.Turns != 2 {
@@ -184,6 +186,7 @@ func TestGateway_SessionTokenCeilingReservesTheWorstCase(t *testing.T) {
 }
 
 func TestGateway_SessionMintIsIdempotentCappedAndGated(t *testing.T) {
+	t.Parallel()
 	budget := sluice.Rule{Name: "daily", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricRequests, Limit: 1, Period: sluice.PeriodDay}
 	h := sessionHarness(t, []sluice.Rule{budget})
 	idem := map[string]string{"Idempotency-Key": "mint-7"}
@@ -217,6 +220,7 @@ func TestGateway_SessionMintIsIdempotentCappedAndGated(t *testing.T) {
 }
 
 func TestGateway_SessionBelongsToItsKeyAndModel(t *testing.T) {
+	t.Parallel()
 	h := sessionHarness(t, nil)
 	_, s := h.sessionCall("POST", "/v1/sessions", "", nil)
 	other := map[string]string{"Authorization": "Bearer sk-sluice-other", gateway.HeaderSession: s.ID}
@@ -252,6 +256,7 @@ func TestGateway_SessionBelongsToItsKeyAndModel(t *testing.T) {
 // TestGateway_SessionSubjectRules: a rule with subject session counts each
 // session apart.
 func TestGateway_SessionSubjectRules(t *testing.T) {
+	t.Parallel()
 	perSession := sluice.Rule{Name: "per_session", Kind: sluice.KindRate, Subject: "session", Limit: 1, Window: time.Minute}
 	h := sessionHarness(t, []sluice.Rule{perSession})
 	_, a := h.sessionCall("POST", "/v1/sessions", "", nil)
@@ -285,6 +290,7 @@ func TestGateway_SessionSubjectRules(t *testing.T) {
 // TestGateway_SessionContextCeiling: one call whose input is over the
 // session's context ceiling is refused, whatever else is left.
 func TestGateway_SessionContextCeiling(t *testing.T) {
+	t.Parallel()
 	h := sessionHarness(t, nil)
 	_, s := h.sessionCall("POST", "/v1/sessions", `{"max_context_tokens":50}`, nil)
 	if s.Ceilings.ContextTokens != 50 {
@@ -307,6 +313,9 @@ func TestGateway_SessionContextCeiling(t *testing.T) {
 // provider sees it cancelled, and the reservation is charged: the
 // provider may have done the work.
 func TestGateway_SessionWallClockEndsTheCall(t *testing.T) {
+	t.Parallel()
+	// Real time: the call's cut is a deadline on its connection to the
+	// provider, and a fake clock does not move while the provider works.
 	h := sessionHarness(t, nil)
 	_, s := h.sessionCall("POST", "/v1/sessions", `{"max_duration_seconds":1}`, nil)
 	slow := `{"model":"mock-small","max_tokens":10,"messages":[{"role":"user","content":"slow [mock delay=5000]"}]}`
@@ -341,6 +350,7 @@ func (failingSessions) ChargeSession(context.Context, string, string, int64, int
 // answer is refused 503 with Retry-After, and the limiter's admission is
 // given back: nothing is charged.
 func TestGateway_SessionStoreDown(t *testing.T) {
+	t.Parallel()
 	cat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -365,6 +375,7 @@ func TestGateway_SessionStoreDown(t *testing.T) {
 // budget that cannot fund its configured ceilings gets the ceilings the
 // budget can, says which budget lowered them, and then holds them.
 func TestGateway_SessionShortenedToWhatTheBudgetFunds(t *testing.T) {
+	t.Parallel()
 	budget := sluice.Rule{Name: "daily_tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 2000, Period: sluice.PeriodDay}
 	h := sessionHarness(t, []sluice.Rule{budget})
 	if r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":500,"messages":[{"role":"user","content":"spend some"}]}`, nil); r.status != 200 {
@@ -386,6 +397,7 @@ func TestGateway_SessionShortenedToWhatTheBudgetFunds(t *testing.T) {
 // TestGateway_SessionMoneyInDollars: a session's cost ceiling and spend are
 // written in dollars beside the micro-dollars; no cost ceiling, no cost.
 func TestGateway_SessionMoneyInDollars(t *testing.T) {
+	t.Parallel()
 	h := sessionHarness(t, nil)
 	r, s := h.sessionCall("POST", "/v1/sessions", `{"max_cost_micros":2500000}`, nil)
 	if r.status != 201 || s.Ceilings.CostMicros != 2_500_000 || s.Ceilings.Cost != "$2.5" || s.Used.Cost != "$0" {

@@ -14,6 +14,7 @@ import (
 // not wait for the journal's commit, and the call is counted (ledger,
 // Observer, budget) once it is committed: Drain waits for that.
 func TestGateway_AnswerFirstSettleAfterCommit(t *testing.T) {
+	t.Parallel()
 	// Settlements held up to a second: the commit comes well after the answer.
 	store, err := sqlitestore.Open(sqlitestore.Options{Path: filepath.Join(t.TempDir(), "s.db"),
 		GroupDelay: time.Second, HoldSettlements: true})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -56,6 +57,7 @@ func (s *takingStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch
 // it, through the settlement's retries, and is then not recorded again;
 // a store that does not take it leaves it to the recorder, once.
 func TestGateway_AttachedRecordIsLeftToTheStore(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name           string
 		take           bool
@@ -68,14 +70,15 @@ func TestGateway_AttachedRecordIsLeftToTheStore(t *testing.T) {
 		{name: "not taken after two failed settlements", failures: 2, recorded: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			store := &takingStore{Store: memstore.New(memstore.Options{}), take: tc.take}
 			store.failures.Store(tc.failures)
 			var rec *attaching
-			h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, store: store,
+			// The settlement's retries wait on the gateway's clock.
+			h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, store: store, clock: clocktest.New(time.Now()),
 				tweak: []func(*gateway.Options){func(o *gateway.Options) {
 					rec = &attaching{UsageRecorder: o.Usage}
 					o.Usage = rec
-					o.SettleRetryBase = 5 * time.Millisecond
 				}}})
 			body := `{"model":"mock-small","max_tokens":100,"messages":[{"role":"user","content":"hi [mock tokens=5]"}]}`
 			if r := h.post("/v1/chat/completions", body, nil); r.status != 200 {

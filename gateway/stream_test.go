@@ -94,6 +94,7 @@ var streamAPIs = []struct {
 // chunk, the documented counting rule when no usage arrived), and the
 // upstream call is cancelled.
 func TestGateway_ClientCancelsMidStream(t *testing.T) {
+	t.Parallel()
 	for _, api := range streamAPIs {
 		t.Run(api.name, func(t *testing.T) {
 			h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, mock: mockOptions(20 * time.Millisecond)})
@@ -137,6 +138,7 @@ func TestGateway_ClientCancelsMidStream(t *testing.T) {
 // K chunks: the client sees the stream fail after those K chunks, and the
 // call is settled with the input estimate and the K tokens counted.
 func TestGateway_UpstreamCutMidStream(t *testing.T) {
+	t.Parallel()
 	for _, api := range streamAPIs {
 		t.Run(api.name, func(t *testing.T) {
 			h := newHarness(t, []sluice.Rule{dailyTokens})
@@ -200,6 +202,7 @@ func TestGateway_StreamIsNotBuffered(t *testing.T) {
 // gateway adds include_usage for chat and hides the usage chunk, ends with
 // [DONE], and sets the stream's headers.
 func TestGateway_RawStreamPassesEventsThrough(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyTokens})
 	req, _ := http.NewRequest(http.MethodPost, h.url+"/v1/chat/completions",
 		strings.NewReader(`{"model":"mock-small","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`))
@@ -236,6 +239,7 @@ func TestGateway_RawStreamPassesEventsThrough(t *testing.T) {
 }
 
 func TestGateway_DrainWaitsForStreams(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, mock: mockOptions(20 * time.Millisecond)})
 	const chunks = 25 // 20ms apart: the stream lasts about 500ms
 	s := openChatStream(context.Background(), h, "drain me", chunks)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestGateway_TagsAttribute(t *testing.T) {
+	t.Parallel()
 	perTag := sluice.Rule{Name: "per_tag", Kind: sluice.KindBudget, Subject: "tag", Limit: 100, Period: sluice.PeriodDay}
 	long := strings.Repeat("t", 65)
 	cases := []struct {

@@ -116,6 +116,7 @@ func bearerHeader(key string) map[string]string {
 // tenant its own model, most specific route first, and that a tenant with
 // no route and no default does not see the name.
 func TestTenantModel_ServedPerTenant(t *testing.T) {
+	t.Parallel()
 	h, up := tenantHarness(t, nil)
 	for _, tc := range []struct {
 		key, model string
@@ -166,6 +167,7 @@ func TestTenantModel_ServedPerTenant(t *testing.T) {
 // TestTenantModel_RuleOnServedModelCounts checks that a rule on a model
 // counts the calls it serves under a tenant model's name, and only those.
 func TestTenantModel_RuleOnServedModelCounts(t *testing.T) {
+	t.Parallel()
 	rule := sluice.Rule{Name: "large_calls", Kind: sluice.KindRate, Subject: "global", Limit: 2, Window: time.Hour,
 		Match: sluice.Match{Models: []string{"mock-large"}}}
 	h, _ := tenantHarness(t, []sluice.Rule{rule})
@@ -196,6 +198,7 @@ func TestTenantModel_RuleOnServedModelCounts(t *testing.T) {
 // the names it may ask for: a tenant model's name grants the model it
 // serves under that name only, and an alias grants its model.
 func TestTenantModel_AllowedModels(t *testing.T) {
+	t.Parallel()
 	h, _ := tenantHarness(t, nil)
 	for _, tc := range []struct {
 		key, model string
@@ -243,6 +246,7 @@ func (h *harness) get(path string, headers map[string]string) reply {
 // TestListModels_PerKey checks that GET /v1/models needs a key and lists
 // exactly what that key may call, by the names it may use.
 func TestListModels_PerKey(t *testing.T) {
+	t.Parallel()
 	h, _ := tenantHarness(t, nil)
 	for _, tc := range []struct {
 		name    string
@@ -315,6 +319,7 @@ func TestListModels_PerKey(t *testing.T) {
 // TestTenantModel_ConfigErrors checks that New refuses tenant models that
 // name no model or clash with one.
 func TestTenantModel_ConfigErrors(t *testing.T) {
+	t.Parallel()
 	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{})})
 	if err != nil {
 		t.Fatal(err)
@@ -349,6 +354,7 @@ func TestTenantModel_ConfigErrors(t *testing.T) {
 // OpenAI-Organization and OpenAI-Project never reach a provider, and that
 // an OpenAI provider's configured ones are sent.
 func TestProviderHeaders_OrganizationAndProject(t *testing.T) {
+	t.Parallel()
 	up := newRecordingProvider(t)
 	h := newHarness(t, nil, func(o *gateway.Options) {
 		o.Providers = []gateway.Provider{

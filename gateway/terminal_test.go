@@ -18,6 +18,7 @@ var oneCallADay = sluice.Rule{Name: "one_a_day", Kind: sluice.KindBudget, Subjec
 // auto, 402 to the Vercel AI SDK (which retries every 429); a configured
 // status applies to every client. The body is the same.
 func TestGateway_TerminalStatusPerClient(t *testing.T) {
+	t.Parallel()
 	const aiSDK = "ai/6.0.325 ai-sdk/provider-utils/4.0.66 runtime/node.js/v20.20.2"
 	for _, tc := range []struct {
 		config, userAgent string
@@ -47,6 +48,7 @@ func TestGateway_TerminalStatusPerClient(t *testing.T) {
 // headers for the rules of each unit with the least room, not the
 // provider's own.
 func TestGateway_OpenAIRateLimitHeaders(t *testing.T) {
+	t.Parallel()
 	rpm := sluice.Rule{Name: "rpm", Kind: sluice.KindRate, Subject: "workspace", Limit: 10, Window: time.Minute}
 	tpm := sluice.Rule{Name: "tpm", Kind: sluice.KindRate, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 100_000, Window: time.Minute}
 	h := newHarness(t, []sluice.Rule{rpm, tpm, dailyTokens})
@@ -75,6 +77,7 @@ func TestGateway_OpenAIRateLimitHeaders(t *testing.T) {
 // left", not "exhausted": the code and message say so, with what remains
 // and the largest max_tokens that fits; a request that fits is admitted.
 func TestGateway_NotEnoughLeftIsNotExhausted(t *testing.T) {
+	t.Parallel()
 	budget := sluice.Rule{Name: "daily", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1000, Period: sluice.PeriodDay}
 	h := newHarness(t, []sluice.Rule{budget})
 	if r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":800,"messages":[{"role":"user","content":"spend [mock tokens=800]"}]}`, nil); r.status != 200 {

@@ -102,6 +102,7 @@ func hasEvent(s tracetest.SpanStub, name string) bool {
 // upstream request carries the upstream span's traceparent and the
 // request's ID.
 func TestTrace_SpansContinueTheClientsTrace(t *testing.T) {
+	t.Parallel()
 	for _, stream := range []bool{false, true} {
 		name := "whole"
 		if stream {
@@ -179,6 +180,7 @@ func TestTrace_SpansContinueTheClientsTrace(t *testing.T) {
 
 // A refused call's request span says why; nothing is sent upstream.
 func TestTrace_RefusalMarksTheSpan(t *testing.T) {
+	t.Parallel()
 	h, exp, _ := tracedHarness(t, true)
 	r := h.post("/v1/chat/completions", `{"model":"small","messages":[]}`, map[string]string{"Authorization": "Bearer sk-wrong"})
 	if r.status != 401 {
@@ -198,6 +200,7 @@ func TestTrace_RefusalMarksTheSpan(t *testing.T) {
 // With tracing off the client's trace context goes upstream as it came,
 // and no span is made.
 func TestTrace_OffPassesTraceContextOn(t *testing.T) {
+	t.Parallel()
 	h, exp, tap := tracedHarness(t, false)
 	r := h.post("/v1/chat/completions", `{"model":"small","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`,
 		map[string]string{"traceparent": clientParent})
@@ -216,6 +219,7 @@ func TestTrace_OffPassesTraceContextOn(t *testing.T) {
 // Anthropic-shaped answers carry the request's ID as request-id too (the
 // Anthropic SDKs read it), and the provider's own as X-Upstream-Request-Id.
 func TestGateway_AnthropicRequestID(t *testing.T) {
+	t.Parallel()
 	h, _, _ := tracedHarness(t, false)
 	r := h.post("/v1/messages", `{"model":"small","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`,
 		map[string]string{"X-Request-Id": "anth-1", "anthropic-version": "2023-06-01"})
@@ -233,6 +237,7 @@ func TestGateway_AnthropicRequestID(t *testing.T) {
 // A provider that cannot be reached: the client is told so without its
 // address, the event (and so the log line) keeps the cause.
 func TestGateway_UpstreamCauseLoggedNotSent(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -266,6 +271,7 @@ func (k failingKeys) Authenticate(context.Context, string) (gateway.Principal, e
 // A key store that fails: 503 key_store_unavailable to the client, with
 // nothing of the store's error; the event keeps it for the log.
 func TestGateway_KeyStoreCauseKept(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
 		o.Keys = failingKeys{err: errors.New("dial tcp 10.1.2.3:5432: connection refused")}
 	})

@@ -11,6 +11,7 @@ import (
 // X-Sluice-Turn use 1 of 20 requests per minute; the token budget counts
 // all six; a call of another turn, or of none, is one more request.
 func TestGateway_TurnChargedOnceByRequestRules(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{
 		{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 20, Window: time.Minute},
 		{Name: "tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay},

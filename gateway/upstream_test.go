@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/mockprovider"
 )
 
@@ -113,6 +114,7 @@ func withFallbacks(model string, fallbacks ...string) func(*gateway.Options) {
 }
 
 func TestGateway_UpstreamFailureRetriedBeforeFirstByte(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, path, model, body string
 		status                  int
@@ -188,6 +190,7 @@ func TestGateway_UpstreamFailureRetriedBeforeFirstByte(t *testing.T) {
 }
 
 func TestGateway_FallbackWhenProviderFails(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
 		t.Run(path, func(t *testing.T) {
 			u := startUpstream(t, 100, 503)
@@ -217,6 +220,7 @@ func TestGateway_FallbackWhenProviderFails(t *testing.T) {
 }
 
 func TestGateway_FallbackWhenModelRuleRefuses(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{
 		{Name: "large_once", Kind: sluice.KindBudget, Subject: "workspace", Limit: 1, Period: sluice.PeriodDay, Match: sluice.Match{Models: []string{"mock-large"}}},
 		{Name: "small_count", Kind: sluice.KindBudget, Subject: "workspace", Limit: 100, Period: sluice.PeriodDay, Match: sluice.Match{Models: []string{"mock-small"}}},
@@ -306,6 +310,7 @@ func TestGateway_FallbackWhenModelRuleRefuses(t *testing.T) {
 }
 
 func TestGateway_ProviderQuotaIsTerminal(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, path, body string
 		route            mockprovider.Route
@@ -344,6 +349,7 @@ func TestGateway_ProviderQuotaIsTerminal(t *testing.T) {
 }
 
 func TestGateway_OwnProviderKey(t *testing.T) {
+	t.Parallel()
 	rules := []sluice.Rule{
 		{Name: "cost", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricCost, Limit: 1_000_000, Period: sluice.PeriodDay},
 		{Name: "tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay},
@@ -404,10 +410,14 @@ func TestGateway_OwnProviderKey(t *testing.T) {
 	}
 }
 
+// A batch call waits for a rate rule, on the limiter's clock: not before
+// the bucket refills, never for a budget, and no longer than BatchMaxWait.
 func TestGateway_BatchPriorityWaitsForRate(t *testing.T) {
+	t.Parallel()
 	rule := sluice.Rule{Name: "one_per_200ms", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: 200 * time.Millisecond}
-	h := newHarness(t, []sluice.Rule{rule})
-	first := time.Now()
+	clock := clocktest.New(time.Now())
+	h := startHarness(t, setup{rules: []sluice.Rule{rule}, clock: clock})
+	first := clock.Now()
 	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
@@ -419,32 +429,50 @@ func TestGateway_BatchPriorityWaitsForRate(t *testing.T) {
 		t.Fatalf("batch call: %d %s", r.status, r.body)
 	}
 	// The bucket holds one request and refills in 200ms: the batch call
-	// cannot have been admitted before the refill.
-	if since := time.Since(first); since < 190*time.Millisecond || since > 5*time.Second {
+	// cannot have been admitted before the refill, nor waited past
+	// BatchMaxWait (30 s).
+	recs := h.rec.waitUsage(t, 2)
+	if since := recs[1].At.Sub(first); since < 200*time.Millisecond || since > 30*time.Second {
 		t.Errorf("batch call answered %v after the first call, want after the 200ms refill", since)
 	}
 	if h.mockCalls() != 2 {
 		t.Errorf("provider called %d times", h.mockCalls())
 	}
+	// waited is what the clock was asked to wait during f.
+	waited := func(clock *clocktest.Clock, f func()) time.Duration {
+		before := len(clock.Waits())
+		f()
+		var d time.Duration
+		for _, w := range clock.Waits()[before:] {
+			d += w
+		}
+		return d
+	}
 
 	t.Run("NeverForBudgets", func(t *testing.T) {
+		t.Parallel()
 		once := sluice.Rule{Name: "once", Kind: sluice.KindBudget, Subject: "key", Limit: 1, Period: sluice.PeriodDay}
-		h := newHarness(t, []sluice.Rule{once})
+		clock := clocktest.New(time.Now())
+		h := startHarness(t, setup{rules: []sluice.Rule{once}, clock: clock})
 		h.post("/v1/chat/completions", smallChat, nil)
-		start := time.Now()
-		r := h.post("/v1/chat/completions", smallChat, map[string]string{gateway.HeaderPriority: "batch"})
-		if r.status != 429 || r.header.Get("x-should-retry") != "false" || time.Since(start) > time.Second {
-			t.Fatalf("batch call on a spent budget: %d after %v", r.status, time.Since(start))
+		var r reply
+		if d := waited(clock, func() {
+			r = h.post("/v1/chat/completions", smallChat, map[string]string{gateway.HeaderPriority: "batch"})
+		}); r.status != 429 || r.header.Get("x-should-retry") != "false" || d != 0 {
+			t.Fatalf("batch call on a spent budget: %d after waiting %v", r.status, d)
 		}
 	})
 	t.Run("BoundedByBatchMaxWait", func(t *testing.T) {
+		t.Parallel()
 		slow := sluice.Rule{Name: "one_per_minute", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}
-		h := newHarness(t, []sluice.Rule{slow}, func(o *gateway.Options) { o.BatchMaxWait = 50 * time.Millisecond })
+		clock := clocktest.New(time.Now())
+		h := startHarness(t, setup{rules: []sluice.Rule{slow}, clock: clock, tweak: []func(*gateway.Options){func(o *gateway.Options) { o.BatchMaxWait = 50 * time.Millisecond }}})
 		h.post("/v1/chat/completions", smallChat, nil)
-		start := time.Now()
-		r := h.post("/v1/chat/completions", smallChat, map[string]string{gateway.HeaderPriority: "batch"})
-		if r.status != 429 || r.header.Get("Retry-After") == "" || time.Since(start) > 5*time.Second {
-			t.Fatalf("batch call that cannot be served within BatchMaxWait: %d after %v", r.status, time.Since(start))
+		var r reply
+		if d := waited(clock, func() {
+			r = h.post("/v1/chat/completions", smallChat, map[string]string{gateway.HeaderPriority: "batch"})
+		}); r.status != 429 || r.header.Get("Retry-After") == "" || d > 50*time.Millisecond {
+			t.Fatalf("batch call that cannot be served within BatchMaxWait: %d after waiting %v", r.status, d)
 		}
 	})
 }
@@ -454,6 +482,7 @@ func TestGateway_BatchPriorityWaitsForRate(t *testing.T) {
 // after 100ms: the wait ends then, the call is never admitted nor sent
 // upstream, and the bucket's next unit is left for the next caller.
 func TestGateway_BatchWaitEndsWhenTheClientLeaves(t *testing.T) {
+	t.Parallel()
 	rule := sluice.Rule{Name: "one_per_second", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Second}
 	h := newHarness(t, []sluice.Rule{rule})
 	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {

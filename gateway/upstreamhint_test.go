@@ -14,26 +14,31 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // A provider's 429 is retried after its own hint, not on the gateway's
 // backoff; a hint longer than the gateway waits is passed on to the client
-// at once, not retried early and then again by the client.
+// at once, not retried early and then again by the client. The gateway runs
+// on a fake clock: the provider reads when each attempt came on it.
 func TestGateway_UpstreamRetriesHonourTheProvidersHint(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		hint         string
 		wantAttempts int
-		minSpread    time.Duration
+		wantWaits    []time.Duration
 	}{
-		{"1", 3, 1800 * time.Millisecond}, // two waits of a second
-		{"30", 1, 0},
+		{"1", 3, []time.Duration{time.Second, time.Second}},
+		{"30", 1, nil},
 	} {
 		t.Run("Retry-After "+tc.hint, func(t *testing.T) {
+			t.Parallel()
+			clock := clocktest.New(time.Now())
 			var mu sync.Mutex
 			var at []time.Time
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
-				at = append(at, time.Now())
+				at = append(at, clock.Now())
 				mu.Unlock()
 				w.Header().Set("Retry-After", tc.hint)
 				w.Header().Set("Content-Type", "application/json")
@@ -41,7 +46,7 @@ func TestGateway_UpstreamRetriesHonourTheProvidersHint(t *testing.T) {
 				fmt.Fprint(w, `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`)
 			}))
 			t.Cleanup(srv.Close)
-			h := startHarness(t, setup{tweak: []func(*gateway.Options){func(o *gateway.Options) {
+			h := startHarness(t, setup{clock: clock, tweak: []func(*gateway.Options){func(o *gateway.Options) {
 				o.RetryBase, o.RetryMax = 10*time.Millisecond, 2*time.Second
 				o.Providers = append(slices.Clone(o.Providers), gateway.Provider{Name: "oa", Kind: gateway.KindOpenAI, BaseURL: srv.URL + "/v1", APIKey: "sk-up"})
 				o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "gpt-busy", Provider: "oa", MaxOutputTokens: 100})
@@ -55,8 +60,15 @@ func TestGateway_UpstreamRetriesHonourTheProvidersHint(t *testing.T) {
 			if len(at) != tc.wantAttempts {
 				t.Fatalf("%d attempts, want %d", len(at), tc.wantAttempts)
 			}
-			if spread := at[len(at)-1].Sub(at[0]); spread < tc.minSpread {
-				t.Fatalf("attempts over %v, want at least %v: retried before the provider's hint", spread, tc.minSpread)
+			// Each retry came no sooner than the hint after the attempt
+			// before it, and the gateway waited the hint, no more.
+			for i := 1; i < len(at); i++ {
+				if gap := at[i].Sub(at[i-1]); gap < time.Second {
+					t.Errorf("attempt %d came %v after the one before: retried before the provider's hint", i+1, gap)
+				}
+			}
+			if waits := clock.Waits(); !slices.Equal(waits, tc.wantWaits) {
+				t.Errorf("the gateway waited %v, want %v", waits, tc.wantWaits)
 			}
 		})
 	}
@@ -66,6 +78,7 @@ func TestGateway_UpstreamRetriesHonourTheProvidersHint(t *testing.T) {
 // naming the provider, never the client's 401 invalid_api_key; the
 // reservation is released.
 func TestGateway_ProviderAuthErrorIsNotTheClients(t *testing.T) {
+	t.Parallel()
 	for _, status := range []int{401, 403} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -92,6 +105,7 @@ func TestGateway_ProviderAuthErrorIsNotTheClients(t *testing.T) {
 // cap in max_tokens whatever field the client used, so a server that reads
 // only the older name cannot leave the call unbounded.
 func TestGateway_OutputCapFieldForOlderServers(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var bodies []map[string]any
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -50,6 +50,7 @@ const reloadConfig = `rules:
 // and the old policy kept, a good one sent by SIGHUP is applied; /metrics
 // counts the call; the request log is JSON and holds no secret.
 func TestServe_AdminReloadMetricsAndLogs(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
 	cfgPath := filepath.Join(t.TempDir(), "sluice.yaml")

@@ -44,6 +44,7 @@ func commandsOfUsage(t *testing.T) [][]string {
 // subcommand of the built binary: each exits 0, prints its help to standard
 // output, not as an error, and touches no state.
 func TestRun_HelpExitsZeroOnEveryCommand(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	commands := commandsOfUsage(t)
 	for _, sub := range []string{"show", "set", "unset"} {
@@ -115,6 +116,7 @@ func TestParseFlags_FlagsAfterPositionalArguments(t *testing.T) {
 
 // TestKeys_FlagsAfterTheKeyID revokes a key with its id before the flags.
 func TestKeys_FlagsAfterTheKeyID(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
 	env := append(os.Environ(), "SLUICE_DATA_DIR=", "SLUICE_CONFIG=", "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=")
@@ -145,6 +147,7 @@ func runBin(bin string, env []string, args ...string) (string, error) {
 // names the config file and the data directory; in production there is no
 // banner on standard output, and one log line says the same.
 func TestServe_BannerNamesConfigAndDataDirectory(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	defaults, err := os.ReadFile("../../config/default.yaml")
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 // exits nor stops serving, closes the connections that send no request
 // within header_timeout, and answers a normal call once the flood is gone.
 func TestServe_IdleConnectionFloodUnderALowDescriptorLimit(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
 	listen, admin := freeAddr(t), freeAddr(t)

@@ -23,6 +23,7 @@ import (
 // once; the shadow rule's would-be refusal is logged; the request lines
 // carry the new fields; the spans reach the collector by shutdown.
 func TestServe_EventsWebhooksAndTraces(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
 	listen, admin := freeAddr(t), freeAddr(t)

@@ -117,6 +117,7 @@ tiers:
 // TestCheck_PrintsTiersAndPreAuth runs sluice check on the full example
 // config: it validates it and says what tiers and the pre-auth limit do.
 func TestCheck_PrintsTiersAndPreAuth(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	cmd := exec.Command(bin, "check", "--config", "../../config/testdata/full.yaml")
 	cmd.Env = append(os.Environ(), "SLUICE_ENV=")

@@ -47,8 +47,10 @@ expiry_slack: 1s
 // journaled apart from the store, 20 ms group commit). The test logs the gap
 // it finds.
 func TestServe_LedgerSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"sqlite", "postgres", "redis+postgres"} {
 		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
 			env := []string{"SLUICE_STORE=", "SLUICE_DATABASE="}
 			exact := false
 			switch backend {

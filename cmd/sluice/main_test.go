@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,18 +26,41 @@ import (
 
 // TestMain ends the package's output with the PostgreSQL tests it skipped.
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m))
+	dir, err := os.MkdirTemp("", "sluice-test-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	built.dir = dir
+	code := testenv.Run(m)
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// built is the command, built once for every test that runs it.
+var built struct {
+	dir  string // made by TestMain
+	once sync.Once
+	bin  string
+	err  error
 }
 
 // buildSluice builds the command once per test binary.
 func buildSluice(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sluice")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		bin := filepath.Join(built.dir, "sluice")
+		out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		built.bin = bin
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
 }
 
 func freeAddr(t *testing.T) string {
@@ -52,6 +77,7 @@ func freeAddr(t *testing.T) string {
 // newcomer: keys create, serve with no config, a first call with the
 // OpenAI SDK, then a clean shutdown on SIGTERM.
 func TestServe_FirstCallOnAFreshDataDirectory(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
 	listen, admin := freeAddr(t), freeAddr(t)
@@ -198,6 +224,7 @@ func TestServe_FirstCallOnAFreshDataDirectory(t *testing.T) {
 }
 
 func TestMigrate_PostgresStoreAndSQLiteCatalog(t *testing.T) {
+	t.Parallel()
 	url := testenv.PostgresURL(t)
 	bin := buildSluice(t)
 	data := t.TempDir()

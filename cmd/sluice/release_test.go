@@ -16,6 +16,7 @@ import (
 // the first line of both `sluice version` and `sluice --version`, and the
 // module and commit from the build info after it; the sums file lists it.
 func TestRelease_StampsVersionAndRevision(t *testing.T) {
+	t.Parallel()
 	out := t.TempDir()
 	platform := runtime.GOOS + "/" + runtime.GOARCH
 	const version = "v9.9.9-releasetest"

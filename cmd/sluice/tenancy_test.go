@@ -17,6 +17,7 @@ import (
 // budget. Each org spends its own counters; the org's rule refuses in its
 // org only.
 func TestServe_TenantsShareNothing(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
 	listen, admin := freeAddr(t), freeAddr(t)
