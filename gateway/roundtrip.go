@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -154,8 +155,12 @@ func (c *call) attempt(req *fasthttp.Request, x *exchange, pc *pacer, cand *mode
 		c.upstreamStart = now
 	}
 	// Only a streamed call's answer is read as it comes; any other is read
-	// whole by the client, with no stream to wrap it.
+	// whole by the client, with no stream to wrap it, up to what the call
+	// could produce.
 	x.resp.StreamBody = c.bound.Stream
+	if !c.bound.Stream {
+		x.uc.client.MaxResponseBodySize = c.answerCap()
+	}
 	err := x.uc.client.DoTimeout(req, x.resp, c.deadline.Sub(now))
 	c.event.UpstreamStatus, x.quota = 0, ""
 	if err != nil {
@@ -183,6 +188,9 @@ func (c *call) attempt(req *fasthttp.Request, x *exchange, pc *pacer, cand *mode
 // classify is the retry package's reading of an attempt: its error, or
 // the provider's answer. A quota is terminal whatever its status.
 func (c *call) classify(x *exchange, err error) retry.Decision {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		return retry.Decision{Class: retry.Terminal, Reason: "answer too large"}
+	}
 	if err != nil {
 		return retry.ClassifyError(err)
 	}
@@ -209,6 +217,11 @@ func (c *call) failure(err error) error {
 	switch {
 	case errors.As(err, &ae):
 		return err // paced, or past its deadline: refused before the provider was called
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		// The provider answered, at a length no answer to this call could
+		// have: it may have done the work, so the reservation is charged.
+		c.cut = true
+		return errUpstream(502, fmt.Errorf("provider answer over %d bytes, more than the call could produce: %w", c.answerCap(), err))
 	case errors.Is(err, fasthttp.ErrTimeout):
 		c.cut = true
 		if c.session.endsCall {
@@ -217,6 +230,19 @@ func (c *call) failure(err error) error {
 		return errUpstream(504, err)
 	}
 	return errUpstream(502, err)
+}
+
+// answerCap bounds a provider's whole (not streamed) answer to the call:
+// 1 MiB, plus 2 KiB a token of output it may produce (room for log
+// probabilities), or, for embeddings, 64 KiB a token of input (a vector
+// per input, each at least a token long); a provider that sends more is
+// misbehaving, and is not buffered.
+func (c *call) answerCap() int {
+	const base = 1 << 20
+	if c.bound.NoOutput {
+		return base + int(min(c.bound.InputTokens, 4096))*(64<<10)
+	}
+	return base + int(min(c.held.capPer*max(c.bound.N, 1), 128<<10))*(2<<10)
 }
 
 // upstreamDone records the time spent on the provider, once its answer

@@ -194,3 +194,32 @@ func codeOf(e errorReply) string {
 	}
 	return *e.Error.Code
 }
+
+// A provider's whole answer is read only up to what the call could
+// produce (1 MiB beside 2 KiB a token of output): a longer one is 502, not
+// buffered and not retried, and the reservation is charged, since the
+// provider answered.
+func TestGateway_ProviderAnswerCappedByWhatTheCallCanProduce(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		pad := strings.Repeat("x", 3<<20)
+		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"%s"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":8,"total_tokens":11}}`, pad)
+	}))
+	t.Cleanup(srv.Close)
+	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, tweak: []func(*gateway.Options){func(o *gateway.Options) {
+		o.Providers = append(slices.Clone(o.Providers), gateway.Provider{Name: "oa", Kind: gateway.KindOpenAI, BaseURL: srv.URL + "/v1", APIKey: "sk-up"})
+		o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "gpt-verbose", Provider: "oa", MaxOutputTokens: 100})
+	}}})
+	r := h.post("/v1/chat/completions", `{"model":"gpt-verbose","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if r.status != 502 || codeOf(openaiError(t, r)) != "upstream_error" {
+		t.Fatalf("%d %.200s, want 502 upstream_error", r.status, r.body)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("provider called %d times, want 1 (an answer too long is not retried)", n)
+	}
+	if recs := h.rec.waitUsage(t, 1); !recs[0].Estimated || h.used("daily_tokens") != recs[0].Reserved.InputTokens+recs[0].Reserved.OutputTokens {
+		t.Errorf("record %+v, budget %d: want the reservation charged", recs[0], h.used("daily_tokens"))
+	}
+}
