@@ -16,6 +16,12 @@ import (
 // drops the entry and bumps the generation: a lookup that read the
 // database before the change committed then cannot put its stale answer
 // back, because put refuses answers read under an older generation.
+//
+// It also remembers, as long and as many, the secrets the database refused
+// (no such key, a wrong secret for one, a revoked key): a client that sends
+// the same bad secret again is refused without a query. Nothing makes such
+// a secret good later: ids and secrets are random, and a revocation is for
+// good.
 type keyCache struct {
 	ttl  time.Duration // <= 0: disabled
 	size int
@@ -23,6 +29,14 @@ type keyCache struct {
 	mu      sync.RWMutex
 	gen     uint64
 	entries map[string]*cacheEntry
+	refused map[[sha256.Size]byte]refusal
+}
+
+// refusal is the database's answer to a secret it refused, and until when
+// it is remembered.
+type refusal struct {
+	err   error
+	until time.Time
 }
 
 type cacheEntry struct {
@@ -32,7 +46,41 @@ type cacheEntry struct {
 }
 
 func newKeyCache(ttl time.Duration, size int) *keyCache {
-	return &keyCache{ttl: ttl, size: size, entries: map[string]*cacheEntry{}}
+	return &keyCache{ttl: ttl, size: size, entries: map[string]*cacheEntry{}, refused: map[[sha256.Size]byte]refusal{}}
+}
+
+// refusedAt returns the refusal the database gave the secret of hash, when
+// it is remembered at now.
+func (c *keyCache) refusedAt(hash *[sha256.Size]byte, now time.Time) (error, bool) {
+	if c.ttl <= 0 {
+		return nil, false
+	}
+	c.mu.RLock()
+	r, ok := c.refused[*hash]
+	c.mu.RUnlock()
+	if !ok || !now.Before(r.until) {
+		return nil, false
+	}
+	return r.err, true
+}
+
+// refuse remembers that the database refused the secret of hash with err.
+func (c *keyCache) refuse(hash *[sha256.Size]byte, err error, now time.Time) {
+	if c.ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.refused) >= c.size {
+		drop := c.size / 10
+		for h, r := range c.refused {
+			if !now.Before(r.until) || drop > 0 {
+				delete(c.refused, h)
+				drop--
+			}
+		}
+	}
+	c.refused[*hash] = refusal{err: err, until: now.Add(c.ttl)}
 }
 
 // get returns the cached key for id when its hash matches and the entry is

@@ -252,6 +252,7 @@ func (c *Catalog) Authenticate(ctx context.Context, secret string) (Key, error) 
 	gen := c.cache.generation()
 	k, stored, err := c.loadKey(ctx, c.db, id, true)
 	if errors.Is(err, sql.ErrNoRows) {
+		c.cache.refuse(&hash, ErrUnknownKey, now)
 		return Key{}, ErrUnknownKey
 	}
 	if err != nil {
@@ -260,9 +261,11 @@ func (c *Catalog) Authenticate(ctx context.Context, secret string) (Key, error) 
 	// Only a holder of the right secret learns whether the key is revoked
 	// or expired.
 	if subtle.ConstantTimeCompare(stored, hash[:]) != 1 {
+		c.cache.refuse(&hash, ErrUnknownKey, now)
 		return Key{}, ErrUnknownKey
 	}
 	if !k.RevokedAt.IsZero() {
+		c.cache.refuse(&hash, ErrRevokedKey, now)
 		return Key{}, ErrRevokedKey
 	}
 	c.cache.put(id, &hash, k, now, gen)
@@ -271,7 +274,8 @@ func (c *Catalog) Authenticate(ctx context.Context, secret string) (Key, error) 
 
 // AuthenticateCached answers as Authenticate when it can without the
 // database: for a secret that is not shaped like a key (ErrUnknownKey),
-// and for a key the cache holds (the key, or ErrExpiredKey). ok is false
+// for a key the cache holds (the key, or ErrExpiredKey), and for a secret
+// the database refused within the cache's TTL (its refusal again). ok is false
 // when only the database can tell; then Authenticate must be asked. A
 // caller that bounds database calls with a deadline needs none for an
 // answer from here.
@@ -284,6 +288,9 @@ func (c *Catalog) AuthenticateCached(secret string) (_ Key, ok bool, _ error) {
 	now := c.now()
 	k, ok := c.cache.get(id, &hash, now)
 	if !ok {
+		if err, refused := c.cache.refusedAt(&hash, now); refused {
+			return Key{}, true, err
+		}
 		return Key{}, false, nil
 	}
 	k, err := unexpired(k, now)

@@ -479,3 +479,56 @@ func BenchmarkAuthenticate(b *testing.B) {
 		})
 	}
 }
+
+// A secret the database refused (no such key, a wrong secret, a revoked
+// key) is refused again from memory for the cache's TTL: a client sending
+// the same bad secret makes one query, not one a request.
+func TestCatalog_RefusedSecretsAnsweredFromMemory(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		clock := newFakeClock()
+		c, err := be.open(Options{Now: clock.Now, CacheTTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		secret, _, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u"}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		revoked, rk, err := c.CreateKey(ctx, Key{Workspace: "w", User: "v"}, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.RevokeKey(ctx, rk.ID, "admin"); err != nil {
+			t.Fatal(err)
+		}
+		// Well formed, for an id no key has.
+		unknown := secretPrefix + strings.Repeat("b", keyIDLen) + secret[len(secretPrefix)+keyIDLen:]
+		if _, ok := parseSecret(unknown); !ok {
+			t.Fatalf("%q does not parse", unknown)
+		}
+		wrong := secret[:len(secret)-secretRandLen] + strings.Repeat("A", secretRandLen)
+		cases := []struct {
+			name, secret string
+			want         error
+		}{{"unknown", unknown, ErrUnknownKey}, {"wrong secret", wrong, ErrUnknownKey}, {"revoked", revoked, ErrRevokedKey}}
+		for _, cs := range cases {
+			if _, err := c.Authenticate(ctx, cs.secret); !errors.Is(err, cs.want) {
+				t.Fatalf("%s: %v, want %v", cs.name, err, cs.want)
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The database is gone: these answers come from memory alone.
+		for _, cs := range cases {
+			if _, ok, err := c.AuthenticateCached(cs.secret); !ok || !errors.Is(err, cs.want) {
+				t.Fatalf("%s again: ok %v, err %v; want answered %v from memory", cs.name, ok, err, cs.want)
+			}
+		}
+		clock.Advance(10 * time.Second)
+		if _, ok, _ := c.AuthenticateCached(unknown); ok {
+			t.Fatal("a refusal still remembered after the cache's TTL")
+		}
+	})
+}
