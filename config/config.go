@@ -178,6 +178,18 @@ type Provider struct {
 	// OpenAI's) or max_tokens, for a server that knows only the older
 	// name and would leave a call capped in the other unbounded.
 	OutputCapField string `yaml:"output_cap_field,omitempty"`
+	// Circuit overrides when a deployment of the provider (one of its
+	// models) is skipped for failing.
+	Circuit Circuit `yaml:"circuit,omitempty"`
+}
+
+// Circuit is a provider's circuit breaking: after Failures attempts in a
+// row on one of its models fail (a connection error, a timeout, a 5xx), the
+// model is skipped on that provider like a refusing one for Cooldown, then
+// probed by one call; zero values are the defaults (5 and 30s).
+type Circuit struct {
+	Failures int           `yaml:"failures,omitempty"`
+	Cooldown time.Duration `yaml:"cooldown,omitempty"`
 }
 
 // APIKey reads the provider's key from env; "" when it has none.

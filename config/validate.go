@@ -268,6 +268,9 @@ func (v *checker) providers() {
 		default:
 			v.add(at+".output_cap_field", "must be max_completion_tokens or max_tokens, not %q", p.OutputCapField)
 		}
+		if p.Circuit.Failures < 0 || p.Circuit.Cooldown < 0 {
+			v.add(at+".circuit", "failures and cooldown must not be negative (0 is the default: 5 failures, 30s)")
+		}
 		if p.APIKeyEnv != "" && !isVariableName(p.APIKeyEnv) {
 			v.add(at+".api_key_env", "must name an environment variable (like OPENAI_API_KEY), not hold the key itself")
 		}

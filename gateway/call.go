@@ -177,11 +177,20 @@ func (c *call) readAttributes(m *model) error {
 func (c *call) tryCandidates(tenant bool) error {
 	candidates := append([]*model{c.model}, c.model.fallbacks...)
 	var last error
+	var soonest time.Time // the soonest probe of a candidate skipped for its circuit
 	for i, cand := range candidates {
 		if err := c.permitted(cand, i == 0, tenant); err != nil {
 			if i == 0 {
 				return err
 			}
+			continue
+		}
+		if ok, retryAt := c.g.circuitAllows(cand); !ok {
+			// Skipped as a model whose rule refuses is.
+			if soonest.IsZero() || retryAt.Before(soonest) {
+				soonest = retryAt
+			}
+			last = errProviderUnavailable(c.bound.Model, soonest, c.g.now())
 			continue
 		}
 		c.tried = cand

@@ -212,6 +212,13 @@ type Provider struct {
 	// Options.PaceMaxWait; a longer wait is refused 429 with Retry-After
 	// (or sent to the model's next fallback) without calling the provider.
 	Pace bool
+	// CircuitFailures is how many attempts in a row on one of the
+	// provider's models (a deployment) fail, by a connection error, a
+	// timeout or a 5xx, before its circuit opens and the deployment is
+	// skipped like a refusing model (5); CircuitCooldown is how long until
+	// one probe is let through, whose success closes it (30 s).
+	CircuitFailures int
+	CircuitCooldown time.Duration
 }
 
 // Options configures a Gateway. Limiter, Keys, Models and Providers are

@@ -10,11 +10,14 @@ import (
 // back: the counter store, the catalog (checked for /readyz), or a
 // provider (judged by its answers).
 type DependencyChange struct {
-	// Dependency is the Dependency's name ("store", "catalog"), or
-	// "provider".
+	// Dependency is the Dependency's name ("store", "catalog"),
+	// "provider", or "circuit".
 	Dependency string
-	// Provider names the provider, for a provider.
+	// Provider names the provider, for a provider or a circuit.
 	Provider string
+	// Model names the provider's model, for a circuit ("circuit": a
+	// deployment's circuit opening, or closing with Up).
+	Model string
 	// Up is set when it is back.
 	Up bool
 	// Err is why it went down.

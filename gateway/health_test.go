@@ -54,7 +54,9 @@ func TestGateway_ProviderDownAndBack(t *testing.T) {
 	var mu sync.Mutex
 	var changes []gateway.DependencyChange
 	h := newHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
-		o.Providers = []gateway.Provider{{Name: "mock", Kind: gateway.KindMock, BaseURL: up.URL}}
+		// No circuit opens within the test's failures (circuit_test.go
+		// tests circuits): this is the provider's health alone.
+		o.Providers = []gateway.Provider{{Name: "mock", Kind: gateway.KindMock, BaseURL: up.URL, CircuitFailures: 100}}
 		o.UpstreamRetries = 1 // two attempts per call
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		o.OnDependency = func(c gateway.DependencyChange) { mu.Lock(); changes = append(changes, c); mu.Unlock() }

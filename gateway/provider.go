@@ -27,6 +27,12 @@ type provider struct {
 	paths map[string]string
 	// health says whether the provider is down, from its answers.
 	health providerHealth
+	// circuits map an upstream model name to its *circuit; a circuit
+	// opens after circuitFailures failed attempts in a row, for
+	// circuitCooldown.
+	circuits        sync.Map
+	circuitFailures int64
+	circuitCooldown time.Duration
 }
 
 // serves reports whether the provider speaks the wire format of rt.
@@ -50,7 +56,14 @@ func newProvider(p Provider, timeout time.Duration) (*provider, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("gateway: provider %q: base URL %q must be http(s)://host[:port][/prefix]", p.Name, p.BaseURL)
 	}
-	pp := &provider{Provider: p, host: u.Host, prefix: strings.TrimSuffix(u.Path, "/"), tls: u.Scheme == "https", scheme: u.Scheme, paths: map[string]string{}}
+	pp := &provider{Provider: p, host: u.Host, prefix: strings.TrimSuffix(u.Path, "/"), tls: u.Scheme == "https", scheme: u.Scheme, paths: map[string]string{},
+		circuitFailures: int64(p.CircuitFailures), circuitCooldown: p.CircuitCooldown}
+	if pp.circuitFailures <= 0 {
+		pp.circuitFailures = defaultCircuitFailures
+	}
+	if pp.circuitCooldown <= 0 {
+		pp.circuitCooldown = defaultCircuitCooldown
+	}
 	for path := range routes {
 		pp.paths[path] = pp.prefix + path
 		if p.Kind == KindOpenAI || p.Kind == KindOpenAICompatible || p.Kind == KindAzure {

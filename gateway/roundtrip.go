@@ -139,6 +139,12 @@ func (c *call) beforeAttempt(attempt int, pc *pacer, adm *admission) error {
 		// is released instead.
 		return errDeadlinePassed()
 	}
+	if attempt > 1 {
+		// The attempts before may have opened the deployment's circuit.
+		if ok, retryAt := c.g.circuitAllows(adm.model); !ok {
+			return errProviderUnavailable(c.bound.Model, retryAt, c.g.now())
+		}
+	}
 	if adm.model.provider.Pace {
 		return c.pace(pc, adm.model, adm.capPer)
 	}
@@ -166,6 +172,7 @@ func (c *call) attempt(req *fasthttp.Request, x *exchange, pc *pacer, cand *mode
 	if err != nil {
 		if !c.gone.Load() {
 			g.noteUpstream(x.p, err, 0)
+			g.noteCircuit(cand, err, 0)
 		}
 		return err
 	}
@@ -173,6 +180,7 @@ func (c *call) attempt(req *fasthttp.Request, x *exchange, pc *pacer, cand *mode
 	c.event.UpstreamStatus = status
 	if !c.gone.Load() {
 		g.noteUpstream(x.p, nil, status)
+		g.noteCircuit(cand, nil, status)
 	}
 	pc.observe(g.now(), &x.resp.Header, status)
 	// Rules name the model as clients do (Identity.Model), not by its name

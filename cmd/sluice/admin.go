@@ -55,6 +55,17 @@ func (o *observability) watchHeadroom(l *sluice.Limiter, cfg *config.Config) {
 	o.metrics.WatchHeadroom(l, workspaces)
 }
 
+// watchCircuits exports the gateway's circuits as sluice_circuit_open.
+func (o *observability) watchCircuits(g *gateway.Gateway) {
+	o.metrics.WatchCircuits(func() []admin.Circuit {
+		var out []admin.Circuit
+		for _, c := range g.Circuits() {
+			out = append(out, admin.Circuit{Provider: c.Provider, Model: c.Model, Open: c.Open})
+		}
+		return out
+	})
+}
+
 // Observe counts a finished request and logs one line for it; it is the
 // gateway's Observer.
 func (o *observability) Observe(e gateway.Event) {

@@ -166,6 +166,7 @@ func serve(args []string) error {
 		return err
 	}
 	go g.CheckDependencies(ctx, 2*time.Second, time.Second)
+	obs.watchCircuits(g)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
@@ -251,7 +252,8 @@ func providersOf(ctx context.Context, cfg *config.Config, log *slog.Logger) ([]g
 	var out []gateway.Provider
 	for _, p := range cfg.Providers {
 		gp := gateway.Provider{Name: p.Name, Kind: string(p.Kind), BaseURL: p.BaseURL, APIKey: p.APIKey(os.LookupEnv), Pace: p.Pace,
-			Organization: p.Organization, Project: p.Project, OutputCapField: p.OutputCapField, APIVersion: p.APIVersion}
+			Organization: p.Organization, Project: p.Project, OutputCapField: p.OutputCapField, APIVersion: p.APIVersion,
+			CircuitFailures: p.Circuit.Failures, CircuitCooldown: p.Circuit.Cooldown}
 		if p.Kind == config.KindMock && p.BaseURL == "" {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

@@ -1,0 +1,35 @@
+package admin
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Circuit is one deployment's circuit breaker (a provider serving one
+// model), as the gateway reports it.
+type Circuit struct {
+	Provider, Model string
+	Open            bool
+}
+
+var circuitOpenDesc = prometheus.NewDesc("sluice_circuit_open",
+	"1 while the circuit of a deployment (a provider serving one model) is open: the deployment is skipped, as a refusing model is, until a probe succeeds; 0 once a deployment that failed is closed again.",
+	[]string{"provider", "model"}, nil)
+
+// WatchCircuits exports, read at each scrape, sluice_circuit_open for every
+// deployment that has failed since the process started (the label set is
+// bounded by the models the configuration serves).
+func (m *Metrics) WatchCircuits(circuits func() []Circuit) {
+	m.reg.MustRegister(circuitCollector(circuits))
+}
+
+type circuitCollector func() []Circuit
+
+func (c circuitCollector) Describe(ch chan<- *prometheus.Desc) { ch <- circuitOpenDesc }
+
+func (c circuitCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, cs := range c() {
+		open := 0.0
+		if cs.Open {
+			open = 1
+		}
+		ch <- prometheus.MustNewConstMetric(circuitOpenDesc, prometheus.GaugeValue, open, cs.Provider, cs.Model)
+	}
+}
