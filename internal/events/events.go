@@ -156,6 +156,8 @@ type Shadow struct {
 type Dependency struct {
 	Dependency string `json:"dependency"`
 	Provider   string `json:"provider,omitempty"`
+	// Model is the provider's model, for a deployment's circuit.
+	Model string `json:"model,omitempty"`
 	// Error is why it went down.
 	Error string `json:"error,omitempty"`
 }
@@ -231,7 +233,7 @@ func (e *Events) Overrun(o sluice.Overrun) {
 // Dependency reports a dependency going down or coming back (the gateway
 // logs it itself); it is the gateway's OnDependency.
 func (e *Events) Dependency(ch gateway.DependencyChange) {
-	body := Dependency{Dependency: ch.Dependency, Provider: ch.Provider}
+	body := Dependency{Dependency: ch.Dependency, Provider: ch.Provider, Model: ch.Model}
 	typ := DependencyUp
 	if !ch.Up {
 		typ = DependencyDown
