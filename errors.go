@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/dollars"
 )
 
 // Sentinels matched by errors.Is on the typed errors.
@@ -63,7 +65,7 @@ type Refusal struct {
 type RateLimitError struct{ Refusal }
 
 func (e *RateLimitError) Error() string {
-	return fmt.Sprintf("rate limit %q reached%s: %d %s per %v%s; retry in %v", e.Rule, e.classNote(), e.Limit, e.Metric, e.Window, sourceNote(e.Source), e.RetryAfter)
+	return fmt.Sprintf("rate limit %q reached%s: %s per %v%s; retry in %v", e.Rule, e.classNote(), amountOf(e.Metric, e.Limit), e.Window, sourceNote(e.Source), e.RetryAfter)
 }
 
 // Is matches ErrRateLimited.
@@ -84,11 +86,11 @@ type BudgetError struct{ Refusal }
 
 func (e *BudgetError) Error() string {
 	if e.Insufficient() {
-		return fmt.Sprintf("budget %q has %d of %d %s left this %s, less than the %d this request may use; resets at %s",
-			e.Rule, e.Remaining, e.Limit, e.Metric, e.Period, e.Requested, e.ResetAt.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("budget %q has %s left this %s, less than the %s this request may use; resets at %s",
+			e.Rule, partOf(e.Metric, e.Remaining, e.Limit), e.Period, amountOf(e.Metric, e.Requested), e.ResetAt.UTC().Format(time.RFC3339))
 	}
-	return fmt.Sprintf("budget %q exhausted: %d of %d %s used this %s; resets at %s",
-		e.Rule, e.Used, e.Limit, e.Metric, e.Period, e.ResetAt.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("budget %q exhausted: %s used this %s; resets at %s",
+		e.Rule, partOf(e.Metric, e.Used, e.Limit), e.Period, e.ResetAt.UTC().Format(time.RFC3339))
 }
 
 // Insufficient reports a budget that has room left, but less than the
@@ -116,7 +118,25 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("request can never fit rule %q: needs %d %s, the most it admits is %d%s", e.Rule, e.Estimate, e.Metric, e.Limit, sourceNote(e.Source))
+	return fmt.Sprintf("request can never fit rule %q: needs %s, the most it admits is %s%s", e.Rule, amountOf(e.Metric, e.Estimate), amountOf(e.Metric, e.Limit), sourceNote(e.Source))
+}
+
+// amountOf writes n of metric m as a message says it: money in dollars
+// ("$1.01"), anything else as a count and its unit ("100 tokens").
+func amountOf(m Metric, n int64) string {
+	if m == MetricCost {
+		return dollars.Money(n)
+	}
+	return fmt.Sprintf("%d %s", n, m)
+}
+
+// partOf writes part of whole, both of metric m: "$1.01 of $1.00",
+// "100 of 100 tokens".
+func partOf(m Metric, part, whole int64) string {
+	if m == MetricCost {
+		return dollars.Money(part) + " of " + dollars.Money(whole)
+	}
+	return fmt.Sprintf("%d of %d %s", part, whole, m)
 }
 
 // sourceNote is what a refusal's message says of its limit's source: that

@@ -470,3 +470,34 @@ func TestReservation_SettleAsync(t *testing.T) {
 		}
 	})
 }
+
+// A cost rule's refusal says its money in dollars, in the error and in the
+// HTTP message: "$1.01 of $1.00", never micro-dollars.
+func TestErrors_CostInDollars(t *testing.T) {
+	monthly := sluice.Rule{Name: "monthly", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricCost, Limit: 1_000_000, Period: sluice.PeriodMonth}
+	rate := sluice.Rule{Name: "spend_rate", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricCost, Limit: 5_000_000, Window: time.Minute}
+	l, _ := withRules(t, monthly, rate)
+	costs := func(k string, c int64) sluice.Request {
+		r := byKey(k)
+		r.Max = sluice.Usage{Cost: c}
+		return r
+	}
+	settle(t, admit(t, l, costs("a", 1_000_000)), sluice.Usage{Cost: 1_010_000})
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"exhausted", refuse(t, l, costs("a", 1), sluice.ErrBudgetExhausted), "$1.01 of $1.00 used this month"},
+		{"too large", refuse(t, l, costs("b", 7_500_000), sluice.ErrTooLarge), "needs $7.50, the most it admits is $1.00"},
+	}
+	for _, tt := range tests {
+		if !strings.Contains(tt.err.Error(), tt.want) {
+			t.Errorf("%s: %q, want %q", tt.name, tt.err, tt.want)
+		}
+		hr, _ := sluice.HTTPRefusalOf(tt.err)
+		if !strings.Contains(hr.Message, tt.want) {
+			t.Errorf("%s: message %q, want %q", tt.name, hr.Message, tt.want)
+		}
+	}
+}

@@ -152,6 +152,20 @@ func (l *Limiter) SetPolicy(p Policy) error {
 // Policy returns the policy in force.
 func (l *Limiter) Policy() Policy { return l.policy.Load().source }
 
+// RuleOf returns the rule in force whose counters carry id
+// (CounterKey.Rule), its Metric resolved ("" reads as requests); false
+// when no rule in force does (one changed or removed since).
+func (l *Limiter) RuleOf(id uint64) (Rule, bool) {
+	for _, r := range l.policy.Load().rules {
+		if r.id == id {
+			rule := r.Rule
+			rule.Metric = r.metric
+			return rule, true
+		}
+	}
+	return Rule{}, false
+}
+
 // Stats returns the Limiter's counts.
 func (l *Limiter) Stats() Stats {
 	return Stats{Admitted: l.admitted.Load(), Refused: l.refused.Load(), Overruns: l.overruns.Load(), FailedOpen: l.failedOpen.Load()}

@@ -299,7 +299,7 @@ func (c *console) reservations(w http.ResponseWriter, r *http.Request, p *princi
 	list := ReservationList{Source: FromProcess}
 	if c.h.opts.Metrics != nil {
 		var err error
-		if list, err = c.h.opts.Metrics.Reservations(r.Context(), c.h.now(), maxReservations); err != nil {
+		if list, err = c.h.opts.Metrics.Reservations(r.Context(), c.h.now(), maxReservations, c.h.limiter.RuleOf); err != nil {
 			return 0, "", err
 		}
 	}

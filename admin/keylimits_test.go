@@ -25,7 +25,8 @@ func TestAPI_KeyCreateWithLimits(t *testing.T) {
 	key := r.body["key"].(map[string]any)
 	id := key["id"].(string)
 	overrides, _ := r.body["overrides"].([]any)
-	want := map[string]float64{KeyRuleRequestsPerMinute: 2, KeyRuleTokensPerMinute: 100_000, KeyRuleInFlight: 4, "key_cost_per_month": 25_500_000}
+	// The budget's limit in dollars, as it was sent.
+	want := map[string]any{KeyRuleRequestsPerMinute: float64(2), KeyRuleTokensPerMinute: float64(100_000), KeyRuleInFlight: float64(4), "key_cost_per_month": "$25.5"}
 	if len(overrides) != len(want) {
 		t.Fatalf("overrides = %v, want %v", overrides, want)
 	}

@@ -53,11 +53,11 @@ func maxWaitField(raw json.RawMessage) (*time.Duration, error) {
 
 // keySecret is a key with its secret: the answer to a creation or a
 // rotation, the only time the secret is shown. A creation also lists the
-// overrides that hold the key's own limits.
+// overrides that hold the key's own limits (a budget's in dollars).
 type keySecret struct {
-	Key       catalog.Key        `json:"key"`
-	Secret    string             `json:"secret"`
-	Overrides []catalog.Override `json:"overrides,omitempty"`
+	Key       catalog.Key   `json:"key"`
+	Secret    string        `json:"secret"`
+	Overrides []overrideOut `json:"overrides,omitempty"`
 }
 
 func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -124,7 +124,11 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *principal
 	if len(limits) > 0 {
 		h.changed()
 	}
-	writeJSON(w, http.StatusCreated, keySecret{Key: k, Secret: secret, Overrides: overrides})
+	answer := keySecret{Key: k, Secret: secret}
+	for _, o := range overrides {
+		answer.Overrides = append(answer.Overrides, h.overrideOut(o))
+	}
+	writeJSON(w, http.StatusCreated, answer)
 	return nil
 }
 

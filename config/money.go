@@ -6,8 +6,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/dollars"
 )
 
 // A cost rule's money fields (limit, soft_limit, reserve_amount) are
@@ -135,39 +137,7 @@ func knownFields(mapping *yaml.Node, names []string, typ string) error {
 
 // Cents writes d in dollars with at least two decimals and as many more as
 // it needs: "500.00", "0.0005", "1,234.50" (thousands separated).
-func (d Dollars) Cents() string {
-	s := d.String()
-	whole, frac, _ := strings.Cut(s, ".")
-	for len(frac) < 2 {
-		frac += "0"
-	}
-	neg := strings.HasPrefix(whole, "-")
-	whole = strings.TrimPrefix(whole, "-")
-	whole = groupThousands(whole)
-	if neg {
-		whole = "-" + whole
-	}
-	return whole + "." + frac
-}
-
-// groupThousands puts a comma between each three digits of a whole number.
-func groupThousands(digits string) string {
-	if len(digits) <= 3 {
-		return digits
-	}
-	var b strings.Builder
-	first := len(digits) % 3
-	if first > 0 {
-		b.WriteString(digits[:first])
-	}
-	for i := first; i < len(digits); i += 3 {
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(digits[i : i+3])
-	}
-	return b.String()
-}
+func (d Dollars) Cents() string { return dollars.Cents(int64(d)) }
 
 // MarshalYAML writes r as UnmarshalYAML reads it: a cost rule's money in
 // dollars ("$500").
