@@ -36,6 +36,22 @@ func TestAPI_KeyCreateWithLimits(t *testing.T) {
 			t.Errorf("override %v, want limit %v for key %s", o, want[o["rule"].(string)], id)
 		}
 	}
+	// Beside its own limits, the answer lists the deployment's rules that
+	// apply to the key too, with their source: no surprise at the 21st
+	// call of a minute.
+	also := map[string]string{}
+	for _, l := range r.body["also_applies"].([]any) {
+		l := l.(map[string]any)
+		also[l["rule"].(string)] = l["source"].(string)
+	}
+	if also["rate_per_minute"] == "" || also["daily_token_budget"] == "" || also["max_in_flight"] == "" {
+		t.Errorf("also_applies = %v, want the deployment's rules with their source", r.body["also_applies"])
+	}
+	for rule := range want {
+		if _, ok := also[rule]; ok {
+			t.Errorf("also_applies lists the key's own limit %s", rule)
+		}
+	}
 	// The limits apply to the key's requests at once (OnChange rebuilt
 	// the policy), and to no other key's.
 	mine := sluice.Identity{Workspace: "w", User: "a", Key: id}
