@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dollars"
+	"github.com/sluicehq/sluice/internal/human"
 )
 
 // Sentinels matched by errors.Is on the typed errors.
@@ -46,8 +47,9 @@ type Refusal struct {
 	// ...), a tier, an override, or the provider (LimitFromProvider).
 	Source string
 	// RetryAfter is when a retry may succeed (rate and busy), rounded up to
-	// the millisecond.
+	// the millisecond; RetryAt is that instant, by the clock that decided.
 	RetryAfter time.Duration
+	RetryAt    time.Time
 	// ResetAt is when the rule's counter resets: the next period for a
 	// budget, a full bucket for a rate rule.
 	ResetAt time.Time
@@ -65,7 +67,7 @@ type Refusal struct {
 type RateLimitError struct{ Refusal }
 
 func (e *RateLimitError) Error() string {
-	return fmt.Sprintf("rate limit %q reached%s: %s per %v%s; retry in %v", e.Rule, e.classNote(), amountOf(e.Metric, e.Limit), e.Window, sourceNote(e.Source), e.RetryAfter)
+	return fmt.Sprintf("rate limit %q reached%s: %s per %s%s; retry in %s", e.Rule, e.classNote(), amountOf(e.Metric, e.Limit), human.Per(e.Window), sourceNote(e.Source), e.retryWords())
 }
 
 // Is matches ErrRateLimited.
@@ -75,7 +77,21 @@ func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited
 type BusyError struct{ Refusal }
 
 func (e *BusyError) Error() string {
-	return fmt.Sprintf("concurrency limit %q reached%s: %d calls in flight; retry in %v", e.Rule, e.classNote(), e.Limit, e.RetryAfter)
+	calls := "calls"
+	if e.Limit == 1 {
+		calls = "call"
+	}
+	return fmt.Sprintf("concurrency limit %q reached%s: %d %s in flight; retry in %s", e.Rule, e.classNote(), e.Limit, calls, e.retryWords())
+}
+
+// retryWords says when to retry: "3 seconds (at 2026-03-05T00:00:03Z)",
+// the instant left out when it is unknown (a Refusal made by hand).
+func (r *Refusal) retryWords() string {
+	s := human.Duration(r.RetryAfter)
+	if !r.RetryAt.IsZero() {
+		s += " (at " + human.Instant(r.RetryAt) + ")"
+	}
+	return s
 }
 
 // Is matches ErrBusy.

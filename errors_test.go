@@ -170,8 +170,8 @@ func TestErrors_MessagesNameRuleAndReset(t *testing.T) {
 		name string
 		want []string
 	}{
-		{"rate", []string{`"per_second"`, "3 requests per 1s", "retry in 334ms"}},
-		{"busy", []string{`"inflight"`, "1 calls in flight", "retry in 1s"}},
+		{"rate", []string{`"per_second"`, "3 requests per second", "retry in 334 milliseconds (at 2026-03-04T10:00:01Z)"}},
+		{"busy", []string{`"inflight"`, "1 call in flight", "retry in 1 second (at 2026-03-04T10:00:01Z)"}},
 		{"budget", []string{`"daily"`, "100 of 100 tokens", "this day", "resets at 2026-03-05T00:00:00Z"}},
 		{"too large", []string{`"daily"`, "101 tokens", "100"}},
 	}
@@ -184,6 +184,29 @@ func TestErrors_MessagesNameRuleAndReset(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A refusal's HTTP message says its outcome once, with no Go duration
+// ("1m0s"), and a retry's instant beside its wait.
+func TestHTTPRefusal_MessagesSayItOnceInWords(t *testing.T) {
+	got := refusals(t)
+	for name, want := range map[string]string{
+		"rate":      `Rate limit "per_second" reached: 3 requests per second; retry in 334 milliseconds (at 2026-03-04T10:00:01Z).`,
+		"busy":      `Concurrency limit "inflight" reached: 1 call in flight; retry in 1 second (at 2026-03-04T10:00:01Z).`,
+		"budget":    `Budget "daily" exhausted: 100 of 100 tokens used this day; resets at 2026-03-05T00:00:00Z. Do not retry before the reset.`,
+		"too large": `Request can never fit rule "daily": needs 101 tokens, the most it admits is 100 tokens. Lower max_tokens or shorten the prompt.`,
+	} {
+		hr, ok := sluice.HTTPRefusalOf(got[name])
+		if !ok || hr.Message != want {
+			t.Errorf("%s: message %q, want %q", name, hr.Message, want)
+		}
+	}
+	l, _ := withRules(t, rpm(1))
+	admit(t, l, byKey("k"))
+	hr, _ := sluice.HTTPRefusalOf(refuse(t, l, byKey("k"), sluice.ErrRateLimited))
+	if !strings.Contains(hr.Message, " per minute; retry in ") || strings.Contains(hr.Message, "1m0s") {
+		t.Errorf("a rule per minute: %q, want it said in words", hr.Message)
 	}
 }
 

@@ -261,7 +261,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	}
 	inZones(r.batch.Charges)
 	if !ok {
-		return l.refusal(r.batch.Charges)
+		return l.refusal(r.batch.Charges, now)
 	}
 	if req.Turn != "" {
 		l.turns.admitted(r.batch.Charges, req.Identity.Key, req.Turn, now)
@@ -397,9 +397,9 @@ func (r *compiledRule) matches(id *Identity) bool {
 		(len(m.Routes) == 0 || slices.Contains(m.Routes, id.Route))
 }
 
-// refusal builds the error for a refused admission: a budget wins over a
-// rate; among rates and concurrency, the longest wait.
-func (l *Limiter) refusal(charges []Charge) error {
+// refusal builds the error for a refused admission decided at now: a
+// budget wins over a rate; among rates and concurrency, the longest wait.
+func (l *Limiter) refusal(charges []Charge, now time.Time) error {
 	var budget, wait *Charge
 	for i := range charges {
 		c := &charges[i]
@@ -433,13 +433,15 @@ func (l *Limiter) refusal(charges []Charge) error {
 		return &StoreError{Op: "admit", Err: errors.New("store refused a batch without saying which charge")}
 	}
 	room := resultOf(charges)
-	switch {
-	case budget != nil:
+	if budget != nil {
 		return &BudgetError{refusalOf(budget, &room)}
-	case wait.Kind == KindConcurrency:
-		return &BusyError{refusalOf(wait, &room)}
 	}
-	return &RateLimitError{refusalOf(wait, &room)}
+	ref := refusalOf(wait, &room)
+	ref.RetryAt = now.Add(ref.RetryAfter)
+	if wait.Kind == KindConcurrency {
+		return &BusyError{ref}
+	}
+	return &RateLimitError{ref}
 }
 
 func refusalOf(c *Charge, room *Result) Refusal {

@@ -119,7 +119,7 @@ func (l *Limiter) held(req *Request, charges []Charge, now time.Time) error {
 		c.Used, c.Remaining, c.ResetAt = c.Limit, 0, until
 		c.RetryAfter = ceilMillisecond(until.Sub(now)) + l.retryBuffer
 		ref := refusalOf(c, nil)
-		ref.Source = LimitFromProvider
+		ref.Source, ref.RetryAt = LimitFromProvider, now.Add(c.RetryAfter)
 		return &RateLimitError{ref}
 	}
 	return nil
