@@ -44,14 +44,16 @@ func yamlNames(t reflect.Type) []string {
 }
 
 // UnmarshalYAML decodes a rule strictly, reading a cost rule's money in
-// dollars.
+// dollars. It reports every problem of the rule at once: unknown fields
+// (its own and its match's) and money not in dollars.
 func (r *Rule) UnmarshalYAML(node *yaml.Node) error {
 	if node.Kind != yaml.MappingNode {
 		type plain Rule
 		return node.Decode((*plain)(r))
 	}
+	var problems []string
 	if err := knownFields(node, ruleFields, "config.Rule"); err != nil {
-		return err
+		problems = append(problems, err.(*yaml.TypeError).Errors...)
 	}
 	edited := *node
 	edited.Content = append([]*yaml.Node(nil), node.Content...)
@@ -64,7 +66,7 @@ func (r *Rule) UnmarshalYAML(node *yaml.Node) error {
 		case "match":
 			if v.Kind == yaml.MappingNode {
 				if err := knownFields(v, matchFields, "sluice.Match"); err != nil {
-					return err
+					problems = append(problems, err.(*yaml.TypeError).Errors...)
 				}
 			}
 		}
@@ -77,12 +79,16 @@ func (r *Rule) UnmarshalYAML(node *yaml.Node) error {
 			}
 			micro, err := costAmount(k.Value, v)
 			if err != nil {
-				return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", v.Line, err)}}
+				problems = append(problems, fmt.Sprintf("line %d: %v", v.Line, err))
+				continue
 			}
 			n := *v
 			n.Tag, n.Value, n.Style = "!!int", strconv.FormatInt(int64(micro), 10), 0
 			edited.Content[i+1] = &n
 		}
+	}
+	if len(problems) > 0 {
+		return &yaml.TypeError{Errors: problems}
 	}
 	type plain Rule
 	return edited.Decode((*plain)(r))
