@@ -364,7 +364,7 @@ func (c *console) endSessionForm(w http.ResponseWriter, r *http.Request, p *prin
 	if !p.isAdmin() {
 		return 0, "", errorf(http.StatusForbidden, "forbidden", "ending a session needs an admin token")
 	}
-	s, err := c.h.cat.EndSession(r.Context(), r.PathValue("id"), p.actor)
+	s, err := c.h.endSessionAs(r.Context(), r.PathValue("id"), p.actor)
 	if err != nil {
 		return 0, "", err
 	}

@@ -201,7 +201,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		}
 		g.answerSession(ctx, &who, 200, s, nil)
 		if closed {
-			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: outcomeAdmitted, Session: "closed",
+			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: outcomeAdmitted, Session: "closed", SessionEnded: s.Ceiling == "",
 				SessionUsed: SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost}, IgnoredIdentity: authEvent.IgnoredIdentity})
 		}
 	default:
@@ -399,7 +399,8 @@ func (c *call) chargeSession(req sluice.Request) error {
 	if _, err := c.g.opts.Sessions.Store.ChargeSession(cctx, sc.id, c.who.KeyID, sc.tokens, sc.cost, req.Max.InputTokens); err != nil {
 		var ce *SessionCeilingError
 		if errors.As(err, &ce) && ce.First {
-			c.event.Session, c.event.Ceiling = "ceiling", ce.Ceiling
+			c.event.Session, c.event.Ceiling, c.event.SessionEnded = "ceiling", ce.Ceiling, true
+			c.event.SessionUsed = SessionUsage{Turns: ce.Session.Turns, Tokens: ce.Session.Tokens, Cost: ce.Session.Cost}
 		}
 		return sessionError(err)
 	}

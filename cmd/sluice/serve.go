@@ -108,6 +108,7 @@ func serve(args []string) error {
 	}
 	go cat.WatchPolicy(ctx, 0, poke, watchErrors(log))
 	go everyInterval(ctx, 30*time.Second, poke)
+	go everyInterval(ctx, 30*time.Second, func() { obs.endExpiredSessions(ctx, cat) })
 	go func() {
 		for {
 			select {
