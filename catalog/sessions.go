@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/dollars"
 )
 
 // Session is a gate for long interactive work: minted once with its
@@ -64,6 +66,9 @@ type CeilingError struct {
 }
 
 func (e *CeilingError) Error() string {
+	if e.Ceiling == "cost" {
+		return fmt.Sprintf("session %s: cost ceiling reached (%s of %s used)", e.Session.ID, dollars.Money(e.Used), dollars.Money(e.Limit))
+	}
 	return fmt.Sprintf("session %s: %s ceiling reached (%d of %d used)", e.Session.ID, e.Ceiling, e.Used, e.Limit)
 }
 

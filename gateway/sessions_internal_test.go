@@ -23,3 +23,11 @@ func TestSessionError_CostCeilingInDollars(t *testing.T) {
 		}
 	}
 }
+
+// A ceiling error says a cost ceiling in dollars too, as logs show it.
+func TestSessionCeilingError_CostInDollars(t *testing.T) {
+	err := &SessionCeilingError{Session: Session{ID: "s1"}, Ceiling: "cost", Used: 2_500_000, Limit: 2_000_000}
+	if want := "session s1: cost ceiling reached ($2.50 of $2.00 used)"; err.Error() != want {
+		t.Errorf("%q, want %q", err, want)
+	}
+}
