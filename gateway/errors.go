@@ -79,7 +79,7 @@ func errClientGone() error {
 // longer than the gateway holds calls.
 func errPaced(model string, wait time.Duration) error {
 	return &apiError{status: 429, typ: "rate_limit_error", anthType: "rate_limit_error", code: "provider_rate_limited", retryHint: wait,
-		message: fmt.Sprintf("The provider's rate limit for model %s is reached; retry in %s.", model, human.Duration(wait))}
+		message: fmt.Sprintf("The provider's rate limit for model %s is reached; retry in %s (at %s).", model, human.Duration(wait), human.Instant(time.Now().Add(wait)))}
 }
 
 func errNotFound(path string) error {
