@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/dollars"
+	"github.com/sluicehq/sluice/internal/human"
 )
 
 // Sentinels matched by errors.Is on the typed errors.
@@ -44,8 +47,9 @@ type Refusal struct {
 	// ...), a tier, an override, or the provider (LimitFromProvider).
 	Source string
 	// RetryAfter is when a retry may succeed (rate and busy), rounded up to
-	// the millisecond.
+	// the millisecond; RetryAt is that instant, by the clock that decided.
 	RetryAfter time.Duration
+	RetryAt    time.Time
 	// ResetAt is when the rule's counter resets: the next period for a
 	// budget, a full bucket for a rate rule.
 	ResetAt time.Time
@@ -63,7 +67,7 @@ type Refusal struct {
 type RateLimitError struct{ Refusal }
 
 func (e *RateLimitError) Error() string {
-	return fmt.Sprintf("rate limit %q reached%s: %d %s per %v%s; retry in %v", e.Rule, e.classNote(), e.Limit, e.Metric, e.Window, sourceNote(e.Source), e.RetryAfter)
+	return fmt.Sprintf("rate limit %q reached%s: %s per %s%s; retry in %s", e.Rule, e.classNote(), amountOf(e.Metric, e.Limit), human.Per(e.Window), sourceNote(e.Source), e.retryWords())
 }
 
 // Is matches ErrRateLimited.
@@ -73,7 +77,21 @@ func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited
 type BusyError struct{ Refusal }
 
 func (e *BusyError) Error() string {
-	return fmt.Sprintf("concurrency limit %q reached%s: %d calls in flight; retry in %v", e.Rule, e.classNote(), e.Limit, e.RetryAfter)
+	calls := "calls"
+	if e.Limit == 1 {
+		calls = "call"
+	}
+	return fmt.Sprintf("concurrency limit %q reached%s: %d %s in flight; retry in %s", e.Rule, e.classNote(), e.Limit, calls, e.retryWords())
+}
+
+// retryWords says when to retry: "3 seconds (at 2026-03-05T00:00:03Z)",
+// the instant left out when it is unknown (a Refusal made by hand).
+func (r *Refusal) retryWords() string {
+	s := human.Duration(r.RetryAfter)
+	if !r.RetryAt.IsZero() {
+		s += " (at " + human.Instant(r.RetryAt) + ")"
+	}
+	return s
 }
 
 // Is matches ErrBusy.
@@ -84,11 +102,11 @@ type BudgetError struct{ Refusal }
 
 func (e *BudgetError) Error() string {
 	if e.Insufficient() {
-		return fmt.Sprintf("budget %q has %d of %d %s left this %s, less than the %d this request may use; resets at %s",
-			e.Rule, e.Remaining, e.Limit, e.Metric, e.Period, e.Requested, e.ResetAt.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("budget %q has %s left this %s, less than the %s this request may use; resets at %s",
+			e.Rule, partOf(e.Metric, e.Remaining, e.Limit), e.Period, amountOf(e.Metric, e.Requested), e.ResetAt.UTC().Format(time.RFC3339))
 	}
-	return fmt.Sprintf("budget %q exhausted: %d of %d %s used this %s; resets at %s",
-		e.Rule, e.Used, e.Limit, e.Metric, e.Period, e.ResetAt.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("budget %q exhausted: %s used this %s; resets at %s",
+		e.Rule, partOf(e.Metric, e.Used, e.Limit), e.Period, e.ResetAt.UTC().Format(time.RFC3339))
 }
 
 // Insufficient reports a budget that has room left, but less than the
@@ -116,7 +134,25 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("request can never fit rule %q: needs %d %s, the most it admits is %d%s", e.Rule, e.Estimate, e.Metric, e.Limit, sourceNote(e.Source))
+	return fmt.Sprintf("request can never fit rule %q: needs %s, the most it admits is %s%s", e.Rule, amountOf(e.Metric, e.Estimate), amountOf(e.Metric, e.Limit), sourceNote(e.Source))
+}
+
+// amountOf writes n of metric m as a message says it: money in dollars
+// ("$1.01"), anything else as a count and its unit ("100 tokens").
+func amountOf(m Metric, n int64) string {
+	if m == MetricCost {
+		return dollars.Money(n)
+	}
+	return fmt.Sprintf("%d %s", n, m)
+}
+
+// partOf writes part of whole, both of metric m: "$1.01 of $1.00",
+// "100 of 100 tokens".
+func partOf(m Metric, part, whole int64) string {
+	if m == MetricCost {
+		return dollars.Money(part) + " of " + dollars.Money(whole)
+	}
+	return fmt.Sprintf("%d of %d %s", part, whole, m)
 }
 
 // sourceNote is what a refusal's message says of its limit's source: that

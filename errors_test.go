@@ -170,8 +170,8 @@ func TestErrors_MessagesNameRuleAndReset(t *testing.T) {
 		name string
 		want []string
 	}{
-		{"rate", []string{`"per_second"`, "3 requests per 1s", "retry in 334ms"}},
-		{"busy", []string{`"inflight"`, "1 calls in flight", "retry in 1s"}},
+		{"rate", []string{`"per_second"`, "3 requests per second", "retry in 334 milliseconds (at 2026-03-04T10:00:01Z)"}},
+		{"busy", []string{`"inflight"`, "1 call in flight", "retry in 1 second (at 2026-03-04T10:00:01Z)"}},
 		{"budget", []string{`"daily"`, "100 of 100 tokens", "this day", "resets at 2026-03-05T00:00:00Z"}},
 		{"too large", []string{`"daily"`, "101 tokens", "100"}},
 	}
@@ -184,6 +184,29 @@ func TestErrors_MessagesNameRuleAndReset(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A refusal's HTTP message says its outcome once, with no Go duration
+// ("1m0s"), and a retry's instant beside its wait.
+func TestHTTPRefusal_MessagesSayItOnceInWords(t *testing.T) {
+	got := refusals(t)
+	for name, want := range map[string]string{
+		"rate":      `Rate limit "per_second" reached: 3 requests per second; retry in 334 milliseconds (at 2026-03-04T10:00:01Z).`,
+		"busy":      `Concurrency limit "inflight" reached: 1 call in flight; retry in 1 second (at 2026-03-04T10:00:01Z).`,
+		"budget":    `Budget "daily" exhausted: 100 of 100 tokens used this day; resets at 2026-03-05T00:00:00Z. Do not retry before the reset.`,
+		"too large": `Request can never fit rule "daily": needs 101 tokens, the most it admits is 100 tokens. Lower max_tokens or shorten the prompt.`,
+	} {
+		hr, ok := sluice.HTTPRefusalOf(got[name])
+		if !ok || hr.Message != want {
+			t.Errorf("%s: message %q, want %q", name, hr.Message, want)
+		}
+	}
+	l, _ := withRules(t, rpm(1))
+	admit(t, l, byKey("k"))
+	hr, _ := sluice.HTTPRefusalOf(refuse(t, l, byKey("k"), sluice.ErrRateLimited))
+	if !strings.Contains(hr.Message, " per minute; retry in ") || strings.Contains(hr.Message, "1m0s") {
+		t.Errorf("a rule per minute: %q, want it said in words", hr.Message)
 	}
 }
 
@@ -469,4 +492,35 @@ func TestReservation_SettleAsync(t *testing.T) {
 			t.Fatalf("negative usage: %v, want ErrInvalidUsage", err)
 		}
 	})
+}
+
+// A cost rule's refusal says its money in dollars, in the error and in the
+// HTTP message: "$1.01 of $1.00", never micro-dollars.
+func TestErrors_CostInDollars(t *testing.T) {
+	monthly := sluice.Rule{Name: "monthly", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricCost, Limit: 1_000_000, Period: sluice.PeriodMonth}
+	rate := sluice.Rule{Name: "spend_rate", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricCost, Limit: 5_000_000, Window: time.Minute}
+	l, _ := withRules(t, monthly, rate)
+	costs := func(k string, c int64) sluice.Request {
+		r := byKey(k)
+		r.Max = sluice.Usage{Cost: c}
+		return r
+	}
+	settle(t, admit(t, l, costs("a", 1_000_000)), sluice.Usage{Cost: 1_010_000})
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"exhausted", refuse(t, l, costs("a", 1), sluice.ErrBudgetExhausted), "$1.01 of $1.00 used this month"},
+		{"too large", refuse(t, l, costs("b", 7_500_000), sluice.ErrTooLarge), "needs $7.50, the most it admits is $1.00"},
+	}
+	for _, tt := range tests {
+		if !strings.Contains(tt.err.Error(), tt.want) {
+			t.Errorf("%s: %q, want %q", tt.name, tt.err, tt.want)
+		}
+		hr, _ := sluice.HTTPRefusalOf(tt.err)
+		if !strings.Contains(hr.Message, tt.want) {
+			t.Errorf("%s: message %q, want %q", tt.name, hr.Message, tt.want)
+		}
+	}
 }

@@ -152,6 +152,20 @@ func (l *Limiter) SetPolicy(p Policy) error {
 // Policy returns the policy in force.
 func (l *Limiter) Policy() Policy { return l.policy.Load().source }
 
+// RuleOf returns the rule in force whose counters carry id
+// (CounterKey.Rule), its Metric resolved ("" reads as requests); false
+// when no rule in force does (one changed or removed since).
+func (l *Limiter) RuleOf(id uint64) (Rule, bool) {
+	for _, r := range l.policy.Load().rules {
+		if r.id == id {
+			rule := r.Rule
+			rule.Metric = r.metric
+			return rule, true
+		}
+	}
+	return Rule{}, false
+}
+
 // Stats returns the Limiter's counts.
 func (l *Limiter) Stats() Stats {
 	return Stats{Admitted: l.admitted.Load(), Refused: l.refused.Load(), Overruns: l.overruns.Load(), FailedOpen: l.failedOpen.Load()}
@@ -247,7 +261,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	}
 	inZones(r.batch.Charges)
 	if !ok {
-		return l.refusal(r.batch.Charges)
+		return l.refusal(r.batch.Charges, now)
 	}
 	if req.Turn != "" {
 		l.turns.admitted(r.batch.Charges, req.Identity.Key, req.Turn, now)
@@ -383,9 +397,9 @@ func (r *compiledRule) matches(id *Identity) bool {
 		(len(m.Routes) == 0 || slices.Contains(m.Routes, id.Route))
 }
 
-// refusal builds the error for a refused admission: a budget wins over a
-// rate; among rates and concurrency, the longest wait.
-func (l *Limiter) refusal(charges []Charge) error {
+// refusal builds the error for a refused admission decided at now: a
+// budget wins over a rate; among rates and concurrency, the longest wait.
+func (l *Limiter) refusal(charges []Charge, now time.Time) error {
 	var budget, wait *Charge
 	for i := range charges {
 		c := &charges[i]
@@ -419,13 +433,15 @@ func (l *Limiter) refusal(charges []Charge) error {
 		return &StoreError{Op: "admit", Err: errors.New("store refused a batch without saying which charge")}
 	}
 	room := resultOf(charges)
-	switch {
-	case budget != nil:
+	if budget != nil {
 		return &BudgetError{refusalOf(budget, &room)}
-	case wait.Kind == KindConcurrency:
-		return &BusyError{refusalOf(wait, &room)}
 	}
-	return &RateLimitError{refusalOf(wait, &room)}
+	ref := refusalOf(wait, &room)
+	ref.RetryAt = now.Add(ref.RetryAfter)
+	if wait.Kind == KindConcurrency {
+		return &BusyError{ref}
+	}
+	return &RateLimitError{ref}
 }
 
 func refusalOf(c *Charge, room *Result) Refusal {

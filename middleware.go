@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -153,11 +154,11 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 	switch {
 	case errors.As(err, &rl):
 		r = HTTPRefusal{Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded",
-			Message: "Rate limit reached: " + rl.Error() + ".", RetryAfter: max(rl.RetryAfter, time.Millisecond)}
+			Message: sentence(rl.Error()), RetryAfter: max(rl.RetryAfter, time.Millisecond)}
 		r.setRefusal(rl.Refusal)
 	case errors.As(err, &bz):
 		r = HTTPRefusal{Status: http.StatusTooManyRequests, Code: "concurrency_limit_exceeded",
-			Message: "Too many calls in flight: " + bz.Error() + ".", RetryAfter: max(bz.RetryAfter, time.Millisecond)}
+			Message: sentence(bz.Error()), RetryAfter: max(bz.RetryAfter, time.Millisecond)}
 		r.setRefusal(bz.Refusal)
 	case errors.As(err, &bu) && bu.Insufficient():
 		r = HTTPRefusal{Status: http.StatusTooManyRequests, Code: "budget_insufficient",
@@ -165,11 +166,11 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 		r.setRefusal(bu.Refusal)
 	case errors.As(err, &bu):
 		r = HTTPRefusal{Status: http.StatusTooManyRequests, Code: "budget_exceeded",
-			Message: "Budget exhausted: " + bu.Error() + ". Do not retry before the reset.", Terminal: true}
+			Message: sentence(bu.Error()) + " Do not retry before the reset.", Terminal: true}
 		r.setRefusal(bu.Refusal)
 	case errors.As(err, &tl):
 		r = HTTPRefusal{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large",
-			Message:  "This request can never fit: " + tl.Error() + ". Lower max_tokens or shorten the prompt.",
+			Message:  sentence(tl.Error()) + " Lower max_tokens or shorten the prompt.",
 			Terminal: true,
 			Limit:    &RefusalLimit{Rule: tl.Rule, Subject: tl.Subject, Metric: string(tl.Metric), Limit: tl.Limit, Requested: tl.Estimate, Source: tl.Source},
 			result:   tl.Result}
@@ -184,6 +185,16 @@ func HTTPRefusalOf(err error) (r HTTPRefusal, ok bool) {
 		r.Limit.RetryAfterMS = r.RetryAfter.Milliseconds()
 	}
 	return r, true
+}
+
+// sentence is an error's text as a message's sentence: capitalized, with
+// a full stop. The error already names the outcome ("rate limit ...
+// reached"), so the message says it once.
+func sentence(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:] + "."
 }
 
 func (r *HTTPRefusal) setRefusal(ref Refusal) {

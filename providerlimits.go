@@ -84,7 +84,7 @@ func (pl *providerLimits) limitOf(r *compiledRule, model string) (int64, bool) {
 		n = p.Requests
 	case MetricTokens:
 		n = p.Tokens
-	case MetricInputTokens:
+	case MetricInputTokens, MetricUncachedInputTokens:
 		n = p.InputTokens
 	}
 	if n <= 0 {
@@ -119,7 +119,7 @@ func (l *Limiter) held(req *Request, charges []Charge, now time.Time) error {
 		c.Used, c.Remaining, c.ResetAt = c.Limit, 0, until
 		c.RetryAfter = ceilMillisecond(until.Sub(now)) + l.retryBuffer
 		ref := refusalOf(c, nil)
-		ref.Source = LimitFromProvider
+		ref.Source, ref.RetryAt = LimitFromProvider, now.Add(c.RetryAfter)
 		return &RateLimitError{ref}
 	}
 	return nil
@@ -131,8 +131,8 @@ func checkProviderRule(r *Rule, m Metric) string {
 	switch {
 	case r.Kind != KindRate:
 		return "a provider's limits are rates: the rule must be a rate rule"
-	case m != MetricRequests && m != MetricTokens && m != MetricInputTokens:
-		return "providers give limits of requests, tokens and input_tokens, not " + string(m)
+	case m != MetricRequests && m != MetricTokens && m != MetricInputTokens && m != MetricUncachedInputTokens:
+		return "providers give limits of requests, tokens and input tokens (input_tokens, uncached_input_tokens), not " + string(m)
 	case r.Subject != "model" && r.Subject != "global":
 		return "a provider's limit is shared by every caller: the subject must be model or global, not " + r.Subject
 	case r.Subject == "global" && len(r.Match.Models) != 1:

@@ -201,6 +201,8 @@ func (u *Usage) amountOf(metric Metric) int64 {
 		return 1
 	case MetricInputTokens:
 		return u.InputTokens
+	case MetricUncachedInputTokens:
+		return max(0, u.InputTokens-u.CachedInputTokens)
 	case MetricOutputTokens:
 		return u.OutputTokens
 	case MetricTokens:

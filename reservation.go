@@ -134,7 +134,7 @@ func resultOf(charges []Charge) Result {
 			if leastRequests == nil || room < requestsRoom {
 				leastRequests, requestsRoom = c, room
 			}
-		case MetricTokens, MetricInputTokens, MetricOutputTokens:
+		case MetricTokens, MetricInputTokens, MetricUncachedInputTokens, MetricOutputTokens:
 			if leastTokens == nil || room < tokensRoom {
 				leastTokens, tokensRoom = c, room
 			}

@@ -28,12 +28,18 @@ type Metric string
 
 // The built-in metrics.
 const (
-	MetricRequests     Metric = "requests"
-	MetricInputTokens  Metric = "input_tokens"
-	MetricOutputTokens Metric = "output_tokens"
-	MetricTokens       Metric = "tokens"
-	MetricCost         Metric = "cost" // integer micro-dollars
-	MetricConcurrency  Metric = "concurrency"
+	MetricRequests    Metric = "requests"
+	MetricInputTokens Metric = "input_tokens"
+	// MetricUncachedInputTokens counts input tokens not read from a cache
+	// (InputTokens minus CachedInputTokens), as providers' own input
+	// limits often do (Anthropic's input tokens per minute leave cache
+	// reads out). Before a call, when cache reads are unknown, every input
+	// token is reserved; settlement gives back the cached ones.
+	MetricUncachedInputTokens Metric = "uncached_input_tokens"
+	MetricOutputTokens        Metric = "output_tokens"
+	MetricTokens              Metric = "tokens"
+	MetricCost                Metric = "cost" // integer micro-dollars
+	MetricConcurrency         Metric = "concurrency"
 )
 
 // Mode says whether a rule refuses. The empty Mode is ModeEnforce.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -427,6 +428,21 @@ func TestAPI_BudgetsWithLiveUsageAndReserved(t *testing.T) {
 	res := e.must(http.StatusOK, "GET", "/admin/v1/reservations", rootToken, nil)
 	if n := len(res.body["reservations"].([]any)); n != 1 {
 		t.Fatalf("open reservations = %s", res.raw)
+	}
+	// The id is a string (it may pass 2^53, where a JavaScript number is
+	// no longer exact); each charge names its rule and metric.
+	listed := res.body["reservations"].([]any)[0].(map[string]any)
+	if id, ok := listed["id"].(string); !ok || id != strconv.FormatUint(open.ID(), 10) {
+		t.Errorf("reservation id = %#v, want the string %d", listed["id"], open.ID())
+	}
+	named := map[string]string{}
+	for _, c := range listed["charges"].([]any) {
+		c := c.(map[string]any)
+		rule, _ := c["rule"].(string)
+		named[rule], _ = c["metric"].(string)
+	}
+	if named["acme_cost"] != "cost" || named["daily_token_budget"] != "tokens" {
+		t.Errorf("reservation charges = %v, want each named by rule and metric", listed["charges"])
 	}
 	if err := open.Settle(context.Background(), sluice.Usage{InputTokens: 400, Cost: 800}); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package admin
 import (
 	"cmp"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -269,14 +268,50 @@ func (c *console) deleteOverride(w http.ResponseWriter, r *http.Request, p *prin
 	return 0, "", nil
 }
 
+// ruleRow is a rule in force as the rules page shows it: with the
+// overrides of it the viewer may read, and what its match selects.
+type ruleRow struct {
+	policyRule
+	// Overrides counts the rule's overrides; a rule with a limit of 0 and
+	// overrides (a per-key rule made for keys' own limits) binds the
+	// subjects they name and no other.
+	Overrides int
+	// Match says which calls the rule counts: "models a, b; tiers t"; ""
+	// for every call.
+	Match string
+}
+
+// matchText writes a rule's match for people; "" when it matches every
+// call.
+func matchText(m sluice.Match) string {
+	var parts []string
+	for _, f := range []struct {
+		name   string
+		values []string
+	}{{"models", m.Models}, {"tiers", m.Tiers}, {"routes", m.Routes}} {
+		if len(f.values) > 0 {
+			parts = append(parts, f.name+" "+strings.Join(f.values, ", "))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
 func (c *console) rules(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
-	rules := c.h.policyRules()
-	var rates, budgets []policyRule
-	for _, rule := range rules {
+	overrides, err := c.h.visibleOverrides(r.Context(), p)
+	if err != nil {
+		return 0, "", err
+	}
+	counts := map[string]int{}
+	for _, o := range overrides {
+		counts[o.Rule]++
+	}
+	var rates, budgets []ruleRow
+	for _, rule := range c.h.policyRules() {
+		row := ruleRow{policyRule: rule, Overrides: counts[rule.Name], Match: matchText(rule.Match)}
 		if rule.Kind == sluice.KindBudget {
-			budgets = append(budgets, rule)
+			budgets = append(budgets, row)
 		} else {
-			rates = append(rates, rule)
+			rates = append(rates, row)
 		}
 	}
 	v.Title, v.Nav, v.Data = "Rules and budgets", "rules", map[string]any{"Rules": rates, "Budgets": budgets}
@@ -299,7 +334,7 @@ func (c *console) reservations(w http.ResponseWriter, r *http.Request, p *princi
 	list := ReservationList{Source: FromProcess}
 	if c.h.opts.Metrics != nil {
 		var err error
-		if list, err = c.h.opts.Metrics.Reservations(r.Context(), c.h.now(), maxReservations); err != nil {
+		if list, err = c.h.opts.Metrics.Reservations(r.Context(), c.h.now(), maxReservations, c.h.limiter.RuleOf); err != nil {
 			return 0, "", err
 		}
 	}
@@ -329,44 +364,10 @@ func (c *console) endSessionForm(w http.ResponseWriter, r *http.Request, p *prin
 	if !p.isAdmin() {
 		return 0, "", errorf(http.StatusForbidden, "forbidden", "ending a session needs an admin token")
 	}
-	s, err := c.h.cat.EndSession(r.Context(), r.PathValue("id"), p.actor)
+	s, err := c.h.endSessionAs(r.Context(), r.PathValue("id"), p.actor)
 	if err != nil {
 		return 0, "", err
 	}
 	http.Redirect(w, r, "/ui/sessions?ended="+url.QueryEscape(s.ID), http.StatusSeeOther)
 	return 0, "", nil
-}
-
-// auditRow is an audit entry as the console shows it.
-type auditRow struct {
-	catalog.AuditEntry
-	BeforeText, AfterText string
-}
-
-func (c *console) audit(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
-	q := catalog.AuditQuery{Actor: r.URL.Query().Get("actor"), Action: r.URL.Query().Get("action"), Target: r.URL.Query().Get("target"), Limit: 200}
-	if !p.isAdmin() {
-		q.Workspaces, q.Org = p.workspaces, p.org
-	}
-	entries, err := c.h.cat.ListAudit(r.Context(), q)
-	if err != nil {
-		return 0, "", err
-	}
-	rows := make([]auditRow, 0, len(entries))
-	for _, e := range entries {
-		e = c.h.auditInDollars(e)
-		rows = append(rows, auditRow{AuditEntry: e, BeforeText: rawText(e.Before), AfterText: rawText(e.After)})
-	}
-	v.Title, v.Nav, v.Data = "Audit log", "audit", map[string]any{"Entries": rows, "Query": q}
-	return http.StatusOK, "audit", nil
-}
-
-func rawText(v any) string {
-	if v == nil {
-		return ""
-	}
-	if b, ok := v.([]byte); ok {
-		return string(b)
-	}
-	return strings.TrimSpace(fmt.Sprintf("%s", v))
 }

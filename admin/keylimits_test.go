@@ -25,7 +25,8 @@ func TestAPI_KeyCreateWithLimits(t *testing.T) {
 	key := r.body["key"].(map[string]any)
 	id := key["id"].(string)
 	overrides, _ := r.body["overrides"].([]any)
-	want := map[string]float64{KeyRuleRequestsPerMinute: 2, KeyRuleTokensPerMinute: 100_000, KeyRuleInFlight: 4, "key_cost_per_month": 25_500_000}
+	// The budget's limit in dollars, as it was sent.
+	want := map[string]any{KeyRuleRequestsPerMinute: float64(2), KeyRuleTokensPerMinute: float64(100_000), KeyRuleInFlight: float64(4), "key_cost_per_month": "$25.5"}
 	if len(overrides) != len(want) {
 		t.Fatalf("overrides = %v, want %v", overrides, want)
 	}
@@ -33,6 +34,22 @@ func TestAPI_KeyCreateWithLimits(t *testing.T) {
 		o := o.(map[string]any)
 		if o["attribute"] != "key" || o["value"] != id || o["limit"] != want[o["rule"].(string)] {
 			t.Errorf("override %v, want limit %v for key %s", o, want[o["rule"].(string)], id)
+		}
+	}
+	// Beside its own limits, the answer lists the deployment's rules that
+	// apply to the key too, with their source: no surprise at the 21st
+	// call of a minute.
+	also := map[string]string{}
+	for _, l := range r.body["also_applies"].([]any) {
+		l := l.(map[string]any)
+		also[l["rule"].(string)] = l["source"].(string)
+	}
+	if also["rate_per_minute"] == "" || also["daily_token_budget"] == "" || also["max_in_flight"] == "" {
+		t.Errorf("also_applies = %v, want the deployment's rules with their source", r.body["also_applies"])
+	}
+	for rule := range want {
+		if _, ok := also[rule]; ok {
+			t.Errorf("also_applies lists the key's own limit %s", rule)
 		}
 	}
 	// The limits apply to the key's requests at once (OnChange rebuilt

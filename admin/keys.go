@@ -53,11 +53,15 @@ func maxWaitField(raw json.RawMessage) (*time.Duration, error) {
 
 // keySecret is a key with its secret: the answer to a creation or a
 // rotation, the only time the secret is shown. A creation also lists the
-// overrides that hold the key's own limits.
+// overrides that hold the key's own limits (a budget's in dollars), and
+// the other rules in force that apply to the key's calls beside them (the
+// built-in ones, the config file's, the stored ones), so that none is a
+// surprise.
 type keySecret struct {
-	Key       catalog.Key        `json:"key"`
-	Secret    string             `json:"secret"`
-	Overrides []catalog.Override `json:"overrides,omitempty"`
+	Key         catalog.Key   `json:"key"`
+	Secret      string        `json:"secret"`
+	Overrides   []overrideOut `json:"overrides,omitempty"`
+	AlsoApplies []limitView   `json:"also_applies,omitempty"`
 }
 
 func (h *Handler) listKeys(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -124,7 +128,24 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *principal
 	if len(limits) > 0 {
 		h.changed()
 	}
-	writeJSON(w, http.StatusCreated, keySecret{Key: k, Secret: secret, Overrides: overrides})
+	answer := keySecret{Key: k, Secret: secret}
+	own := map[string]bool{}
+	for _, o := range overrides {
+		answer.Overrides = append(answer.Overrides, h.overrideOut(o))
+		own[o.Rule] = true
+	}
+	// The key is made: a store that cannot say what applies leaves the
+	// list out rather than lose the secret.
+	applies, err := h.limitsOf(r.Context(), keyIdentity(k))
+	if err != nil {
+		h.log.Error("admin: list the rules that apply to a new key", "key", k.ID, "err", err)
+	}
+	for _, l := range applies {
+		if !own[l.Rule] {
+			answer.AlsoApplies = append(answer.AlsoApplies, l)
+		}
+	}
+	writeJSON(w, http.StatusCreated, answer)
 	return nil
 }
 

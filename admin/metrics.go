@@ -193,16 +193,16 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	}, []string{"result"})
 	m.sessions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_sessions_total",
-		Help: "Sessions opened, closed by their client, and reaching a ceiling (once per session, by ceiling: wall_clock, turns, tokens, cost). The share of sessions that hit a ceiling is ceiling_reached over opened.",
+		Help: "Sessions opened, closed by their client (closed) or an admin (closed_by_admin), and reaching a ceiling (once per session, by ceiling: wall_clock, turns, tokens, cost, context; wall_clock also when it passes with no call). The share of sessions that hit a ceiling is ceiling_reached over opened.",
 	}, []string{"event", "ceiling"})
 	m.sessionCost = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "sluice_session_cost_microdollars",
-		Help:    "Cost of each session its client closed, in micro-dollars: the cost per completed session.",
+		Help:    "Cost of each session when it ended, in micro-dollars: closed by its client or an admin, at its first ceiling, or when its wall clock passed; once per session. The cost per completed session.",
 		Buckets: prometheus.ExponentialBuckets(1000, 4, 12), // 0.1 cent to ~4,200 dollars
 	})
 	m.sessionTurn = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "sluice_session_turns",
-		Help:    "Turns (calls) of each session its client closed.",
+		Help:    "Turns (calls) of each session when it ended (as sluice_session_cost_microdollars).",
 		Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500},
 	})
 	m.ignoredID = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -385,10 +385,11 @@ func (m *Metrics) Observe(e event.Event) {
 		m.sessions.WithLabelValues("opened", "none").Inc()
 	case "closed":
 		m.sessions.WithLabelValues("closed", "none").Inc()
-		m.sessionCost.Observe(float64(e.SessionUsed.Cost))
-		m.sessionTurn.Observe(float64(e.SessionUsed.Turns))
 	case "ceiling":
 		m.sessions.WithLabelValues("ceiling_reached", bounded(e.Ceiling, knownCeilings)).Inc()
+	}
+	if e.SessionEnded {
+		m.sessionEnded(e.SessionUsed)
 	}
 	if e.ImpossibleUsage {
 		m.impossible.Inc()
@@ -492,4 +493,23 @@ func (m *Metrics) observeSweep(res sluice.SweepResult) {
 	m.swept.Add(float64(res.Reservations))
 	m.sweptBudget.WithLabelValues("charged").Add(float64(res.Charged))
 	m.sweptBudget.WithLabelValues("released").Add(float64(res.Released))
+}
+
+// sessionEnded observes what a session used when it ended.
+func (m *Metrics) sessionEnded(used event.SessionUsage) {
+	m.sessionCost.Observe(float64(used.Cost))
+	m.sessionTurn.Observe(float64(used.Turns))
+}
+
+// SessionEnded counts and observes a session that ended with no call of
+// its own to say so: closed by an admin (ceiling ""), or found past its
+// wall clock (ceiling "wall_clock", catalog.EndExpiredSessions). Observe
+// counts those their client closed or a call found at a ceiling.
+func (m *Metrics) SessionEnded(ceiling string, used event.SessionUsage) {
+	if ceiling == "" {
+		m.sessions.WithLabelValues("closed_by_admin", "none").Inc()
+	} else {
+		m.sessions.WithLabelValues("ceiling_reached", bounded(ceiling, knownCeilings)).Inc()
+	}
+	m.sessionEnded(used)
 }

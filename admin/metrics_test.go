@@ -130,8 +130,9 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 		// Sessions: two opened, one refused by a ceiling, one closed.
 		{Route: "sessions", Model: "mock-small", Outcome: "admitted", Status: 201, Session: "opened"},
 		{Route: "sessions", Model: "mock-small", Outcome: "admitted", Status: 201, Session: "opened"},
-		{Route: "chat", Model: "mock-small", Outcome: "session_ceiling", Class: "terminal", Status: 429, Session: "ceiling", Ceiling: "turns"},
-		{Route: "sessions", Model: "mock-small", Outcome: "admitted", Status: 200, Session: "closed",
+		{Route: "chat", Model: "mock-small", Outcome: "session_ceiling", Class: "terminal", Status: 429, Session: "ceiling", Ceiling: "turns",
+			SessionEnded: true, SessionUsed: gateway.SessionUsage{Turns: 3, Tokens: 500, Cost: 8_000}},
+		{Route: "sessions", Model: "mock-small", Outcome: "admitted", Status: 200, Session: "closed", SessionEnded: true,
 			SessionUsed: gateway.SessionUsage{Turns: 7, Tokens: 900, Cost: 12_000}},
 		// Identity headers a key may not assert, ignored; a name no release
 		// sends folds into "other".
@@ -142,6 +143,10 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 	for _, ev := range events {
 		e.metrics.Observe(ev)
 	}
+	// Sessions that ended with no call of their own: an admin's close, a
+	// wall clock passed with no call.
+	e.metrics.SessionEnded("", gateway.SessionUsage{Turns: 1, Cost: 10})
+	e.metrics.SessionEnded("wall_clock", gateway.SessionUsage{Turns: 2, Cost: 20})
 	f := e.scrape(rootToken)
 
 	for _, tc := range []struct {
@@ -188,8 +193,12 @@ func TestMetrics_ScrapedAndParsed(t *testing.T) {
 		{"sluice_sessions_total", []string{"event", "opened"}, 2},
 		{"sluice_sessions_total", []string{"event", "ceiling_reached", "ceiling", "turns"}, 1},
 		{"sluice_sessions_total", []string{"event", "closed"}, 1},
-		{"sluice_session_cost_microdollars", nil, 1},
-		{"sluice_session_turns", nil, 1},
+		{"sluice_sessions_total", []string{"event", "closed_by_admin"}, 1},
+		{"sluice_sessions_total", []string{"event", "ceiling_reached", "ceiling", "wall_clock"}, 1},
+		// Every session that ended, however: a ceiling, its client, an
+		// admin, its wall clock.
+		{"sluice_session_cost_microdollars", nil, 4},
+		{"sluice_session_turns", nil, 4},
 		{"sluice_requests_total", []string{"route", "chat", "outcome", "session_ceiling", "class", "terminal"}, 1},
 		{"sluice_identity_headers_ignored_total", []string{"header", "X-Sluice-Workspace"}, 1},
 		{"sluice_identity_headers_ignored_total", []string{"header", "X-Sluice-User"}, 2},

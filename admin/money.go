@@ -176,9 +176,19 @@ func moneyPtr(p *int64) *money {
 	return &m
 }
 
-// ruleIsCost reports whether the rule in force named name counts money.
+// ruleIsCost reports whether the rule in force named name counts money;
+// a per-key rule of a key's own limits (KeyLimitRules) not yet in force,
+// whether it will.
 func (h *Handler) ruleIsCost(name string) bool {
-	return h.ruleMetric(name) == string(sluice.MetricCost)
+	metric := h.ruleMetric(name)
+	if metric == "" {
+		for _, r := range KeyLimitRules() {
+			if r.Name == name {
+				metric = string(r.Metric)
+			}
+		}
+	}
+	return metric == string(sluice.MetricCost)
 }
 
 // ruleMetric is the metric of the rule in force named name; "" when none

@@ -175,7 +175,7 @@ func TestAPI_CallsAndAuditMoneyInDollars(t *testing.T) {
 	for path, want := range map[string][]string{
 		"/ui/overrides":       {"$50.00", "5,000"},
 		"/ui/workspaces/acme": {"$50.00", "5,000"},
-		"/ui/audit":           {`&#34;limit&#34;:&#34;$600&#34;`},
+		"/ui/audit":           {`<b>limit</b> <del>$500</del> → <ins>$600</ins>`},
 	} {
 		status, body := b.get(path)
 		for _, w := range want {

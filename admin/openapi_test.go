@@ -346,3 +346,22 @@ func TestOpenAPI_ClassRefusalAndHeadersDescribed(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPI_EveryOperationHasAnID: client generators name their
+// methods by operationId; each operation has one, unique.
+func TestOpenAPI_EveryOperationHasAnID(t *testing.T) {
+	d := loadOpenAPI(t)
+	seen := map[string]string{}
+	for path, item := range d.doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			where := method + " " + path
+			switch other, dup := seen[op.OperationID]; {
+			case op.OperationID == "":
+				t.Errorf("%s has no operationId", where)
+			case dup:
+				t.Errorf("%s and %s share the operationId %q", where, other, op.OperationID)
+			}
+			seen[op.OperationID] = where
+		}
+	}
+}

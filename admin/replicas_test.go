@@ -61,8 +61,10 @@ func TestAPI_ReservationsAcrossReplicas(t *testing.T) {
 			// The charges the store records: the workspace's budget and the
 			// server's lease (the rate charge holds nothing).
 			want := map[uint64][]ReservationCharge{
-				ours.ID():   {{Kind: sluice.KindBudget, Subject: "acme", Amount: 700}, {Kind: sluice.KindConcurrency, Subject: "test", Amount: 1}},
-				theirs.ID(): {{Kind: sluice.KindBudget, Subject: "globex", Amount: 200}, {Kind: sluice.KindConcurrency, Subject: "test", Amount: 1}},
+				ours.ID(): {{Rule: "daily_token_budget", Metric: "tokens", Kind: sluice.KindBudget, Subject: "acme", Amount: 700},
+					{Rule: "max_in_flight", Metric: "concurrency", Kind: sluice.KindConcurrency, Subject: "test", Amount: 1}},
+				theirs.ID(): {{Rule: "daily_token_budget", Metric: "tokens", Kind: sluice.KindBudget, Subject: "globex", Amount: 200},
+					{Rule: "max_in_flight", Metric: "concurrency", Kind: sluice.KindConcurrency, Subject: "test", Amount: 1}},
 			}
 			own := map[*env]uint64{a: ours.ID(), b: theirs.ID()}
 			check := func(e *env, open ...*sluice.Reservation) {

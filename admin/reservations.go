@@ -11,7 +11,9 @@ import (
 
 // Reservation is an open reservation: admitted, not yet settled or swept.
 type Reservation struct {
-	ID uint64 `json:"id"`
+	// ID is written as a string: it may pass 2^53, past which a
+	// JavaScript number is not exact.
+	ID uint64 `json:"id,string"`
 	// Admitted and Age (how long it has been open, in seconds) are known
 	// for the reservations this process admitted; the store does not
 	// keep them.
@@ -23,7 +25,13 @@ type Reservation struct {
 
 // ReservationCharge is one counter a reservation holds an amount on.
 type ReservationCharge struct {
-	Kind sluice.Kind `json:"kind"`
+	// Rule and Metric name the rule in force whose counter it is; empty
+	// when no rule in force counts there any more (changed or removed
+	// since the admission). Amount is in the metric's unit: micro-dollars
+	// for cost.
+	Rule   string      `json:"rule,omitempty"`
+	Metric string      `json:"metric,omitempty"`
+	Kind   sluice.Kind `json:"kind"`
 	// Subject is the counter's subject value (parts of a composite joined
 	// by "+").
 	Subject string `json:"subject"`
@@ -48,12 +56,17 @@ type ReservationList struct {
 	Truncated bool `json:"truncated"`
 }
 
+// RuleOf finds the rule in force whose counters carry a fingerprint
+// (sluice.CounterKey.Rule): Limiter.RuleOf.
+type RuleOf func(id uint64) (sluice.Rule, bool)
+
 // Reservations lists up to limit open reservations at now, the soonest
 // deadline first: from the store when it is a sluice.ReservationLister
 // (those of every replica sharing it: the batches with a budget charge, as
 // the store records them), else those open in this process (every
 // admitted batch, with all its charges).
-func (m *Metrics) Reservations(ctx context.Context, now time.Time, limit int) (ReservationList, error) {
+// Each charge is named by its rule and metric when rules finds it.
+func (m *Metrics) Reservations(ctx context.Context, now time.Time, limit int, rules RuleOf) (ReservationList, error) {
 	list := ReservationList{Reservations: []Reservation{}, Source: FromStore}
 	stores := m.storesSnapshot()
 	if len(stores) == 0 {
@@ -63,7 +76,7 @@ func (m *Metrics) Reservations(ctx context.Context, now time.Time, limit int) (R
 		lister, ok := s.Store.(sluice.ReservationLister)
 		if !ok {
 			list.Source = FromProcess
-			list.Reservations = append(list.Reservations, s.openReservations(now)...)
+			list.Reservations = append(list.Reservations, s.openReservations(now, rules)...)
 			continue
 		}
 		// One more than asked tells whether the list is cut.
@@ -71,7 +84,7 @@ func (m *Metrics) Reservations(ctx context.Context, now time.Time, limit int) (R
 		if err != nil {
 			return ReservationList{}, &sluice.StoreError{Op: "reservations", Err: err}
 		}
-		list.Reservations = append(list.Reservations, s.stored(open, now)...)
+		list.Reservations = append(list.Reservations, s.stored(open, now, rules)...)
 	}
 	slices.SortFunc(list.Reservations, func(a, b Reservation) int {
 		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
@@ -83,7 +96,7 @@ func (m *Metrics) Reservations(ctx context.Context, now time.Time, limit int) (R
 }
 
 // openReservations lists the batches open in this process.
-func (s *instrumentedStore) openReservations(now time.Time) []Reservation {
+func (s *instrumentedStore) openReservations(now time.Time, rules RuleOf) []Reservation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]Reservation, 0, len(s.open))
@@ -91,7 +104,7 @@ func (s *instrumentedStore) openReservations(now time.Time) []Reservation {
 		r := Reservation{ID: id, Deadline: ob.deadline.UTC()}
 		r.since(ob.admitted, now)
 		for _, c := range ob.charges {
-			r.Charges = append(r.Charges, ReservationCharge{Kind: c.kind, Subject: displaySubject(c.key.Subject), Amount: c.amount})
+			r.Charges = append(r.Charges, chargeOf(rules, c.key, c.kind, c.amount))
 		}
 		out = append(out, r)
 	}
@@ -100,7 +113,7 @@ func (s *instrumentedStore) openReservations(now time.Time) []Reservation {
 
 // stored turns the store's listing into Reservations, with the admission
 // time of those this process admitted.
-func (s *instrumentedStore) stored(open []sluice.OpenReservation, now time.Time) []Reservation {
+func (s *instrumentedStore) stored(open []sluice.OpenReservation, now time.Time, rules RuleOf) []Reservation {
 	out := make([]Reservation, len(open))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,11 +123,24 @@ func (s *instrumentedStore) stored(open []sluice.OpenReservation, now time.Time)
 			r.since(ob.admitted, now)
 		}
 		for j, c := range o.Charges {
-			r.Charges[j] = ReservationCharge{Kind: c.Kind, Subject: displaySubject(c.Key.Subject), Amount: c.Amount}
+			r.Charges[j] = chargeOf(rules, c.Key, c.Kind, c.Amount)
 		}
 		out[i] = r
 	}
 	return out
+}
+
+// chargeOf is what a reservation holds on counter key: amount of kind,
+// named by the rule rules finds.
+func chargeOf(rules RuleOf, key sluice.CounterKey, kind sluice.Kind, amount int64) ReservationCharge {
+	c := ReservationCharge{Kind: kind, Subject: displaySubject(key.Subject), Amount: amount}
+	if rules == nil {
+		return c
+	}
+	if r, ok := rules(key.Rule); ok {
+		c.Rule, c.Metric = r.Name, string(r.Metric)
+	}
+	return c
 }
 
 // since sets when r was admitted and its age at now.

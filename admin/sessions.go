@@ -1,9 +1,11 @@
 package admin
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/gateway/event"
 )
 
 // listSessions is GET /admin/v1/sessions?workspace=W&open=true&limit=N:
@@ -35,12 +37,23 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request, p *princi
 // endSession is DELETE /admin/v1/sessions/{id}: an operator closes a
 // session (a runaway agent); its calls are refused from then on. Audited.
 func (h *Handler) endSession(w http.ResponseWriter, r *http.Request, p *principal) error {
-	s, err := h.cat.EndSession(r.Context(), r.PathValue("id"), p.actor)
+	s, err := h.endSessionAs(r.Context(), r.PathValue("id"), p.actor)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"session": sessionOutOf(s)})
 	return nil
+}
+
+// endSessionAs closes session id for actor, an admin (catalog.EndSession),
+// and observes what it used when the close ended it: when no ceiling had
+// ended it before.
+func (h *Handler) endSessionAs(ctx context.Context, id, actor string) (catalog.Session, error) {
+	s, closed, err := h.cat.EndSession(ctx, id, actor)
+	if err == nil && closed && s.Ceiling == "" && h.opts.Metrics != nil {
+		h.opts.Metrics.SessionEnded("", event.SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost})
+	}
+	return s, err
 }
 
 // sessionOut is a session as the admin API writes it: its cost ceiling and

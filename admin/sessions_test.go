@@ -41,9 +41,19 @@ func TestAdmin_Sessions(t *testing.T) {
 	if r := e.do("DELETE", "/admin/v1/sessions/"+a.ID, viewer, nil); r.status != http.StatusForbidden {
 		t.Fatalf("viewer ending a session: %d", r.status)
 	}
+	if _, err := e.cat.ChargeSession(ctx, a.ID, "k1", 100, 2500, 10); err != nil {
+		t.Fatal(err)
+	}
 	ended := e.must(http.StatusOK, "DELETE", "/admin/v1/sessions/"+a.ID, rootToken, nil)
 	if s := ended.body["session"].(map[string]any); s["closed_at"] == nil {
 		t.Fatalf("ended: %s", ended.raw)
+	}
+	// The admin's close ended it: what it used is observed once, as that
+	// of a session its client closed; a second close changes nothing.
+	e.must(http.StatusOK, "DELETE", "/admin/v1/sessions/"+a.ID, rootToken, nil)
+	f := e.scrape(rootToken)
+	if n, closed := value(f, "sluice_session_cost_microdollars"), value(f, "sluice_sessions_total", "event", "closed_by_admin"); n != 1 || closed != 1 {
+		t.Errorf("after an admin's close: %v session costs observed, %v closed by an admin; want 1 and 1", n, closed)
 	}
 	if r := e.do("DELETE", "/admin/v1/sessions/sess_nope", rootToken, nil); r.status != http.StatusNotFound || r.errorCode() != "unknown_session" {
 		t.Fatalf("unknown session: %d %s", r.status, r.raw)

@@ -45,7 +45,7 @@ func TestMetricsStore_ListsOpenReservations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			list, err := m.Reservations(ctx, time.Now(), 10)
+			list, err := m.Reservations(ctx, time.Now(), 10, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +60,7 @@ func TestMetricsStore_ListsOpenReservations(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if list, err := m.Reservations(ctx, time.Now(), 10); err != nil || len(list.Reservations) != 0 {
+			if list, err := m.Reservations(ctx, time.Now(), 10, nil); err != nil || len(list.Reservations) != 0 {
 				t.Fatalf("after settling, open reservations %+v, %v", list, err)
 			}
 		})

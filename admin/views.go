@@ -388,7 +388,7 @@ func (h *Handler) reservations(w http.ResponseWriter, r *http.Request, _ *princi
 	if err != nil {
 		return err
 	}
-	list, err := h.opts.Metrics.Reservations(r.Context(), h.now(), limit)
+	list, err := h.opts.Metrics.Reservations(r.Context(), h.now(), limit, h.limiter.RuleOf)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/dollars"
 )
 
 // Session is a gate for long interactive work: minted once with its
@@ -64,6 +66,9 @@ type CeilingError struct {
 }
 
 func (e *CeilingError) Error() string {
+	if e.Ceiling == "cost" {
+		return fmt.Sprintf("session %s: cost ceiling reached (%s of %s used)", e.Session.ID, dollars.Money(e.Used), dollars.Money(e.Limit))
+	}
 	return fmt.Sprintf("session %s: %s ceiling reached (%d of %d used)", e.Session.ID, e.Ceiling, e.Used, e.Limit)
 }
 
@@ -215,7 +220,9 @@ func (c *Catalog) ChargeSession(ctx context.Context, id, keyID string, tokens, c
 		return s, fmt.Errorf("catalog: charge session: the session changed meanwhile; retry")
 	}
 	if s.Ceiling == "" {
-		res, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET ceiling = ? WHERE id = ? AND ceiling IS NULL`), ce.Ceiling, id)
+		// Not after a close: a session ends once, by a close or by its
+		// first ceiling (EndSession, CloseSession).
+		res, err := c.db.ExecContext(ctx, c.d.q(`UPDATE sessions SET ceiling = ? WHERE id = ? AND ceiling IS NULL AND closed_at IS NULL`), ce.Ceiling, id)
 		if err != nil {
 			return s, fmt.Errorf("catalog: charge session: %w", err)
 		}
@@ -295,10 +302,11 @@ func (c *Catalog) ListSessions(ctx context.Context, workspace string, open bool,
 
 // EndSession closes session id for an operator (actor), whatever key it
 // belongs to, and audits it: the kill switch of a runaway session.
-// Closing a closed session changes nothing and audits nothing.
-func (c *Catalog) EndSession(ctx context.Context, id, actor string) (Session, error) {
+// Closing a closed session changes nothing and audits nothing, and closed
+// is false.
+func (c *Catalog) EndSession(ctx context.Context, id, actor string) (_ Session, closed bool, _ error) {
 	if actor == "" {
-		return Session{}, fmt.Errorf("catalog: end session: %w: actor is required", ErrInvalid)
+		return Session{}, false, fmt.Errorf("catalog: end session: %w: actor is required", ErrInvalid)
 	}
 	now := c.now()
 	var out Session
@@ -318,14 +326,42 @@ func (c *Catalog) EndSession(ctx context.Context, id, actor string) (Session, er
 		if _, err := tx.ExecContext(ctx, c.d.q(`UPDATE sessions SET closed_at = ? WHERE id = ?`), dbTime(out.ClosedAt), id); err != nil {
 			return err
 		}
+		closed = true
 		return c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionSessionClose, Target: "session/" + id,
 			Before: before, After: out, Workspace: before.Workspace, Org: before.Org}, now)
 	})
 	if err != nil {
 		if errors.Is(err, ErrUnknownSession) {
-			return Session{}, err
+			return Session{}, false, err
 		}
-		return Session{}, fmt.Errorf("catalog: end session: %w", err)
+		return Session{}, false, fmt.Errorf("catalog: end session: %w", err)
+	}
+	return out, closed, nil
+}
+
+// EndExpiredSessions marks the open sessions whose wall clock has passed
+// and that no ceiling has ended yet as ended by the wall clock (Ceiling
+// "wall_clock"), and returns them: what they used is then known, however
+// they ended, without waiting for a call that will never come. Each
+// session is returned once, by whichever replica marks it.
+func (c *Catalog) EndExpiredSessions(ctx context.Context) ([]Session, error) {
+	rows, err := c.db.QueryContext(ctx, c.d.q(`UPDATE sessions SET ceiling = 'wall_clock'
+		WHERE ceiling IS NULL AND closed_at IS NULL AND expires_at <= ?
+		RETURNING `+sessionColumns), c.now().UnixNano())
+	if err != nil {
+		return nil, fmt.Errorf("catalog: end expired sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []Session
+	for rows.Next() {
+		s, err := scanSession(rows)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: end expired sessions: %w", err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("catalog: end expired sessions: %w", err)
 	}
 	return out, nil
 }

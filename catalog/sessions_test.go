@@ -224,14 +224,14 @@ func TestCatalog_ListAndEndSessions(t *testing.T) {
 		if len(acme) != 2 {
 			t.Fatalf("acme: %+v", acme)
 		}
-		ended, err := c.EndSession(ctx, ids[1], "admin")
-		if err != nil || ended.ClosedAt.IsZero() {
-			t.Fatalf("end: %+v %v", ended, err)
+		ended, closed, err := c.EndSession(ctx, ids[1], "admin")
+		if err != nil || ended.ClosedAt.IsZero() || !closed {
+			t.Fatalf("end: %+v %v %v", ended, closed, err)
 		}
-		if _, err := c.EndSession(ctx, ids[1], "admin"); err != nil {
-			t.Fatal(err)
+		if _, closed, err := c.EndSession(ctx, ids[1], "admin"); err != nil || closed {
+			t.Fatalf("end again: closed %v, %v; want nothing done", closed, err)
 		}
-		if _, err := c.EndSession(ctx, "sess_nope", "admin"); !errors.Is(err, ErrUnknownSession) {
+		if _, _, err := c.EndSession(ctx, "sess_nope", "admin"); !errors.Is(err, ErrUnknownSession) {
 			t.Fatalf("unknown: %v", err)
 		}
 		open, _ := c.ListSessions(ctx, "acme", true, 0)
@@ -301,4 +301,58 @@ func BenchmarkSessionCall(b *testing.B) {
 			})
 		})
 	}
+}
+
+// A session ends once: EndExpiredSessions marks those past their wall
+// clock that nothing ended (not closed, no ceiling), each once, with what
+// they used; a closed one is never marked by a ceiling afterwards.
+func TestCatalog_EndExpiredSessions(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, clock := be.openTest(t)
+		ctx := context.Background()
+		open := func() Session {
+			t.Helper()
+			s, _, err := c.OpenSession(ctx, testSession(clock), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		idle, used, closed, capped := open(), open(), open(), open()
+		if _, err := c.ChargeSession(ctx, used.ID, "k1", 100, 40, 10); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.CloseSession(ctx, closed.ID, "k1"); err != nil {
+			t.Fatal(err)
+		}
+		var ce *CeilingError
+		if _, err := c.ChargeSession(ctx, capped.ID, "k1", 5000, 0, 0); !errors.As(err, &ce) || !ce.First {
+			t.Fatalf("over the token ceiling: %v", err)
+		}
+		if ended, err := c.EndExpiredSessions(ctx); err != nil || len(ended) != 0 {
+			t.Fatalf("before the wall clock: %+v %v", ended, err)
+		}
+		clock.Advance(time.Hour)
+		ended, err := c.EndExpiredSessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]Session{}
+		for _, s := range ended {
+			got[s.ID] = s
+		}
+		if len(got) != 2 || got[idle.ID].Ceiling != "wall_clock" || got[used.ID].Cost != 40 || got[used.ID].Turns != 1 {
+			t.Fatalf("ended = %+v, want the idle and the used session, by the wall clock", ended)
+		}
+		if again, err := c.EndExpiredSessions(ctx); err != nil || len(again) != 0 {
+			t.Fatalf("a second sweep = %+v %v, want none", again, err)
+		}
+		// A closed session is refused as closed, and no ceiling marks it.
+		if _, err := c.ChargeSession(ctx, closed.ID, "k1", 1, 1, 0); !errors.Is(err, ErrSessionClosed) {
+			t.Fatalf("charge of a closed session: %v", err)
+		}
+		if s, _ := c.GetSession(ctx, closed.ID, "k1"); s.Ceiling != "" {
+			t.Fatalf("closed session's ceiling = %q", s.Ceiling)
+		}
+	})
 }

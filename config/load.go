@@ -157,11 +157,15 @@ func decodeError(err error) error {
 				p.Path, p.Message = path, rest
 			}
 		}
-		if strings.HasPrefix(p.Message, "field api_key not found") {
+		switch {
+		case strings.HasPrefix(p.Message, "field api_key not found"):
 			p.Message += " (secrets come from the environment: name the variable in api_key_env)"
-		}
-		if strings.HasPrefix(p.Message, "field secret not found") {
+		case strings.HasPrefix(p.Message, "field secret not found"):
 			p.Message += " (secrets come from the environment: name the variable in secret_env)"
+		default:
+			if near := suggestField(p.Message); near != "" {
+				p.Message += "; did you mean " + near + "?"
+			}
 		}
 		e.Problems = append(e.Problems, p)
 	}

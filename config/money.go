@@ -6,8 +6,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/dollars"
 )
 
 // A cost rule's money fields (limit, soft_limit, reserve_amount) are
@@ -42,14 +44,16 @@ func yamlNames(t reflect.Type) []string {
 }
 
 // UnmarshalYAML decodes a rule strictly, reading a cost rule's money in
-// dollars.
+// dollars. It reports every problem of the rule at once: unknown fields
+// (its own and its match's) and money not in dollars.
 func (r *Rule) UnmarshalYAML(node *yaml.Node) error {
 	if node.Kind != yaml.MappingNode {
 		type plain Rule
 		return node.Decode((*plain)(r))
 	}
+	var problems []string
 	if err := knownFields(node, ruleFields, "config.Rule"); err != nil {
-		return err
+		problems = append(problems, err.(*yaml.TypeError).Errors...)
 	}
 	edited := *node
 	edited.Content = append([]*yaml.Node(nil), node.Content...)
@@ -62,7 +66,7 @@ func (r *Rule) UnmarshalYAML(node *yaml.Node) error {
 		case "match":
 			if v.Kind == yaml.MappingNode {
 				if err := knownFields(v, matchFields, "sluice.Match"); err != nil {
-					return err
+					problems = append(problems, err.(*yaml.TypeError).Errors...)
 				}
 			}
 		}
@@ -75,12 +79,16 @@ func (r *Rule) UnmarshalYAML(node *yaml.Node) error {
 			}
 			micro, err := costAmount(k.Value, v)
 			if err != nil {
-				return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", v.Line, err)}}
+				problems = append(problems, fmt.Sprintf("line %d: %v", v.Line, err))
+				continue
 			}
 			n := *v
 			n.Tag, n.Value, n.Style = "!!int", strconv.FormatInt(int64(micro), 10), 0
 			edited.Content[i+1] = &n
 		}
+	}
+	if len(problems) > 0 {
+		return &yaml.TypeError{Errors: problems}
 	}
 	type plain Rule
 	return edited.Decode((*plain)(r))
@@ -135,39 +143,7 @@ func knownFields(mapping *yaml.Node, names []string, typ string) error {
 
 // Cents writes d in dollars with at least two decimals and as many more as
 // it needs: "500.00", "0.0005", "1,234.50" (thousands separated).
-func (d Dollars) Cents() string {
-	s := d.String()
-	whole, frac, _ := strings.Cut(s, ".")
-	for len(frac) < 2 {
-		frac += "0"
-	}
-	neg := strings.HasPrefix(whole, "-")
-	whole = strings.TrimPrefix(whole, "-")
-	whole = groupThousands(whole)
-	if neg {
-		whole = "-" + whole
-	}
-	return whole + "." + frac
-}
-
-// groupThousands puts a comma between each three digits of a whole number.
-func groupThousands(digits string) string {
-	if len(digits) <= 3 {
-		return digits
-	}
-	var b strings.Builder
-	first := len(digits) % 3
-	if first > 0 {
-		b.WriteString(digits[:first])
-	}
-	for i := first; i < len(digits); i += 3 {
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(digits[i : i+3])
-	}
-	return b.String()
-}
+func (d Dollars) Cents() string { return dollars.Cents(int64(d)) }
 
 // MarshalYAML writes r as UnmarshalYAML reads it: a cost rule's money in
 // dollars ("$500").

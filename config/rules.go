@@ -141,12 +141,21 @@ func (c *Config) Warnings() []string {
 }
 
 func (c *Config) knobVariable(rule string) string {
+	if v := KnobVariable(rule); v != "" {
+		return v
+	}
+	return rule
+}
+
+// KnobVariable names the environment variable that sets the limit of the
+// built-in rule named rule (0 turns it off); "" for any other rule.
+func KnobVariable(rule string) string {
 	for _, k := range quickKnobs {
 		if k.rule.Name == rule {
 			return k.variable
 		}
 	}
-	return rule
+	return ""
 }
 
 // perOf names what a rule's limit is per: a budget's period, a rate rule's

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/human"
 	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/anthropic"
 	"github.com/sluicehq/sluice/llm/openai"
@@ -78,7 +79,7 @@ func errClientGone() error {
 // longer than the gateway holds calls.
 func errPaced(model string, wait time.Duration) error {
 	return &apiError{status: 429, typ: "rate_limit_error", anthType: "rate_limit_error", code: "provider_rate_limited", retryHint: wait,
-		message: fmt.Sprintf("The provider's rate limit for model %s is reached; retry in %v.", model, wait.Round(time.Millisecond))}
+		message: fmt.Sprintf("The provider's rate limit for model %s is reached; retry in %s (at %s).", model, human.Duration(wait), human.Instant(time.Now().Add(wait)))}
 }
 
 func errNotFound(path string) error {
@@ -177,7 +178,7 @@ func (g *Gateway) writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		}
 		var wh *waitHint
 		if errors.As(err, &wh) {
-			message += fmt.Sprintf(" This call could wait at most %v, set by %s.", wh.maxWait, wh.source)
+			message += fmt.Sprintf(" This call could wait at most %s, set by %s.", human.Duration(wh.maxWait), wh.source)
 		}
 	} else {
 		switch {

@@ -152,7 +152,7 @@ func TestGateway_KeyMaxWaitBoundsItsWait(t *testing.T) {
 		t.Fatalf("the key bounded at 200ms: %d %s", short.r.status, short.r.body)
 	}
 	e := openaiError(t, short.r)
-	if deref(e.Error.Code) != "concurrency_limit_exceeded" || !strings.Contains(e.Error.Message, "This call could wait at most 200ms, set by its key's max_wait.") {
+	if deref(e.Error.Code) != "concurrency_limit_exceeded" || !strings.Contains(e.Error.Message, "This call could wait at most 200 milliseconds, set by its key's max_wait.") {
 		t.Errorf("the key bounded at 200ms was refused with %s", short.r.body)
 	}
 	if short.took < 200*time.Millisecond || !short.at.Before(held) {
@@ -194,11 +194,11 @@ func TestGateway_WaitRefusalNamesItsBound(t *testing.T) {
 		key, header, value string
 		says               string // empty: no bound named
 	}{
-		{"sk-own", gateway.HeaderPriority, "batch", "This call could wait at most 200ms, set by its key's max_wait."},
-		{"sk-own", gateway.HeaderMaxWait, "3600", "This call could wait at most 200ms, set by its key's max_wait."},
-		{"sk-own", gateway.HeaderMaxWait, "0.1", "This call could wait at most 100ms, set by its X-Sluice-Max-Wait header."},
-		{"sk-tier", gateway.HeaderPriority, "batch", `This call could wait at most 5s, set by the max_wait of its tier "free".`},
-		{"sk-none", gateway.HeaderPriority, "batch", "This call could wait at most 30s, set by the deployment's max_wait."},
+		{"sk-own", gateway.HeaderPriority, "batch", "This call could wait at most 200 milliseconds, set by its key's max_wait."},
+		{"sk-own", gateway.HeaderMaxWait, "3600", "This call could wait at most 200 milliseconds, set by its key's max_wait."},
+		{"sk-own", gateway.HeaderMaxWait, "0.1", "This call could wait at most 100 milliseconds, set by its X-Sluice-Max-Wait header."},
+		{"sk-tier", gateway.HeaderPriority, "batch", `This call could wait at most 5 seconds, set by the max_wait of its tier "free".`},
+		{"sk-none", gateway.HeaderPriority, "batch", "This call could wait at most 30 seconds, set by the deployment's max_wait."},
 		{"sk-own", gateway.HeaderMaxWait, "0", ""},
 		{"sk-none", "", "", ""},
 	} {

@@ -201,7 +201,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		}
 		g.answerSession(ctx, &who, 200, s, nil)
 		if closed {
-			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: outcomeAdmitted, Session: "closed",
+			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: outcomeAdmitted, Session: "closed", SessionEnded: s.Ceiling == "",
 				SessionUsed: SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost}, IgnoredIdentity: authEvent.IgnoredIdentity})
 		}
 	default:
@@ -341,7 +341,7 @@ func sessionError(err error) error {
 	switch {
 	case errors.As(err, &ce):
 		return &apiError{status: 429, typ: "budget_exceeded", anthType: "rate_limit_error", code: "session_ceiling_reached", terminal: true,
-			message: fmt.Sprintf("Session %s reached its %s ceiling (%d of %d used); open a new session.", ce.Session.ID, ceilingWords(ce.Ceiling), ce.Used, ce.Limit),
+			message: fmt.Sprintf("Session %s reached its %s ceiling (%s used); open a new session.", ce.Session.ID, ceilingWords(ce.Ceiling), ceilingPart(ce.Ceiling, ce.Used, ce.Limit)),
 			limit: &sluice.RefusalLimit{Rule: "session_" + ce.Ceiling, Subject: "session", Metric: ceilingMetric(ce.Ceiling),
 				Limit: ce.Limit, Used: ce.Used, Remaining: max(0, ce.Limit-ce.Used)}}
 	case errors.Is(err, ErrUnknownSession):
@@ -364,12 +364,19 @@ func ceilingWords(c string) string {
 	switch c {
 	case "wall_clock":
 		return "wall-clock"
-	case "cost":
-		return "cost (micro-dollars)"
 	case "context":
 		return "context (input tokens of one call)"
 	}
 	return c
+}
+
+// ceilingPart writes what a session used of ceiling c: "$1.01 of $1.00",
+// "90 of 60 seconds", "5 of 5 requests".
+func ceilingPart(c string, used, limit int64) string {
+	if c == "cost" {
+		return dollars.Money(used) + " of " + dollars.Money(limit)
+	}
+	return fmt.Sprintf("%d of %d %s", used, limit, ceilingMetric(c))
 }
 
 // sessionCharge is what a call reserved on its session.
@@ -392,7 +399,8 @@ func (c *call) chargeSession(req sluice.Request) error {
 	if _, err := c.g.opts.Sessions.Store.ChargeSession(cctx, sc.id, c.who.KeyID, sc.tokens, sc.cost, req.Max.InputTokens); err != nil {
 		var ce *SessionCeilingError
 		if errors.As(err, &ce) && ce.First {
-			c.event.Session, c.event.Ceiling = "ceiling", ce.Ceiling
+			c.event.Session, c.event.Ceiling, c.event.SessionEnded = "ceiling", ce.Ceiling, true
+			c.event.SessionUsed = SessionUsage{Turns: ce.Session.Turns, Tokens: ce.Session.Tokens, Cost: ce.Session.Cost}
 		}
 		return sessionError(err)
 	}

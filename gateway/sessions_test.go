@@ -146,11 +146,14 @@ func TestGateway_SessionTurnsAndTokens(t *testing.T) {
 		count[e.Session]++
 		switch e.Session {
 		case "ceiling":
-			if e.Ceiling != "turns" || e.Outcome != "session_ceiling" || e.Class != "terminal" || e.Status != 429 {
+			// The ceiling ended the session: what it used is observed
+			// then, and not again at the close.
+			if e.Ceiling != "turns" || e.Outcome != "session_ceiling" || e.Class != "terminal" || e.Status != 429 ||
+				!e.SessionEnded || e.SessionUsed.Turns != 3 || e.SessionUsed.Tokens != want {
 				t.Errorf("ceiling event %+v", e)
 			}
 		case "closed":
-			if e.SessionUsed.Turns != 3 || e.SessionUsed.Tokens != want || e.Route != "sessions" {
+			if e.SessionUsed.Turns != 3 || e.SessionUsed.Tokens != want || e.Route != "sessions" || e.SessionEnded {
 				t.Errorf("closed event %+v", e)
 			}
 		}

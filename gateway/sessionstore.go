@@ -91,5 +91,5 @@ type SessionCeilingError struct {
 }
 
 func (e *SessionCeilingError) Error() string {
-	return fmt.Sprintf("session %s: %s ceiling reached (%d of %d used)", e.Session.ID, e.Ceiling, e.Used, e.Limit)
+	return fmt.Sprintf("session %s: %s ceiling reached (%s used)", e.Session.ID, e.Ceiling, ceilingPart(e.Ceiling, e.Used, e.Limit))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/sluicehq/sluice/internal/events"
 )
 
@@ -73,6 +74,20 @@ func (o *observability) Observe(e gateway.Event) {
 	admin.LogRequest(o.log, e)
 	if o.events != nil {
 		o.events.Observe(e)
+	}
+}
+
+// endExpiredSessions observes the sessions whose wall clock passed with no
+// close and no ceiling: they ended, and what they used counts in the
+// session metrics as that of every other ended session.
+func (o *observability) endExpiredSessions(ctx context.Context, cat *catalog.Catalog) {
+	ended, err := cat.EndExpiredSessions(ctx)
+	if err != nil {
+		o.log.Error("end expired sessions", "err", err)
+		return
+	}
+	for _, s := range ended {
+		o.metrics.SessionEnded("wall_clock", event.SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost})
 	}
 }
 

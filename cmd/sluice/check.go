@@ -43,6 +43,7 @@ func checkTo(out io.Writer, args []string) error {
 	}
 	_ = w.Flush()
 	fmt.Fprintln(out)
+	printBuiltIns(out, cfg.EffectiveRules())
 	for _, m := range cfg.Models {
 		fmt.Fprintf(out, "model %s (provider %s): max output %d tokens\n", m.Name, m.Provider, m.MaxOutputTokens)
 	}

@@ -137,6 +137,7 @@ func TestCLI_Usage(t *testing.T) {
 		{Workspace: "acme", Route: "chat", Model: "mock-small", At: today, Requests: 3, InputTokens: 1500, OutputTokens: 200, CostMicros: 1234},
 		{Workspace: "acme", Route: "chat", Model: "mock-large", At: today.AddDate(0, 0, -1), Requests: 1, InputTokens: 100, OutputTokens: 50, CostMicros: 99},
 		{Workspace: "acme", Route: "chat", Model: "mock-small", At: today.AddDate(0, 0, -40), Requests: 7},
+		{Workspace: "acme", Route: "embed", Model: "mock-small", At: today.AddDate(0, 0, -2), Requests: 1, InputTokens: 10, CostMicros: 42},
 	} {
 		cat.RecordUsage(e)
 	}
@@ -148,7 +149,7 @@ func TestCLI_Usage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"DAY", "REQUESTS", today.Format(time.DateOnly), "1,500", "$0.0012", "total", "$0.0013"} {
+	for _, want := range []string{"DAY", "REQUESTS", today.Format(time.DateOnly), "1,500", "$0.001234", "$0.000042", "total", "$0.001375"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("usage lacks %q:\n%s", want, out)
 		}

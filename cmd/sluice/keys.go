@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,12 +17,18 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/store/memstore"
 )
 
 // keys runs "sluice keys create|list|update|revoke", against the data
 // directory, or against a running server's admin API with --admin-url.
-func keys(args []string) error {
+func keys(args []string) error { return keysTo(os.Stdout, args) }
+
+// keysTo is keys, writing to out.
+func keysTo(out io.Writer, args []string) error {
 	if len(args) == 0 {
 		return errors.New("want create, list, update or revoke")
 	}
@@ -102,7 +109,7 @@ func keys(args []string) error {
 		}
 	}
 	if *adminURL != "" {
-		return keysRemote(sub, *adminURL, req, change, workspace, fs.Args())
+		return keysRemote(out, sub, *adminURL, req, change, workspace, fs.Args())
 	}
 	cfg, err := c.load()
 	if err != nil {
@@ -128,7 +135,12 @@ func keys(args []string) error {
 		if err != nil {
 			return err
 		}
-		printCreated(key.ID, key.Workspace, key.User, secret)
+		rows, err := localAlsoApplies(ctx, cfg, cat, key)
+		if err != nil {
+			return fmt.Errorf("key %s created; %w", key.ID, err)
+		}
+		printAlsoApplies(out, nil, rows)
+		printCreated(out, key.ID, key.Workspace, key.User, secret)
 	case "update":
 		if fs.NArg() != 1 {
 			return errors.New("want the key id")
@@ -142,13 +154,13 @@ func keys(args []string) error {
 		if err != nil {
 			return err
 		}
-		printKeys(os.Stdout, []catalog.Key{key})
+		printKeys(out, []catalog.Key{key})
 	case "list":
 		list, err := cat.ListKeys(ctx, workspace)
 		if err != nil {
 			return err
 		}
-		printKeys(os.Stdout, list)
+		printKeys(out, list)
 	case "revoke":
 		if fs.NArg() != 1 {
 			return errors.New("want the key id")
@@ -156,7 +168,7 @@ func keys(args []string) error {
 		if err := cat.RevokeKey(ctx, fs.Arg(0), "cli"); err != nil {
 			return err
 		}
-		fmt.Println("revoked", fs.Arg(0))
+		fmt.Fprintln(out, "revoked", fs.Arg(0))
 	default:
 		return fmt.Errorf("unknown subcommand %q: want create, list, update or revoke", sub)
 	}
@@ -251,8 +263,8 @@ func (l keyLimitFlags) request() map[string]any {
 }
 
 // printCreated prints a new key, the secret alone on the last line.
-func printCreated(id, workspace, user, secret string) {
-	fmt.Printf("created key %s for workspace %q, user %q; the secret is shown once:\n%s\n", id, workspace, user, secret)
+func printCreated(out io.Writer, id, workspace, user, secret string) {
+	fmt.Fprintf(out, "created key %s for workspace %q, user %q; the secret is shown once:\n%s\n", id, workspace, user, secret)
 }
 
 // printKeys prints one key a line: "-" stands for no name, no tier, any
@@ -310,7 +322,7 @@ func splitList(v string) []string {
 
 // keysRemote runs the subcommand through the admin API at base: change is
 // what an update changes.
-func keysRemote(sub, base string, req keyRequest, change catalog.KeyUpdate, workspace string, args []string) error {
+func keysRemote(stdout io.Writer, sub, base string, req keyRequest, change catalog.KeyUpdate, workspace string, args []string) error {
 	base = strings.TrimSuffix(base, "/")
 	var method, url string
 	var body io.Reader
@@ -352,13 +364,27 @@ func keysRemote(sub, base string, req keyRequest, change catalog.KeyUpdate, work
 	switch sub {
 	case "create":
 		var out struct {
-			Key    catalog.Key `json:"key"`
-			Secret string      `json:"secret"`
+			Key       catalog.Key `json:"key"`
+			Secret    string      `json:"secret"`
+			Overrides []struct {
+				Rule  string          `json:"rule"`
+				Limit json.RawMessage `json:"limit"`
+			} `json:"overrides"`
+			AlsoApplies []limitRow `json:"also_applies"`
 		}
 		if err := json.Unmarshal(data, &out); err != nil {
 			return err
 		}
-		printCreated(out.Key.ID, out.Key.Workspace, out.Key.User, out.Secret)
+		var own []string
+		for _, o := range out.Overrides {
+			var limit amount
+			if err := limit.UnmarshalJSON(o.Limit); err != nil {
+				return err
+			}
+			own = append(own, o.Rule+" "+string(limit))
+		}
+		printAlsoApplies(stdout, own, out.AlsoApplies)
+		printCreated(stdout, out.Key.ID, out.Key.Workspace, out.Key.User, out.Secret)
 	case "list":
 		var out struct {
 			Keys []catalog.Key `json:"keys"`
@@ -366,7 +392,7 @@ func keysRemote(sub, base string, req keyRequest, change catalog.KeyUpdate, work
 		if err := json.Unmarshal(data, &out); err != nil {
 			return err
 		}
-		printKeys(os.Stdout, out.Keys)
+		printKeys(stdout, out.Keys)
 	case "update":
 		var out struct {
 			Key catalog.Key `json:"key"`
@@ -374,9 +400,74 @@ func keysRemote(sub, base string, req keyRequest, change catalog.KeyUpdate, work
 		if err := json.Unmarshal(data, &out); err != nil {
 			return err
 		}
-		printKeys(os.Stdout, []catalog.Key{out.Key})
+		printKeys(stdout, []catalog.Key{out.Key})
 	case "revoke":
-		fmt.Println("revoked", args[0])
+		fmt.Fprintln(stdout, "revoked", args[0])
 	}
 	return nil
+}
+
+// printAlsoApplies writes, before a new key's secret, its own limits
+// (own, "rule limit") and the other rules in force that apply to its
+// calls (rows), each with its source and, for a built-in rule, how to
+// turn it off.
+func printAlsoApplies(out io.Writer, own []string, rows []limitRow) {
+	if len(own) > 0 {
+		fmt.Fprintf(out, "The key's own limits: %s\n", strings.Join(own, ", "))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "Rules in force that also apply to its calls:")
+	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  RULE\tKIND\tSUBJECT\tMETRIC\tPER\tLIMIT\tSOURCE")
+	for _, l := range rows {
+		per := cmp.Or(l.Period, l.Window, "-")
+		source := l.Source
+		if v := config.KnobVariable(l.Rule); v != "" && (source == config.SourceDefault || source == config.SourceEnv) {
+			source += " (" + v + "=0 turns it off)"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Rule, l.Kind, l.Subject, l.Metric, per, l.Limit, source)
+	}
+	_ = w.Flush()
+}
+
+// localAlsoApplies is what "also applies" to key k when keys create writes
+// the catalog itself: the rules in force for cfg and the catalog's stored
+// rules and overrides, as the server would resolve them.
+func localAlsoApplies(ctx context.Context, cfg *config.Config, cat *catalog.Catalog, k catalog.Key) ([]limitRow, error) {
+	p, _, err := admin.LoadPolicy(ctx, cat, cfg.Layers(), cfg.SluiceTiers())
+	if err != nil {
+		return nil, err
+	}
+	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{})})
+	if err == nil {
+		err = l.SetPolicy(p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve the rules in force: %w", err)
+	}
+	eff, err := l.Effective(ctx, sluice.Identity{Org: k.Org, Workspace: k.Workspace, Team: k.Team, User: k.User, Tier: k.Tier, Key: k.ID})
+	if err != nil {
+		return nil, fmt.Errorf("resolve the rules in force: %w", err)
+	}
+	byName := map[string]sluice.Rule{}
+	for _, r := range p.Rules {
+		byName[r.Name] = r
+	}
+	rows := make([]limitRow, 0, len(eff))
+	for _, e := range eff {
+		row := limitRow{Rule: e.Rule, Kind: string(e.Kind), Subject: e.Subject, Metric: string(e.Metric), Source: e.Source, Mode: string(e.Mode),
+			Limit: amount(count(e.Limit))}
+		if e.Metric == sluice.MetricCost {
+			row.Limit = amount("$" + config.Dollars(e.Limit).String())
+		}
+		if r := byName[e.Rule]; r.Window > 0 {
+			row.Window = r.Window.String()
+		} else {
+			row.Period = string(r.Period)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
 }

@@ -182,3 +182,38 @@ func TestKeysCreate_WithLimitsThroughTheAdminAPI(t *testing.T) {
 		}
 	}
 }
+
+// keys create says, before the secret on its last line, which rules in
+// force apply to the new key beside its own limits: through the admin API
+// and on the data directory.
+func TestKeysCreate_SaysWhichRulesAlsoApply(t *testing.T) {
+	srv, _, _ := adminServer(t)
+	cfgPath, _, _, _ := keysTestSides(t)
+	for name, args := range map[string][]string{
+		"admin API":      {"create", "--admin-url", srv.URL, "--workspace", "w", "--user", "u", "--rpm", "60", "--budget-dollars", "25"},
+		"data directory": {"create", "--config", cfgPath, "--workspace", "w", "--user", "u"},
+	} {
+		t.Setenv("SLUICE_ADMIN_TOKEN", "cli-test-token")
+		var out strings.Builder
+		if err := keysTo(&out, args); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		squeezed := strings.Join(strings.Fields(out.String()), " ")
+		for _, want := range []string{
+			"Rules in force that also apply to its calls",
+			"rate_per_minute rate workspace+user requests 1m0s 20 default (SLUICE_RATE_PER_MINUTE=0 turns it off)",
+			"daily_token_budget budget workspace tokens day 2,000,000 default (SLUICE_DAILY_TOKEN_BUDGET=0 turns it off)",
+		} {
+			if !strings.Contains(squeezed, want) {
+				t.Errorf("%s: keys create lacks %q:\n%s", name, want, out.String())
+			}
+		}
+		if name == "admin API" && !strings.Contains(out.String(), "The key's own limits: key_requests_per_minute 60, key_cost_per_month $25") {
+			t.Errorf("%s: keys create does not list the key's own limits:\n%s", name, out.String())
+		}
+		if !strings.HasPrefix(lines[len(lines)-1], "sk-") || !strings.HasPrefix(lines[len(lines)-2], "created key") {
+			t.Errorf("%s: the secret is not alone on the last line:\n%s", name, out.String())
+		}
+	}
+}

@@ -108,6 +108,7 @@ func serve(args []string) error {
 	}
 	go cat.WatchPolicy(ctx, 0, poke, watchErrors(log))
 	go everyInterval(ctx, 30*time.Second, poke)
+	go everyInterval(ctx, 30*time.Second, func() { obs.endExpiredSessions(ctx, cat) })
 	go func() {
 		for {
 			select {
@@ -185,7 +186,7 @@ func serve(args []string) error {
 	if cfg.IsProduction() {
 		log.Info("serving", "listen", cfg.Listen, "admin_listen", cfg.AdminListen, "config", configName(c.path()), "data_dir", absPath(cfg.DataDir))
 	} else {
-		printBanner(cfg, c.path(), token)
+		printBanner(os.Stdout, cfg, &c, token, limiter.Policy().Rules)
 	}
 
 	<-ctx.Done()
@@ -545,22 +546,25 @@ func adminToken(cfg *config.Config) (string, bool, error) {
 }
 
 // printBanner tells a developer where the server listens, which config
-// and data directory it runs with, and how to make a first call. Production
-// logs one line instead.
-func printBanner(cfg *config.Config, configPath, generatedToken string) {
-	fmt.Printf(`sluice: client API on http://%s   admin API on http://%s
+// and data directory it runs with, the built-in rules in force (rules),
+// and how to make a first call, with the flags serve was given (c) so
+// that the key is made where the server reads it. Production logs one
+// line instead.
+func printBanner(out io.Writer, cfg *config.Config, c *common, generatedToken string, rules []sluice.Rule) {
+	fmt.Fprintf(out, `sluice: client API on http://%s   admin API on http://%s
 sluice: config %s; data directory %s
-`, cfg.Listen, cfg.AdminListen, configName(configPath), absPath(cfg.DataDir))
+`, cfg.Listen, cfg.AdminListen, configName(c.path()), absPath(cfg.DataDir))
 	if generatedToken != "" {
-		fmt.Printf("sluice: development admin token (set SLUICE_ADMIN_TOKEN to choose one): %s\n", generatedToken)
+		fmt.Fprintf(out, "sluice: development admin token (set SLUICE_ADMIN_TOKEN to choose one): %s\n", generatedToken)
 	}
-	fmt.Printf(`
-First call:
-  go run ./cmd/sluice keys create --workspace demo --user me      # prints the key on its last line
+	fmt.Fprintln(out)
+	printBuiltIns(out, rules)
+	fmt.Fprintf(out, `First call:
+  go run ./cmd/sluice keys create%s --workspace demo --user me      # prints the key on its last line
   curl http://%s/v1/chat/completions -H "Authorization: Bearer $KEY" \
     -H 'Content-Type: application/json' \
     -d '{"model":"mock-small","messages":[{"role":"user","content":"hello"}],"max_tokens":16}'
-`, cfg.Listen)
+`, commonFlags(c), cfg.Listen)
 }
 
 // tierMaxWaits returns the tiers' own max_wait, by tier name.

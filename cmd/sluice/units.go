@@ -29,6 +29,8 @@ func limitWithUnit(r sluice.Rule) string {
 		amount = count(r.Limit) + " tokens"
 	case sluice.MetricInputTokens:
 		amount = count(r.Limit) + " input tokens"
+	case sluice.MetricUncachedInputTokens:
+		amount = count(r.Limit) + " uncached input tokens"
 	case sluice.MetricOutputTokens:
 		amount = count(r.Limit) + " output tokens"
 	default:

@@ -214,4 +214,6 @@ func count(n int64) string {
 	return b.String()
 }
 
-func dollars(micros int64) string { return fmt.Sprintf("$%.4f", float64(micros)/1e6) }
+// dollars writes micro-dollars exactly, at least to the cent: "$12.50",
+// "$0.000042" (spend under a cent is not $0.00).
+func dollars(micros int64) string { return "$" + config.Dollars(micros).Cents() }

@@ -45,8 +45,11 @@ type Event struct {
 	// tokens, cost).
 	Session string
 	Ceiling string
-	// SessionUsed is what a session closed by its client used.
-	SessionUsed SessionUsage
+	// SessionEnded is set on the event that ended a session: its client's
+	// close, or its first ceiling (the close of a session a ceiling had
+	// ended does not end it again). SessionUsed is then what it used.
+	SessionEnded bool
+	SessionUsed  SessionUsage
 	// Paced is how long the call was held for its provider's rate limit.
 	Paced time.Duration
 	// IgnoredIdentity names the identity headers (HeaderWorkspace,

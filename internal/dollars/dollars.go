@@ -32,3 +32,34 @@ func Text(n int64) string {
 	}
 	return "$" + Decimal(n)
 }
+
+// Cents writes micro-dollars n in dollars with at least two decimals and
+// as many more as it needs, thousands separated: "500.00", "0.000123",
+// "1,234.50", "-2.50".
+func Cents(n int64) string {
+	whole, frac, _ := strings.Cut(Decimal(n), ".")
+	for len(frac) < 2 {
+		frac += "0"
+	}
+	sign := ""
+	if strings.HasPrefix(whole, "-") {
+		sign, whole = "-", whole[1:]
+	}
+	var b strings.Builder
+	for i, ch := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(ch)
+	}
+	return sign + b.String() + "." + frac
+}
+
+// Money is Cents with a dollar sign, as messages write money: "$1.01",
+// "$0.000123", "-$2.50".
+func Money(n int64) string {
+	if n < 0 {
+		return "-$" + Cents(n)[1:]
+	}
+	return "$" + Cents(n)
+}

@@ -27,3 +27,24 @@ func TestDecimalAndText(t *testing.T) {
 		}
 	}
 }
+
+func TestCentsAndMoney(t *testing.T) {
+	for _, c := range []struct {
+		micros       int64
+		cents, money string
+	}{
+		{0, "0.00", "$0.00"},
+		{1_010_000, "1.01", "$1.01"},
+		{1_000_000, "1.00", "$1.00"},
+		{123, "0.000123", "$0.000123"},
+		{1_234_500_000, "1,234.50", "$1,234.50"},
+		{-2_500_000, "-2.50", "-$2.50"},
+	} {
+		if got := Cents(c.micros); got != c.cents {
+			t.Errorf("Cents(%d) = %q, want %q", c.micros, got, c.cents)
+		}
+		if got := Money(c.micros); got != c.money {
+			t.Errorf("Money(%d) = %q, want %q", c.micros, got, c.money)
+		}
+	}
+}
