@@ -28,6 +28,8 @@ type keyRequest struct {
 	// waiting (maxWaitField).
 	Class   string          `json:"class"`
 	MaxWait json.RawMessage `json:"max_wait"`
+	// Turns lets the key group its calls into turns (catalog.Key.Turns).
+	Turns bool `json:"turns"`
 }
 
 // maxWaitField reads the max_wait of a key's body: a duration string
@@ -117,7 +119,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *principal
 	}
 	k := catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team,
 		User: req.User, Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, ExpiresAt: req.ExpiresAt,
-		Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces, Class: req.Class}
+		Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces, Class: req.Class, Turns: req.Turns}
 	if maxWait != nil {
 		k.MaxWait = sluice.Duration(*maxWait)
 	}

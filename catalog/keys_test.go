@@ -532,3 +532,25 @@ func TestCatalog_RefusedSecretsAnsweredFromMemory(t *testing.T) {
 		}
 	})
 }
+
+// A key's permission to group calls into turns is kept and read back.
+func TestCatalog_KeyTurns(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, err := be.open(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		for _, turns := range []bool{true, false} {
+			secret, _, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u", Turns: turns}, "admin")
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := c.Authenticate(ctx, secret)
+			if err != nil || k.Turns != turns {
+				t.Fatalf("turns %v read back as %v (%v)", turns, k.Turns, err)
+			}
+		}
+	})
+}

@@ -308,6 +308,20 @@ type Tier struct {
 	// Class, when set, is the priority class of the tier's requests on
 	// rules with classes; a key's own class replaces it.
 	Class string `yaml:"class,omitempty"`
+	// Turns lets every key of the tier group its calls into turns
+	// (X-Sluice-Turn), as a key's own turns setting does.
+	Turns bool `yaml:"turns,omitempty"`
+}
+
+// TierTurns reports whether the keys of tier may group their calls into
+// turns.
+func (c *Config) TierTurns(tier string) bool {
+	for _, t := range c.Tiers {
+		if t.Name == tier {
+			return t.Turns
+		}
+	}
+	return false
 }
 
 // Sessions are the terms a session is minted with. A tier's percent scales

@@ -167,8 +167,13 @@ func (c *call) readAttributes(m *model) error {
 	if c.maxWait, c.waitSource, err = c.g.maxWait(h, &c.who); err != nil {
 		return err
 	}
-	c.turn, err = turnOf(h)
-	return err
+	if c.turn, err = turnOf(h); err != nil || c.who.Turns || c.turn == "" {
+		return err
+	}
+	// A key not allowed turns has its turn id ignored, and said so.
+	c.turn = ""
+	c.event.IgnoredIdentity = append(c.event.IgnoredIdentity, HeaderTurn)
+	return nil
 }
 
 // tryCandidates admits and forwards the call for the model asked for, then

@@ -56,6 +56,11 @@ type Principal struct {
 	// concurrency rules. Zero: its tier's (Options.TierMaxWait), else
 	// BatchMaxWait.
 	MaxWait time.Duration
+	// Turns lets the key group its calls into turns with HeaderTurn (its
+	// own setting, or its tier's): without it the header is ignored and
+	// every call charged, so that no client can multiply its request rate
+	// by sending one turn id.
+	Turns bool
 }
 
 // ErrBadKey is returned by an Authenticator for a key that is unknown,

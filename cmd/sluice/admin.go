@@ -283,4 +283,6 @@ type keyRequest struct {
 	// duration string.
 	Class   string `json:"class,omitempty"`
 	MaxWait string `json:"max_wait,omitempty"`
+	// Turns lets the key group its calls into turns (X-Sluice-Turn).
+	Turns bool `json:"turns,omitempty"`
 }

@@ -445,7 +445,7 @@ func (k keyStore) principal(key catalog.Key, err error) (gateway.Principal, erro
 	}
 	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
 		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces,
-		Class: key.Class, MaxWait: time.Duration(key.MaxWait)}, nil
+		Class: key.Class, MaxWait: time.Duration(key.MaxWait), Turns: key.Turns || k.config().TierTurns(tier)}, nil
 }
 
 // dependenciesOf is what /readyz checks: the counter store when it can be
