@@ -47,3 +47,31 @@ func TestGateway_ImpossibleUsageChargesTheReservation(t *testing.T) {
 		})
 	}
 }
+
+// A stream whose usage carries a count that does not parse (the fuzz
+// crasher: input_tokens "A0") is charged its reservation, not the usage
+// with the bad count read as 0 or -1, and the event says so.
+func TestGateway_MalformedStreamUsageChargesTheReservation(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":A0,\"output_tokens\":1}}}\n\n")
+		fmt.Fprint(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n")
+		fmt.Fprint(w, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n")
+		fmt.Fprint(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, tweak: []func(*gateway.Options){func(o *gateway.Options) {
+		o.Providers = append(slices.Clone(o.Providers), gateway.Provider{Name: "an", Kind: gateway.KindAnthropic, BaseURL: srv.URL, APIKey: "sk-ant"})
+		o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "claude-garbled", Provider: "an", MaxOutputTokens: 100, ContextWindow: 100_000})
+	}}})
+	r := h.post("/v1/messages", `{"model":"claude-garbled","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hello there"}]}`, nil)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	ev := h.rec.waitEvents(t, 1)[0]
+	recs := h.rec.waitUsage(t, 1)
+	if !ev.ImpossibleUsage || !recs[0].Estimated || h.used("daily_tokens") != recs[0].Reserved.InputTokens+recs[0].Reserved.OutputTokens {
+		t.Fatalf("event %+v, record %+v, budget %d: want the reservation charged and the usage refused", ev, recs[0], h.used("daily_tokens"))
+	}
+}

@@ -32,6 +32,9 @@ type streamReader interface {
 	Feed(event, data []byte) (forward []byte, usage llm.Usage)
 	Usage() llm.Usage
 	Reported() bool
+	// Malformed reports a usage seen with a count that did not parse:
+	// the call is then charged its reservation.
+	Malformed() bool
 }
 
 var routes = map[string]*route{

@@ -267,7 +267,15 @@ func (s *streamBody) CloseWithError(werr error) error {
 		c.event.Cause = fmt.Errorf("provider stream failed: %w", s.upstreamErr)
 	}
 	c.trace.endUpstream(c.event.UpstreamStatus, s.adm.model.Name, c.event.Attempts, u, reported, why)
-	if !reported {
+	switch {
+	case s.reader.Malformed():
+		// The provider sent a count that does not parse: what the call
+		// produced is unknown, and the reservation is charged.
+		c.g.log.Error("provider streamed usage that does not parse; the reservation is charged instead", "request_id", c.event.RequestID,
+			"route", c.rt.name, "model", s.adm.model.Name)
+		c.event.ImpossibleUsage = true
+		u, reported = llm.Usage{}, false
+	case !reported:
 		// Charge what was produced: the input as estimated (or as the
 		// stream's start reported it) and the output counted.
 		u.InputTokens = max(u.InputTokens, c.bound.InputTokens)

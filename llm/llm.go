@@ -38,6 +38,13 @@ func (u Usage) UncachedInputTokens() int64 {
 // TotalTokens is input plus output.
 func (u Usage) TotalTokens() int64 { return u.InputTokens + u.OutputTokens }
 
+// Malformed reports a usage with a count that did not parse (a negative,
+// fractional or non-numeric value): the parsers give such a count as -1,
+// and a caller charges what it reserved instead of believing it.
+func (u Usage) Malformed() bool {
+	return u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 || u.CacheWriteTokens < 0
+}
+
 // Span is a byte range [Start, End) of a request body. Start and End are -1 when the field is
 // absent.
 type Span struct {

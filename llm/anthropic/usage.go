@@ -22,21 +22,24 @@ func usageAt(b []byte, v int, prev llm.Usage) (llm.Usage, bool) {
 	if jsonscan.At(b, v) != '{' {
 		return prev, false
 	}
+	malformed := false
 	get := func(key string, old int64) int64 {
 		if f := jsonscan.Lookup(b, v, key); f >= 0 && !jsonscan.IsNull(b, f) {
-			return jsonscan.Count(b, f)
+			n := jsonscan.Count(b, f)
+			malformed = malformed || n < 0
+			return n
 		}
 		return old
 	}
 	uncached := get("input_tokens", prev.UncachedInputTokens())
 	read := get("cache_read_input_tokens", prev.CachedInputTokens)
 	write := get("cache_creation_input_tokens", prev.CacheWriteTokens)
-	return llm.Usage{
-		InputTokens:       uncached + read + write,
-		OutputTokens:      get("output_tokens", prev.OutputTokens),
-		CachedInputTokens: read,
-		CacheWriteTokens:  write,
-	}, true
+	output := get("output_tokens", prev.OutputTokens)
+	if malformed {
+		// A count that did not parse: a sum with it would look possible.
+		return llm.Usage{InputTokens: -1, OutputTokens: -1, CachedInputTokens: -1, CacheWriteTokens: -1}, true
+	}
+	return llm.Usage{InputTokens: uncached + read + write, OutputTokens: output, CachedInputTokens: read, CacheWriteTokens: write}, true
 }
 
 // MessagesStream follows a streamed message, one SSE event at a time: input and cache tokens
@@ -44,12 +47,15 @@ func usageAt(b []byte, v int, prev llm.Usage) (llm.Usage, bool) {
 // also restate input and cache counts; the latest values win). Until a message_delta arrives
 // the output so far is the larger of message_start's output_tokens and the number of
 // content_block_delta events, one token each (a floor: a delta often holds several tokens).
-// Events are forwarded unchanged. A MessagesStream is not safe for concurrent use.
+// Events are forwarded unchanged. A usage with a count that does not parse is not believed: the
+// usage stays what it was, and Malformed says so. A MessagesStream is not safe for concurrent
+// use.
 type MessagesStream struct {
-	usage    llm.Usage
-	started  bool
-	reported bool
-	deltas   int64
+	usage     llm.Usage
+	started   bool
+	reported  bool
+	malformed bool
+	deltas    int64
 }
 
 // Feed takes one event's name and data and returns data (always forwarded unchanged) and the
@@ -65,11 +71,11 @@ func (s *MessagesStream) Feed(event, data []byte) (forward []byte, usage llm.Usa
 		s.deltas++
 	case bytes.Equal(typ, []byte("message_start")):
 		m := jsonscan.Lookup(data, v, "message")
-		if u, ok := usageAt(data, jsonscan.Lookup(data, m, "usage"), s.usage); ok {
+		if u, ok := usageAt(data, jsonscan.Lookup(data, m, "usage"), s.usage); ok && !s.malformedBy(u) {
 			s.usage, s.started = u, true
 		}
 	case bytes.Equal(typ, []byte("message_delta")):
-		if u, ok := usageAt(data, jsonscan.Lookup(data, v, "usage"), s.usage); ok {
+		if u, ok := usageAt(data, jsonscan.Lookup(data, v, "usage"), s.usage); ok && !s.malformedBy(u) {
 			s.usage, s.reported = u, true
 		}
 	}
@@ -87,3 +93,12 @@ func (s *MessagesStream) Usage() llm.Usage {
 
 // Reported reports whether a message_delta with the final usage has been seen.
 func (s *MessagesStream) Reported() bool { return s.reported }
+
+// Malformed reports whether a usage with a count that did not parse was seen: the stream's
+// usage is then unknown, whatever Usage says.
+func (s *MessagesStream) Malformed() bool { return s.malformed }
+
+func (s *MessagesStream) malformedBy(u llm.Usage) bool {
+	s.malformed = s.malformed || u.Malformed()
+	return u.Malformed()
+}

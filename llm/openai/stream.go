@@ -21,9 +21,10 @@ type ChatStream struct {
 	// the "usage" member is removed from every other chunk.
 	StripUsage bool
 
-	usage    llm.Usage
-	reported bool
-	deltas   int64
+	usage     llm.Usage
+	reported  bool
+	malformed bool
+	deltas    int64
 }
 
 // Feed takes the data payload of one event (the event name is not used by this format) and
@@ -64,7 +65,11 @@ func (s *ChatStream) Feed(event, data []byte) (forward []byte, usage llm.Usage) 
 	}
 	if data[usageVal] == '{' {
 		if u, ok := chatUsageAt(data, usageVal); ok {
-			s.usage, s.reported = u, true
+			if u.Malformed() {
+				s.malformed = true
+			} else {
+				s.usage, s.reported = u, true
+			}
 		}
 	}
 	if !s.StripUsage {
@@ -136,14 +141,19 @@ func (s *ChatStream) Usage() llm.Usage {
 // Reported reports whether the provider's own usage has been seen.
 func (s *ChatStream) Reported() bool { return s.reported }
 
+// Malformed reports whether a usage with a count that did not parse was seen (and not
+// believed): the stream's usage is then unknown, whatever Usage says.
+func (s *ChatStream) Malformed() bool { return s.malformed }
+
 // ResponsesStream follows a streamed Responses API call. Usage comes from the response of the
 // terminal event (response.completed, response.incomplete or response.failed); until then each
 // event whose type ends in ".delta" counts as one output token. Events are forwarded
 // unchanged. A ResponsesStream is not safe for concurrent use.
 type ResponsesStream struct {
-	usage    llm.Usage
-	reported bool
-	deltas   int64
+	usage     llm.Usage
+	reported  bool
+	malformed bool
+	deltas    int64
 }
 
 // Feed takes one event's name and data and returns data (always forwarded unchanged) and the
@@ -160,7 +170,11 @@ func (s *ResponsesStream) Feed(event, data []byte) (forward []byte, usage llm.Us
 	case string(typ) == "response.completed" || string(typ) == "response.incomplete" || string(typ) == "response.failed":
 		r := jsonscan.Lookup(data, v, "response")
 		if u, ok := responsesUsageAt(data, jsonscan.Lookup(data, r, "usage")); ok {
-			s.usage, s.reported = u, true
+			if u.Malformed() {
+				s.malformed = true
+			} else {
+				s.usage, s.reported = u, true
+			}
 		}
 	}
 	return data, s.Usage()
@@ -177,3 +191,7 @@ func (s *ResponsesStream) Usage() llm.Usage {
 
 // Reported reports whether the provider's own usage has been seen.
 func (s *ResponsesStream) Reported() bool { return s.reported }
+
+// Malformed reports whether a usage with a count that did not parse was seen (and not
+// believed).
+func (s *ResponsesStream) Malformed() bool { return s.malformed }
