@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/lestrrat-go/httprc/v3"
 	"github.com/lestrrat-go/httprc/v3/errsink"
@@ -355,7 +354,7 @@ func claimString(tok jwt.Token, name, attr string) (string, error) {
 	if !ok {
 		return "", badToken(fmt.Sprintf("its %q claim, which gives the %s, is not a string", name, attr))
 	}
-	if len(s) > MaxAttributeBytes || strings.ContainsFunc(s, unicode.IsControl) {
+	if !validAttribute(s, MaxAttributeBytes) {
 		return "", badToken(fmt.Sprintf("its %q claim, which gives the %s, is longer than %d bytes or holds control characters", name, attr, MaxAttributeBytes))
 	}
 	return s, nil

@@ -72,6 +72,7 @@ func serve(args []string) error {
 	requestLines := admin.NewLineBuffer(os.Stderr, 50*time.Millisecond)
 	defer requestLines.Flush()
 	obs := newObservability(cfg, newLoggerTo(cfg, requestLines))
+	obs.metrics.Ledger(cat.LedgerStats)
 	tr, err := tracingFromEnv(ctx, os.Getenv)
 	if err != nil {
 		return err
@@ -437,10 +438,10 @@ func (k keyStore) principal(key catalog.Key, err error) (gateway.Principal, erro
 }
 
 // dependenciesOf is what /readyz checks: the counter store when it can be
-// pinged (Redis, PostgreSQL; the embedded stores live in the process), and
-// the catalog.
+// pinged (Redis, PostgreSQL; the embedded stores live in the process), the
+// catalog, and the ledger's queue (down while full: records are being lost).
 func dependenciesOf(store sluice.Store, cat *catalog.Catalog) []gateway.Dependency {
-	deps := []gateway.Dependency{{Name: "catalog", Check: cat.Ping}}
+	deps := []gateway.Dependency{{Name: "catalog", Check: cat.Ping}, {Name: "ledger", Check: cat.LedgerBacklog}}
 	if p, ok := store.(interface{ Ping(context.Context) error }); ok {
 		deps = append(deps, gateway.Dependency{Name: "store", Check: p.Ping})
 	}
