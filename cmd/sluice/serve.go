@@ -96,6 +96,7 @@ func serve(args []string) error {
 		return err
 	}
 	obs.watchHeadroom(limiter, cfg)
+	recordLeftovers(ctx, limiter, cat, log)
 	go limiter.RunSweeper(ctx, 5*time.Second, func(err error) { log.Error("sweep", "err", err) })
 	// Rules and overrides changed in the catalog, by any replica or
 	// straight in the database, apply at once: the catalog says when they
@@ -435,6 +436,25 @@ func (k keyStore) principal(key catalog.Key, err error) (gateway.Principal, erro
 	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
 		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces,
 		Class: key.Class, MaxWait: time.Duration(key.MaxWait)}, nil
+}
+
+// recordLeftovers writes to the ledger at once, not at the sweeper's first
+// tick, what the store charged at its start for the reservations a previous
+// process left open; the second sweep, after the ledger's write, tells the
+// store (sqlitestore) that they are recorded, so that a crash loop loses
+// none of them and records them twice only if killed between the two.
+func recordLeftovers(ctx context.Context, limiter *sluice.Limiter, cat *catalog.Catalog, log *slog.Logger) {
+	if _, err := limiter.Sweep(ctx); err != nil {
+		log.Error("sweep", "err", err)
+		return
+	}
+	if err := cat.Flush(ctx); err != nil {
+		log.Error("sweep: ledger not written; the store keeps what it charged at start", "err", err)
+		return
+	}
+	if _, err := limiter.Sweep(ctx); err != nil {
+		log.Error("sweep", "err", err)
+	}
 }
 
 // dependenciesOf is what /readyz checks: the counter store when it can be
