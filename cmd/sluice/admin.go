@@ -171,7 +171,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *cat
 	}
 	r := &reloader{flags: flags, cat: cat, limiter: limiter, log: log}
 	h, err := admin.New(admin.Options{
-		Catalog: cat, Limiter: limiter, AdminToken: token, Metrics: obs.metrics, Logger: log,
+		Catalog: cat, Limiter: limiter, AdminToken: token, Metrics: obs.metrics, Logger: log, Timeout: cfg.AdminTimeout,
 		OnChange: func() {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

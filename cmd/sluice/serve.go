@@ -148,6 +148,7 @@ func serve(args []string) error {
 		MaxConns:         maxConnections(cfg.MaxConnections),
 		MaxConnsPerIP:    cfg.MaxConnectionsPerIP,
 		HeaderTimeout:    cfg.HeaderTimeout,
+		CatalogTimeout:   cfg.CatalogTimeout,
 		TerminalStatus:   cfg.TerminalStatus,
 		BatchMaxWait:     cfg.MaxWait,
 		TierMaxWait:      tierMaxWaits(cfg),
