@@ -534,18 +534,25 @@ const minProductionAdminToken = 32
 // least minProductionAdminToken bytes), or in development on a loopback
 // address a generated one.
 func adminToken(cfg *config.Config) (string, bool, error) {
-	if t := os.Getenv("SLUICE_ADMIN_TOKEN"); t != "" {
-		if cfg.IsProduction() && len(t) < minProductionAdminToken {
-			return "", false, fmt.Errorf("SLUICE_ADMIN_TOKEN is %d bytes; production needs at least %d (for example: openssl rand -hex 32)", len(t), minProductionAdminToken)
-		}
-		return t, false, nil
-	}
 	host, _, err := net.SplitHostPort(cfg.AdminListen)
 	if err != nil {
 		return "", false, err
 	}
 	ip := net.ParseIP(host)
-	if cfg.IsProduction() || !(host == "localhost" || ip != nil && ip.IsLoopback()) {
+	loopback := host == "localhost" || ip != nil && ip.IsLoopback()
+	if t := os.Getenv("SLUICE_ADMIN_TOKEN"); t != "" {
+		if len(t) < minProductionAdminToken && cfg.IsProduction() {
+			return "", false, fmt.Errorf("SLUICE_ADMIN_TOKEN is %d bytes; production needs at least %d (for example: openssl rand -hex 32)", len(t), minProductionAdminToken)
+		}
+		// Anyone who can reach a listener beyond loopback may guess a short
+		// token, whatever the mode.
+		if len(t) < minProductionAdminToken && !loopback {
+			return "", false, fmt.Errorf("SLUICE_ADMIN_TOKEN is %d bytes; an admin listener beyond loopback (%s) needs at least %d (for example: openssl rand -hex 32)",
+				len(t), cfg.AdminListen, minProductionAdminToken)
+		}
+		return t, false, nil
+	}
+	if cfg.IsProduction() || !loopback {
 		return "", false, fmt.Errorf("admin listener %s needs SLUICE_ADMIN_TOKEN (a token is generated only in development on loopback)", cfg.AdminListen)
 	}
 	b := make([]byte, 24)
