@@ -66,8 +66,9 @@ type JWTOptions struct {
 	// Tiers are the tier names a token's tier claim may give; a token
 	// naming another tier is refused.
 	Tiers []string
-	// HTTPClient fetches JWKS URLs; nil is jwx's default client (a 30 s
-	// timeout, no redirect from https to http).
+	// HTTPClient fetches JWKS URLs; nil is a client with a 30 s timeout.
+	// Either way redirects are followed only within the URL's origin and
+	// a body is read up to 1 MiB.
 	HTTPClient *http.Client
 	// MinRefresh is how often at most a token naming a key its issuer's
 	// cached JWKS lacks makes the JWKS be read anew (10 s).
@@ -152,10 +153,8 @@ func NewJWTAuthenticator(ctx context.Context, opts JWTOptions) (*JWTAuthenticato
 					return nil, fmt.Errorf("gateway: jwt: %w", err)
 				}
 			}
-			reg := []jwk.RegisterOption{jwk.WithWaitReady(false), jwk.WithMinInterval(time.Minute), jwk.WithMaxInterval(time.Hour)}
-			if opts.HTTPClient != nil {
-				reg = append(reg, jwk.WithHTTPClient(opts.HTTPClient))
-			}
+			reg := []jwk.RegisterOption{jwk.WithWaitReady(false), jwk.WithMinInterval(time.Minute), jwk.WithMaxInterval(time.Hour),
+				jwk.WithHTTPClient(newJWKSClient(opts.HTTPClient))}
 			if err := cache.Register(ctx, iss.JWKSURL, reg...); err != nil {
 				return nil, fmt.Errorf("gateway: jwt issuer %q: %w", iss.Issuer, err)
 			}
