@@ -4,8 +4,13 @@
 #
 #   docker build -t sluice --build-arg VERSION=$(git describe --tags --always) \
 #     --build-arg REVISION=$(git rev-parse HEAD) .
-#   docker run -p 8080:8080 -p 8081:8081 -v sluice-data:/data \
+#   docker run -p 8080:8080 -v sluice-data:/data \
 #     -e SLUICE_ADMIN_TOKEN=$(openssl rand -hex 32) sluice
+#
+# The admin API (keys, rules, the console, /metrics) listens on the
+# container's loopback only. To reach it from the host alone:
+#   -e SLUICE_ADMIN_LISTEN=0.0.0.0:8081 -p 127.0.0.1:8081:8081
+# and never publish it on a public address.
 #
 # buildah builds it too: buildah build --storage-driver vfs --isolation chroot -t sluice .
 # GO_IMAGE names the builder: any image with Go 1.26, a POSIX shell and CA
@@ -31,12 +36,12 @@ COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certifica
 COPY deploy/docker/passwd deploy/docker/group /etc/
 COPY --from=build --chown=65532:65532 /out/data /data
 COPY --from=build /out/sluice /usr/local/bin/sluice
-# Both listeners on every interface of the container: the client API and
-# the admin API (with /metrics). Production mode: JSON logs, and the
-# admin API needs SLUICE_ADMIN_TOKEN (at least 32 bytes).
+# The client API on every interface of the container, the admin API (with
+# /metrics) on its loopback (see above to expose it). Production mode: JSON
+# logs, and the admin API needs SLUICE_ADMIN_TOKEN (at least 32 bytes).
 ENV SLUICE_DATA_DIR=/data \
     SLUICE_LISTEN=0.0.0.0:8080 \
-    SLUICE_ADMIN_LISTEN=0.0.0.0:8081 \
+    SLUICE_ADMIN_LISTEN=127.0.0.1:8081 \
     SLUICE_ENV=production
 USER 65532:65532
 VOLUME /data

@@ -50,7 +50,14 @@ type Options struct {
 	Logger *slog.Logger
 	// Now tells the time; nil means time.Now.
 	Now func() time.Time
+	// Timeout bounds each request's calls to the catalog and the store:
+	// past it the request is answered 503 with the cause. Zero means
+	// DefaultTimeout.
+	Timeout time.Duration
 }
+
+// DefaultTimeout is Options.Timeout's default.
+const DefaultTimeout = 5 * time.Second
 
 // Handler serves the admin API, metrics and console. It is safe for
 // concurrent use.
@@ -96,7 +103,11 @@ func New(opts Options) (*Handler, error) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	h.mux.ServeHTTP(w, r)
+	// A stalled database must not hold a goroutine and a socket per
+	// request for as long as it stalls.
+	ctx, cancel := context.WithTimeout(r.Context(), cmp.Or(h.opts.Timeout, DefaultTimeout))
+	defer cancel()
+	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 func (h *Handler) routes() {

@@ -34,6 +34,11 @@ const loginCookie = "sluice_login"
 // forgotten (its browser signs in again).
 const maxSessions = 1000
 
+// maxSessionsPerToken bounds the console logins of one token; past it that
+// token's oldest is forgotten, so one token signing in again and again (a
+// viewer's) cannot push everyone else's logins out.
+const maxSessionsPerToken = 20
+
 // console is the web console under /ui/: server-rendered pages over the
 // same catalog and limiter as the API, with the same roles.
 type console struct {
@@ -256,15 +261,8 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 			delete(c.sessions, id)
 		}
 	}
-	for len(c.sessions) >= maxSessions {
-		oldest := ""
-		for id, s := range c.sessions {
-			if oldest == "" || s.expires.Before(c.sessions[oldest].expires) {
-				oldest = id
-			}
-		}
-		delete(c.sessions, oldest)
-	}
+	c.forgetOldest(func(s *session) bool { return s.token == token }, maxSessionsPerToken)
+	c.forgetOldest(func(*session) bool { return true }, maxSessions)
 	c.sessions[sid] = &session{token: token, csrf: csrf, expires: now.Add(sessionTTL)}
 	c.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/ui/login", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
@@ -281,6 +279,27 @@ func (c *console) logout(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/ui/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// forgetOldest forgets the oldest of the sessions that match until fewer
+// than limit match; c.mu is held.
+func (c *console) forgetOldest(match func(*session) bool, limit int) {
+	for {
+		oldest, n := "", 0
+		for id, s := range c.sessions {
+			if !match(s) {
+				continue
+			}
+			n++
+			if oldest == "" || s.expires.Before(c.sessions[oldest].expires) {
+				oldest = id
+			}
+		}
+		if n < limit {
+			return
+		}
+		delete(c.sessions, oldest)
+	}
 }
 
 // sessionOf returns the request's session and its principal, checking the

@@ -266,3 +266,29 @@ func TestConsole_LoginNeedsTheFormAndTheOrigin(t *testing.T) {
 		t.Fatalf("%d console sessions kept, want at most %d", n, maxSessions)
 	}
 }
+
+// One token signing in again and again (any viewer may) forgets its own
+// oldest logins, not everyone else's: 1,000 such logins once signed every
+// admin out.
+func TestConsole_SessionsCappedPerToken(t *testing.T) {
+	e := newEnv(t)
+	viewer := e.must(http.StatusCreated, "POST", "/admin/v1/tokens", rootToken,
+		map[string]any{"role": "viewer", "workspaces": []string{"w"}}).body["secret"].(string)
+	admin := e.browser()
+	if status, _ := admin.login(rootToken); status != http.StatusOK {
+		t.Fatalf("admin sign-in = %d", status)
+	}
+	for range maxSessions + 5 {
+		e.clock.Advance(time.Millisecond) // each login newer than the last
+		e.browser().login(viewer)
+	}
+	if status, body := admin.get("/ui/"); status != http.StatusOK || !strings.Contains(body, "Workspaces") {
+		t.Fatalf("the admin's console after a viewer's %d logins = %d, want still signed in", maxSessions+5, status)
+	}
+	e.handler.console.mu.Lock()
+	n := len(e.handler.console.sessions)
+	e.handler.console.mu.Unlock()
+	if n != maxSessionsPerToken+1 {
+		t.Fatalf("%d console sessions kept, want the viewer's %d and the admin's", n, maxSessionsPerToken)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/gateway/event"
 )
 
@@ -512,4 +513,27 @@ func (m *Metrics) SessionEnded(ceiling string, used event.SessionUsage) {
 		m.sessions.WithLabelValues("ceiling_reached", bounded(ceiling, knownCeilings)).Inc()
 	}
 	m.sessionEnded(used)
+}
+
+// Ledger registers the usage ledger's series, read from stats at each
+// scrape: entries waiting for a flush, and entries lost (call records
+// dropped or usage kept without its attribution because the queue was full,
+// entries the database refused).
+func (m *Metrics) Ledger(stats func() catalog.LedgerStats) {
+	counter := func(name, help string, value func(catalog.LedgerStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(value(stats())) })
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_ledger_pending_entries",
+			Help: "Ledger rows and call records waiting to be written to the catalog's database.",
+		}, func() float64 { s := stats(); return float64(s.PendingRows + s.PendingCalls) }),
+		counter("sluice_ledger_dropped_calls_total", "Call records dropped because the ledger's queue was full.",
+			func(s catalog.LedgerStats) int64 { return s.DroppedCalls }),
+		counter("sluice_ledger_folded_entries_total", "Usage entries kept without user, team and tags because the ledger's queue was full.",
+			func(s catalog.LedgerStats) int64 { return s.FoldedRows }),
+		counter("sluice_ledger_refused_entries_total", "Ledger rows and call records dropped because the database refused them, written alone.",
+			func(s catalog.LedgerStats) int64 { return s.RefusedRows + s.RefusedCalls }),
+	)
 }

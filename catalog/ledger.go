@@ -132,6 +132,15 @@ type ledger struct {
 	// droppedCalls counts call records not kept because too many were
 	// waiting for a database that did not answer.
 	droppedCalls int64
+	// foldedRows counts entries summed into their row without user, team
+	// and tags because maxPendingRows rows were waiting (see add).
+	foldedRows int64
+	// refusedRows and refusedCalls count the ledger rows and call records
+	// dropped because the database refused them even alone.
+	refusedRows, refusedCalls int64
+	// reported is the count of dropped, folded and refused entries last
+	// logged, so that the flusher logs each increase once.
+	reported int64
 	// wake tells the flusher that entries are pending.
 	wake chan struct{}
 	// The day string of the last entry, so most entries format no date.
@@ -194,8 +203,17 @@ func (e *UsageEntry) sums() usageSums {
 	return usageSums{e.Requests, e.InputTokens, e.OutputTokens, e.CachedInputTokens, tokens, e.CostMicros}
 }
 
-// add adds sums to the pending row k; l.mu is held.
+// add adds sums to the pending row k; l.mu is held. Past maxPendingRows
+// rows waiting (a database that does not answer, and user, team or tag
+// values that differ call after call), an entry for a new row goes in the
+// row of its workspace, route and model without user, team and tags: the
+// totals are kept, the attribution is lost and counted, and the memory
+// stays bounded by what the trusted records name.
 func (l *ledger) add(k usageKey, sums usageSums) {
+	if len(l.pending) >= maxPendingRows && l.pending[k] == nil {
+		k.user, k.team, k.tags = "", "", ""
+		l.foldedRows++
+	}
 	addRow(l.pending, k, sums)
 }
 
@@ -268,17 +286,12 @@ func (c *Catalog) Flush(ctx context.Context) error {
 	l.calls = make([]CallRecord, 0, min(len(calls), callsPerInsert)) // as many as last time, most likely
 	l.mu.Unlock()
 
-	err := c.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		exec := func(query string, args ...any) {
-			if err == nil {
-				err = c.execPrepared(ctx, tx, query, args)
-			}
-		}
-		c.queueUsage(batch, exec)
-		c.queueCalls(calls, exec)
-		return err
-	})
+	err := c.writeLedger(ctx, batch, calls)
+	if err != nil && refused(err) {
+		// One entry the database refuses must not hold back the others:
+		// write each alone and drop those it still refuses.
+		batch, calls, err = c.writeAlone(ctx, batch, calls)
+	}
 	if err != nil {
 		l.mu.Lock()
 		for k, s := range batch {
@@ -289,6 +302,21 @@ func (c *Catalog) Flush(ctx context.Context) error {
 		return fmt.Errorf("catalog: flush usage: %w", err)
 	}
 	return nil
+}
+
+// writeLedger writes batch and calls in one transaction.
+func (c *Catalog) writeLedger(ctx context.Context, batch map[usageKey]*usageSums, calls []CallRecord) error {
+	return c.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		exec := func(query string, args ...any) {
+			if err == nil {
+				err = c.execPrepared(ctx, tx, query, args)
+			}
+		}
+		c.queueUsage(batch, exec)
+		c.queueCalls(calls, exec)
+		return err
+	})
 }
 
 // rowsPerUpsert is the most ledger rows one upsert carries (16 parameters
@@ -408,6 +436,7 @@ func (c *Catalog) flushLoop(interval time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), max(interval, 10*time.Second))
 		err := c.Flush(ctx)
 		cancel()
+		c.reportLosses()
 		if err == nil {
 			continue
 		}

@@ -60,6 +60,17 @@ type Config struct {
 	// HeaderTimeout is how long a client connection may take to send a
 	// request's headers (10s): one that never sends any is closed then.
 	HeaderTimeout time.Duration `yaml:"header_timeout"`
+	// StoreTimeout bounds each call to a Redis or PostgreSQL counter store:
+	// past it the call is answered 503 (or admitted, per on_store_error). 0
+	// means the store's own default, 250ms for Redis and 400ms for
+	// PostgreSQL; a busy host may need more.
+	StoreTimeout time.Duration `yaml:"store_timeout,omitempty"`
+	// CatalogTimeout bounds each lookup a client call makes in the catalog
+	// (its key, its session) (250ms): past it the call is answered 503.
+	CatalogTimeout time.Duration `yaml:"catalog_timeout"`
+	// AdminTimeout bounds each admin API request's calls to the catalog and
+	// the store (5s): past it the request is answered 503 with the cause.
+	AdminTimeout time.Duration `yaml:"admin_timeout"`
 	// RequestTimeout is the model deadline of a call (10m), written as a Go
 	// duration ("90s", "10m").
 	RequestTimeout time.Duration `yaml:"request_timeout"`

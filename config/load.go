@@ -21,6 +21,8 @@ const (
 	DefaultDataDir          = "./.sluice"
 	DefaultMaxBodyBytes     = 8 << 20
 	DefaultHeaderTimeout    = 10 * time.Second
+	DefaultCatalogTimeout   = 250 * time.Millisecond
+	DefaultAdminTimeout     = 5 * time.Second
 	DefaultRequestTimeout   = 10 * time.Minute
 	DefaultExpirySlack      = 30 * time.Second
 	DefaultMaxWait          = 30 * time.Second
@@ -244,6 +246,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.HeaderTimeout == 0 {
 		c.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if c.CatalogTimeout == 0 {
+		c.CatalogTimeout = DefaultCatalogTimeout
+	}
+	if c.AdminTimeout == 0 {
+		c.AdminTimeout = DefaultAdminTimeout
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = DefaultMaxWait

@@ -177,6 +177,15 @@ func (v *checker) server() {
 	if c.HeaderTimeout < 0 || c.HeaderTimeout > 10*time.Minute {
 		v.add("header_timeout", "must be between 1ms and 10m, got %v", c.HeaderTimeout)
 	}
+	if c.StoreTimeout < 0 || c.StoreTimeout > 10*time.Second {
+		v.add("store_timeout", "must be between 1ms and 10s (0: the store's default), got %v", c.StoreTimeout)
+	}
+	if c.CatalogTimeout < 0 || c.CatalogTimeout > 10*time.Second {
+		v.add("catalog_timeout", "must be between 1ms and 10s, got %v", c.CatalogTimeout)
+	}
+	if c.AdminTimeout < 0 || c.AdminTimeout > 10*time.Minute {
+		v.add("admin_timeout", "must be between 1ms and 10m, got %v", c.AdminTimeout)
+	}
 	if c.PreAuthPerMinute < 0 {
 		v.add("pre_auth_per_minute", "must not be negative (0 turns it off), got %d", c.PreAuthPerMinute)
 	}

@@ -161,6 +161,9 @@ func (c *call) readAttributes(m *model) error {
 		}
 	}
 	c.ownKey = string(h.Peek(HeaderProviderKey))
+	if err := checkTags(h.Peek(HeaderTags)); err != nil {
+		return err // 400 invalid_tags: bad bytes never reach a store or the ledger
+	}
 	c.tags = parseTags(h.Peek(HeaderTags))
 	c.event.SessionID, c.event.Tags = c.session.id, c.tags
 	var err error

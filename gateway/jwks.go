@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -138,4 +139,46 @@ func (k *issuerKeys) refreshed(ctx context.Context, now time.Time) (jwk.Set, err
 		k.log.Warn("jwt: reading the issuer's keys failed: its tokens naming keys not held are answered 503", "err", err)
 	}
 	return set, err
+}
+
+// maxJWKSBytes caps a JWKS body: a set of a few dozen keys is tens of kB,
+// and a 7 MB one once kept 400 MB of heap.
+const maxJWKSBytes = 1 << 20
+
+// jwksClient fetches JWKS URLs: redirects are followed only within the
+// URL's origin (a JWKS that sends the fetch elsewhere is refused, not
+// trusted), and a body past maxJWKSBytes is an error.
+type jwksClient struct{ c *http.Client }
+
+// newJWKSClient returns a jwksClient over a copy of base (nil: a client
+// with a 30 s timeout).
+func newJWKSClient(base *http.Client) jwksClient {
+	c := &http.Client{Timeout: 30 * time.Second}
+	if base != nil {
+		copied := *base
+		c = &copied
+	}
+	next := c.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if from := via[0].URL; req.URL.Scheme != from.Scheme || req.URL.Host != from.Host {
+			return fmt.Errorf("jwks %s redirected to another origin, %s://%s: refused", from, req.URL.Scheme, req.URL.Host)
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return fmt.Errorf("jwks %s: stopped after 10 redirects", via[0].URL)
+		}
+		return nil
+	}
+	return jwksClient{c}
+}
+
+func (j jwksClient) Do(req *http.Request) (*http.Response, error) {
+	resp, err := j.c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = http.MaxBytesReader(nil, resp.Body, maxJWKSBytes)
+	return resp, nil
 }

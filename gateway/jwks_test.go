@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,5 +125,46 @@ func TestJWT_JWKSFile(t *testing.T) {
 		{Issuer: testIssuer, Audience: []string{testAudience}, JWKSFile: filepath.Join(t.TempDir(), "missing.json")},
 	}}); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a missing JWKS file: %v, want os.ErrNotExist", err)
+	}
+}
+
+// TestJWT_JWKSFetchBounded: the JWKS fetch follows a redirect within its
+// URL's origin only, and reads at most 1 MiB of body; a fetch that breaks
+// either rule leaves the issuer's tokens answered 503, never verified with
+// keys from elsewhere.
+func TestJWT_JWKSFetchBounded(t *testing.T) {
+	key := newECKey(t, "ec-1")
+	elsewhere := newJWKSServer(t, key) // a perfectly good set, at another origin
+	big := append([]byte(`{"pad":"`+strings.Repeat("x", 1<<20)+`",`), publicSet(t, key)[1:]...)
+	var jwksURL string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/same":
+			http.Redirect(w, r, "/keys", http.StatusFound)
+		case "/keys":
+			w.Write(publicSet(t, key))
+		case "/other":
+			http.Redirect(w, r, elsewhere.url, http.StatusFound)
+		case "/big":
+			w.Write(big)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{{"/same", 200}, {"/other", 503}, {"/big", 503}} {
+		t.Run(strings.TrimPrefix(tc.path, "/"), func(t *testing.T) {
+			jwksURL = srv.URL + tc.path
+			h := jwtHarness(t, nil, gateway.JWTOptions{FetchTimeout: 2 * time.Second, Issuers: []gateway.JWTIssuer{
+				{Issuer: testIssuer, Audience: []string{testAudience}, JWKSURL: jwksURL},
+			}})
+			if r := h.post("/v1/chat/completions", jwtChat, bearerHeader(sign(t, key, goodClaims()))); r.status != tc.status {
+				t.Fatalf("JWKS at %s: %d %s, want %d", tc.path, r.status, r.body, tc.status)
+			}
+		})
+	}
+	if n := elsewhere.fetches.Load(); n != 0 {
+		t.Errorf("the other origin was fetched %d times", n)
 	}
 }

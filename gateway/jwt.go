@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/lestrrat-go/httprc/v3"
 	"github.com/lestrrat-go/httprc/v3/errsink"
@@ -67,8 +66,9 @@ type JWTOptions struct {
 	// Tiers are the tier names a token's tier claim may give; a token
 	// naming another tier is refused.
 	Tiers []string
-	// HTTPClient fetches JWKS URLs; nil is jwx's default client (a 30 s
-	// timeout, no redirect from https to http).
+	// HTTPClient fetches JWKS URLs; nil is a client with a 30 s timeout.
+	// Either way redirects are followed only within the URL's origin and
+	// a body is read up to 1 MiB.
 	HTTPClient *http.Client
 	// MinRefresh is how often at most a token naming a key its issuer's
 	// cached JWKS lacks makes the JWKS be read anew (10 s).
@@ -153,10 +153,8 @@ func NewJWTAuthenticator(ctx context.Context, opts JWTOptions) (*JWTAuthenticato
 					return nil, fmt.Errorf("gateway: jwt: %w", err)
 				}
 			}
-			reg := []jwk.RegisterOption{jwk.WithWaitReady(false), jwk.WithMinInterval(time.Minute), jwk.WithMaxInterval(time.Hour)}
-			if opts.HTTPClient != nil {
-				reg = append(reg, jwk.WithHTTPClient(opts.HTTPClient))
-			}
+			reg := []jwk.RegisterOption{jwk.WithWaitReady(false), jwk.WithMinInterval(time.Minute), jwk.WithMaxInterval(time.Hour),
+				jwk.WithHTTPClient(newJWKSClient(opts.HTTPClient))}
 			if err := cache.Register(ctx, iss.JWKSURL, reg...); err != nil {
 				return nil, fmt.Errorf("gateway: jwt issuer %q: %w", iss.Issuer, err)
 			}
@@ -355,7 +353,7 @@ func claimString(tok jwt.Token, name, attr string) (string, error) {
 	if !ok {
 		return "", badToken(fmt.Sprintf("its %q claim, which gives the %s, is not a string", name, attr))
 	}
-	if len(s) > MaxAttributeBytes || strings.ContainsFunc(s, unicode.IsControl) {
+	if !validAttribute(s, MaxAttributeBytes) {
 		return "", badToken(fmt.Sprintf("its %q claim, which gives the %s, is longer than %d bytes or holds control characters", name, attr, MaxAttributeBytes))
 	}
 	return s, nil

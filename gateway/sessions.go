@@ -185,7 +185,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 			g.answerSession(ctx, &who, status, s, lowered)
 		}
 		g.observe(ctx, ev)
-	case id != "" && len(id) > maxSessionID:
+	case id != "" && !validAttribute(id, maxSessionID):
 		refuse(sessionError(ErrUnknownSession), "")
 	case id != "" && !strings.Contains(id, "/") && (method == fasthttp.MethodGet || method == fasthttp.MethodDelete):
 		var s Session
@@ -434,7 +434,7 @@ func (c *call) joinSession(id string, m *model) error {
 		return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "sessions_disabled",
 			message: "This gateway has no sessions; remove the " + HeaderSession + " header."}
 	}
-	if len(id) > maxSessionID {
+	if !validAttribute(id, maxSessionID) {
 		return sessionError(ErrUnknownSession)
 	}
 	cctx, cancel := c.g.catalogContext()

@@ -44,3 +44,19 @@ func TestGateway_TagsAttribute(t *testing.T) {
 		})
 	}
 }
+
+// A tag that is not valid UTF-8 is refused 400 invalid_tags before anything
+// is charged: such a byte must never reach a counter key or the ledger,
+// where a database refusing it would fail the writes of every tenant.
+func TestGateway_TagsWithABadByteRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, []sluice.Rule{dailyTokens})
+	r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`,
+		map[string]string{gateway.HeaderTags: "team-a,\xffbad"})
+	if r.status != 400 || codeOf(openaiError(t, r)) != "invalid_tags" {
+		t.Fatalf("%d %s, want 400 invalid_tags", r.status, r.body)
+	}
+	if n := h.mockCalls(); n != 0 || h.used("daily_tokens") != 0 {
+		t.Fatalf("provider called %d times, budget %d: want nothing", n, h.used("daily_tokens"))
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/catalog"
@@ -195,7 +197,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *cat
 	}
 	r := &reloader{flags: flags, cat: cat, limiter: limiter, log: log}
 	h, err := admin.New(admin.Options{
-		Catalog: cat, Limiter: limiter, AdminToken: token, Metrics: obs.metrics, Logger: log,
+		Catalog: cat, Limiter: limiter, AdminToken: token, Metrics: obs.metrics, Logger: log, Timeout: cfg.AdminTimeout,
 		OnChange: func() {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -213,17 +215,42 @@ func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *cat
 	if err != nil {
 		return nil, "", err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("admin listener", "err", err)
-		}
-	}()
+	srv := serveAdmin(ln, h, defaultAdminLimits, log)
 	go reloadOnHangup(ctx, r, log)
 	if !generated {
 		token = ""
 	}
 	return srv, token, nil
+}
+
+// adminLimits bound the admin listener's connections, so that clients
+// which open connections and leave them idle (no authentication is needed
+// to open one) cannot take the process's descriptors.
+type adminLimits struct {
+	// header, read and write bound reading a request's headers, reading a
+	// whole request, and writing its answer; idle bounds the wait for the
+	// next request on a kept-alive connection.
+	header, read, write, idle time.Duration
+	// maxConns caps the connections served at once; more wait to be
+	// accepted. It stays well inside the 256 descriptors the client
+	// listener's default cap keeps back (config.Config.MaxConnections).
+	maxConns int
+}
+
+// defaultAdminLimits suit an operator's console, the CLI and a Prometheus
+// scrape: every admin answer is small and bounded by the catalog's timeout.
+var defaultAdminLimits = adminLimits{header: 10 * time.Second, read: 30 * time.Second, write: time.Minute, idle: time.Minute, maxConns: 64}
+
+// serveAdmin serves h on ln within lim until the returned server is shut
+// down.
+func serveAdmin(ln net.Listener, h http.Handler, lim adminLimits, log *slog.Logger) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.header, ReadTimeout: lim.read, WriteTimeout: lim.write, IdleTimeout: lim.idle}
+	go func() {
+		if err := srv.Serve(netutil.LimitListener(ln, lim.maxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin listener", "err", err)
+		}
+	}()
+	return srv
 }
 
 // checkKeyLive vets a new key against the configuration in force: started

@@ -72,6 +72,7 @@ func serve(args []string) error {
 	requestLines := admin.NewLineBuffer(os.Stderr, 50*time.Millisecond)
 	defer requestLines.Flush()
 	obs := newObservability(cfg, newLoggerTo(cfg, requestLines))
+	obs.metrics.Ledger(cat.LedgerStats)
 	tr, err := tracingFromEnv(ctx, os.Getenv)
 	if err != nil {
 		return err
@@ -95,6 +96,7 @@ func serve(args []string) error {
 		return err
 	}
 	obs.watchHeadroom(limiter, cfg)
+	recordLeftovers(ctx, limiter, cat, log)
 	go limiter.RunSweeper(ctx, 5*time.Second, func(err error) { log.Error("sweep", "err", err) })
 	// Rules and overrides changed in the catalog, by any replica or
 	// straight in the database, apply at once: the catalog says when they
@@ -147,6 +149,7 @@ func serve(args []string) error {
 		MaxConns:         maxConnections(cfg.MaxConnections),
 		MaxConnsPerIP:    cfg.MaxConnectionsPerIP,
 		HeaderTimeout:    cfg.HeaderTimeout,
+		CatalogTimeout:   cfg.CatalogTimeout,
 		TerminalStatus:   cfg.TerminalStatus,
 		BatchMaxWait:     cfg.MaxWait,
 		TierMaxWait:      tierMaxWaits(cfg),
@@ -448,11 +451,30 @@ func (k keyStore) principal(key catalog.Key, err error) (gateway.Principal, erro
 		Class: key.Class, MaxWait: time.Duration(key.MaxWait), Turns: key.Turns || k.config().TierTurns(tier)}, nil
 }
 
+// recordLeftovers writes to the ledger at once, not at the sweeper's first
+// tick, what the store charged at its start for the reservations a previous
+// process left open; the second sweep, after the ledger's write, tells the
+// store (sqlitestore) that they are recorded, so that a crash loop loses
+// none of them and records them twice only if killed between the two.
+func recordLeftovers(ctx context.Context, limiter *sluice.Limiter, cat *catalog.Catalog, log *slog.Logger) {
+	if _, err := limiter.Sweep(ctx); err != nil {
+		log.Error("sweep", "err", err)
+		return
+	}
+	if err := cat.Flush(ctx); err != nil {
+		log.Error("sweep: ledger not written; the store keeps what it charged at start", "err", err)
+		return
+	}
+	if _, err := limiter.Sweep(ctx); err != nil {
+		log.Error("sweep", "err", err)
+	}
+}
+
 // dependenciesOf is what /readyz checks: the counter store when it can be
-// pinged (Redis, PostgreSQL; the embedded stores live in the process), and
-// the catalog.
+// pinged (Redis, PostgreSQL; the embedded stores live in the process), the
+// catalog, and the ledger's queue (down while full: records are being lost).
 func dependenciesOf(store sluice.Store, cat *catalog.Catalog) []gateway.Dependency {
-	deps := []gateway.Dependency{{Name: "catalog", Check: cat.Ping}}
+	deps := []gateway.Dependency{{Name: "catalog", Check: cat.Ping}, {Name: "ledger", Check: cat.LedgerBacklog}}
 	if p, ok := store.(interface{ Ping(context.Context) error }); ok {
 		deps = append(deps, gateway.Dependency{Name: "store", Check: p.Ping})
 	}
@@ -524,18 +546,25 @@ const minProductionAdminToken = 32
 // least minProductionAdminToken bytes), or in development on a loopback
 // address a generated one.
 func adminToken(cfg *config.Config) (string, bool, error) {
-	if t := os.Getenv("SLUICE_ADMIN_TOKEN"); t != "" {
-		if cfg.IsProduction() && len(t) < minProductionAdminToken {
-			return "", false, fmt.Errorf("SLUICE_ADMIN_TOKEN is %d bytes; production needs at least %d (for example: openssl rand -hex 32)", len(t), minProductionAdminToken)
-		}
-		return t, false, nil
-	}
 	host, _, err := net.SplitHostPort(cfg.AdminListen)
 	if err != nil {
 		return "", false, err
 	}
 	ip := net.ParseIP(host)
-	if cfg.IsProduction() || !(host == "localhost" || ip != nil && ip.IsLoopback()) {
+	loopback := host == "localhost" || ip != nil && ip.IsLoopback()
+	if t := os.Getenv("SLUICE_ADMIN_TOKEN"); t != "" {
+		if len(t) < minProductionAdminToken && cfg.IsProduction() {
+			return "", false, fmt.Errorf("SLUICE_ADMIN_TOKEN is %d bytes; production needs at least %d (for example: openssl rand -hex 32)", len(t), minProductionAdminToken)
+		}
+		// Anyone who can reach a listener beyond loopback may guess a short
+		// token, whatever the mode.
+		if len(t) < minProductionAdminToken && !loopback {
+			return "", false, fmt.Errorf("SLUICE_ADMIN_TOKEN is %d bytes; an admin listener beyond loopback (%s) needs at least %d (for example: openssl rand -hex 32)",
+				len(t), cfg.AdminListen, minProductionAdminToken)
+		}
+		return t, false, nil
+	}
+	if cfg.IsProduction() || !loopback {
 		return "", false, fmt.Errorf("admin listener %s needs SLUICE_ADMIN_TOKEN (a token is generated only in development on loopback)", cfg.AdminListen)
 	}
 	b := make([]byte, 24)

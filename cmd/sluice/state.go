@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -71,7 +72,8 @@ func sqlitePath(url, def string) string {
 	return p
 }
 
-// pgStoreTimeout bounds each call of the gateway to a PostgreSQL store.
+// pgStoreTimeout bounds each call of the gateway to a PostgreSQL store
+// when the config's store_timeout does not.
 const pgStoreTimeout = 400 * time.Millisecond
 
 // openStore opens the counters' store named by cfg; log receives the
@@ -95,7 +97,7 @@ func openStore(cfg *config.Config, log *slog.Logger, rec pgstore.Recorder) (slui
 		strings.HasPrefix(url, "redis-cluster://"), strings.HasPrefix(url, "rediss-cluster://"):
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return redisstore.Open(ctx, redisstore.Options{URL: url, Logger: log})
+		return redisstore.Open(ctx, redisstore.Options{URL: url, Logger: log, Timeout: cfg.StoreTimeout})
 	case isPostgres(url):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -106,7 +108,7 @@ func openStore(cfg *config.Config, log *slog.Logger, rec pgstore.Recorder) (slui
 		// process) is cancelled rather than committed after the caller
 		// gave up. One that committed anyway (its answer lost or late, or
 		// held up in the network on its way) is released by the store.
-		return pgstore.Open(ctx, pgstore.Options{URL: url, Timeout: pgStoreTimeout, Logger: log, Recorder: rec})
+		return pgstore.Open(ctx, pgstore.Options{URL: url, Timeout: cmp.Or(cfg.StoreTimeout, pgStoreTimeout), Logger: log, Recorder: rec})
 	}
 	return nil, fmt.Errorf("store %s: want sqlite://, memory://, redis://, redis-cluster:// or postgres://", redact(url))
 }

@@ -1,8 +1,11 @@
 package sqlitestore
 
 import (
+	"context"
+	"database/sql"
 	"encoding/binary"
 	"errors"
+	"fmt"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/counter"
@@ -14,6 +17,7 @@ type opKind uint8
 const (
 	opAdmit  opKind = iota + 1 // a reservation with budget charges opened
 	opSettle                   // a reservation settled, released or swept
+	opForget                   // the recovered reservations told of (recoveredTable)
 )
 
 // op is one journal entry: a Batch from Admit, Settle or the sweep. It
@@ -130,6 +134,8 @@ type group struct {
 	closed  []uint64
 	deltas  map[sluice.CounterKey]delta
 	scratch []byte
+	// forget deletes the recovered reservations (opForget).
+	forget bool
 }
 
 func newGroup() *group {
@@ -140,12 +146,17 @@ func (g *group) reset() {
 	clear(g.opened)
 	clear(g.deltas)
 	g.closed = g.closed[:0]
+	g.forget = false
 }
 
 // add folds one op into the group. A reservation opened and closed in the
 // same group is never written. o must stay where it is until the group is
 // committed.
 func (g *group) add(o *op) {
+	if o.kind == opForget {
+		g.forget = true
+		return
+	}
 	id := o.id()
 	switch o.kind {
 	case opAdmit:
@@ -163,4 +174,33 @@ func (g *group) add(o *op) {
 			g.deltas[c.key] = d
 		})
 	}
+}
+
+// leftover is a reservation's row: its id and budget charges.
+type leftover struct {
+	id      int64
+	charges []storedCharge
+}
+
+// readCharges reads the rows of query, which selects a reservation's id
+// and its encoded charges.
+func readCharges(ctx context.Context, tx *sql.Tx, query string) ([]leftover, error) {
+	rows, err := tx.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []leftover
+	for rows.Next() {
+		var lo leftover
+		var blob []byte
+		if err := rows.Scan(&lo.id, &blob); err != nil {
+			return nil, err
+		}
+		if lo.charges, err = decodeCharges(blob); err != nil {
+			return nil, fmt.Errorf("reservation %d: %w", lo.id, err)
+		}
+		out = append(out, lo)
+	}
+	return out, rows.Err()
 }

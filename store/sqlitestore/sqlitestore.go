@@ -100,9 +100,13 @@ type Store struct {
 	wake            chan struct{}
 	stopped         chan struct{}
 	// recovered are the reservations a previous process left open, which
-	// Open settled: the first SweepReport tells of them.
+	// Open settled (or an earlier Open did, whose report may not have
+	// reached a ledger): the first SweepReport tells of them.
 	recovered []sluice.ExpiredReservation
-	log       *slog.Logger
+	// forgetRecovered is set once SweepReport has told of recovered: the
+	// next SweepReport deletes their rows (see recoveredTable).
+	forgetRecovered bool
+	log             *slog.Logger
 }
 
 const schema = `
@@ -120,6 +124,20 @@ CREATE TABLE IF NOT EXISTS reservations (
 	charges  BLOB    NOT NULL
 );
 PRAGMA user_version = 1;
+` + recoveredTable
+
+// recoveredTable keeps the charges Open made for the reservations a
+// previous process left open until a ledger has been told of them: Open
+// charges the budgets and moves the reservations here in one transaction,
+// the first SweepReport tells of them, and the next one deletes them (by
+// then a caller that records them, as the gateway does, has written its
+// ledger). A crash before that tells of them again at the next Open, never
+// charging them twice: a crash loop loses none from the ledger.
+const recoveredTable = `
+CREATE TABLE IF NOT EXISTS recovered (
+	id      INTEGER PRIMARY KEY,
+	charges BLOB    NOT NULL
+);
 `
 
 // Open opens (or creates) the store at opts.Path, reloads the current
@@ -187,33 +205,33 @@ func (s *Store) recover(now time.Time) error {
 	if err := s.repair(ctx, tx); err != nil {
 		return fmt.Errorf("repair usage: %w", err)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id, charges FROM reservations`)
+	// Charged by an earlier Open, not yet told of to a ledger.
+	earlier, err := readCharges(ctx, tx, `SELECT id, charges FROM recovered`)
+	if err != nil {
+		return fmt.Errorf("read recovered reservations: %w", err)
+	}
+	left, err := readCharges(ctx, tx, `SELECT id, charges FROM reservations`)
 	if err != nil {
 		return fmt.Errorf("read reservations: %w", err)
 	}
-	type leftover struct {
-		id      int64
-		charges []storedCharge
-	}
-	var left []leftover
-	for rows.Next() {
-		var lo leftover
-		var blob []byte
-		if err := rows.Scan(&lo.id, &blob); err != nil {
-			rows.Close()
+	for _, lo := range left {
+		for _, c := range lo.charges {
+			if c.release {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, upsertUsage, int64(c.key.Rule), c.key.Subject, c.key.Period, c.periodEnd, counter.Clamp(c.amount)); err != nil {
+				return fmt.Errorf("settle leftover reservation %d: %w", lo.id, err)
+			}
+		}
+		// Kept, charged, until a ledger has been told (recoveredTable).
+		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO recovered (id, charges) SELECT id, charges FROM reservations WHERE id = ?`, lo.id); err != nil {
+			return fmt.Errorf("keep leftover reservation %d: %w", lo.id, err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM reservations WHERE id = ?`, lo.id); err != nil {
 			return err
 		}
-		if lo.charges, err = decodeCharges(blob); err != nil {
-			rows.Close()
-			return fmt.Errorf("reservation %d: %w", lo.id, err)
-		}
-		left = append(left, lo)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, lo := range left {
+	for _, lo := range append(earlier, left...) {
 		var told sluice.ExpiredReservation
 		for _, c := range lo.charges {
 			ec := sluice.ExpiredCharge{Key: c.key, Kind: sluice.KindBudget}
@@ -223,24 +241,13 @@ func (s *Store) recover(now time.Time) error {
 			told.Charges = append(told.Charges, ec)
 		}
 		s.recovered = append(s.recovered, told)
-		for _, c := range lo.charges {
-			if c.release {
-				continue
-			}
-			if _, err := tx.ExecContext(ctx, upsertUsage, int64(c.key.Rule), c.key.Subject, c.key.Period, c.periodEnd, counter.Clamp(c.amount)); err != nil {
-				return fmt.Errorf("settle leftover reservation %d: %w", lo.id, err)
-			}
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM reservations WHERE id = ?`, lo.id); err != nil {
-			return err
-		}
 	}
 	// Finished periods are of no use to the counters; the ledger of record
 	// is the catalog's.
 	if _, err := tx.ExecContext(ctx, `DELETE FROM budget_usage WHERE period_end <= ?`, now.UnixNano()); err != nil {
 		return err
 	}
-	rows, err = tx.QueryContext(ctx, `SELECT rule, subject, period, period_end, used FROM budget_usage`)
+	rows, err := tx.QueryContext(ctx, `SELECT rule, subject, period, period_end, used FROM budget_usage`)
 	if err != nil {
 		return fmt.Errorf("read usage: %w", err)
 	}
@@ -342,24 +349,27 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 // SweepReport is Sweep, and tells what it settled once that is journaled.
 // The first call also tells of the reservations a previous process left
 // open, which Open settled (charged whole, as the sweep would have), so
-// that they reach a ledger too.
+// that they reach a ledger too; they are told of again after a restart
+// until a second call (see recoveredTable).
 func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
 	if err := s.failed(); err != nil {
 		return sluice.SweepResult{}, nil, err
 	}
 	s.mu.Lock()
-	told := s.recovered
-	s.recovered = nil
+	told, forget := s.recovered, s.forgetRecovered
+	s.recovered, s.forgetRecovered = nil, len(s.recovered) > 0
 	s.mu.Unlock()
-	expired, res := s.mem.SweepExpired(now)
 	var last uint64
+	if forget {
+		// Told of at the last report, whose caller has recorded them since.
+		last = s.enqueue(op{kind: opForget})
+	}
+	expired, res := s.mem.SweepExpired(now)
 	for _, e := range expired {
 		last = s.enqueue(op{kind: opSettle, batch: e.Batch, actual: e.Actual})
 	}
-	if len(expired) > 0 {
+	if last > 0 {
 		s.flushNow()
-	}
-	if len(expired) > 0 {
 		if err := s.wait(ctx, last); err != nil {
 			return res, told, err
 		}

@@ -164,6 +164,11 @@ func (w *journalWriter) commit(ctx context.Context, g *group) (err error) {
 			return fmt.Errorf("add usage: %w", err)
 		}
 	}
+	if g.forget {
+		if _, err := w.conn.ExecContext(ctx, `DELETE FROM recovered`); err != nil {
+			return fmt.Errorf("delete recovered reservations: %w", err)
+		}
+	}
 	_, err = w.commitTx.ExecContext(ctx)
 	return err
 }
