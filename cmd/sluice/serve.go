@@ -72,6 +72,7 @@ func serve(args []string) error {
 	requestLines := admin.NewLineBuffer(os.Stderr, 50*time.Millisecond)
 	defer requestLines.Flush()
 	obs := newObservability(cfg, newLoggerTo(cfg, requestLines))
+	obs.recordCall = cat.RecordCall
 	tr, err := tracingFromEnv(ctx, os.Getenv)
 	if err != nil {
 		return err
