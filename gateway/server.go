@@ -142,16 +142,11 @@ func (g *Gateway) refuseEarly(ctx *fasthttp.RequestCtx, path string, err error) 
 	g.observeEarly(ctx, routeName(path), err)
 }
 
-// observeEarly tells the Observer about an answer made outside a call's
-// pipeline: err nil for an answer that admitted the request.
+// observeEarly tells the Observer about a refusal made outside a call's
+// pipeline, before any key was known.
 func (g *Gateway) observeEarly(ctx *fasthttp.RequestCtx, route string, err error) {
-	if g.opts.Observer == nil {
-		return
-	}
-	ev := Event{Route: route, Outcome: outcomeAdmitted, Cause: causeOf(err)}
-	if err != nil {
-		ev.Outcome, ev.Class = outcomeOf(err)
-	}
+	ev := Event{Route: route, Cause: causeOf(err)}
+	ev.Outcome, ev.Class = outcomeOf(err)
 	g.observe(ctx, ev)
 }
 
