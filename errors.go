@@ -128,8 +128,9 @@ type TooLargeError struct {
 	// Source says where Limit came from, as Refusal.Source.
 	Source string
 	// Result is the room of every rule that applies, read from the store
-	// without charging, for the response's rate-limit header fields; nil
-	// when the store did not answer.
+	// without charging, for the response's rate-limit header fields: its
+	// Headroom is Rule's, which the request never fits; nil when the
+	// store did not answer.
 	Result *Result
 }
 

@@ -192,7 +192,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	if err := l.build(l.policy.Load(), &req, now, r, true); err != nil {
 		l.refused.Add(1)
 		if tl, ok := err.(*TooLargeError); ok {
-			tl.Result = l.roomFor(ctx, &req, now)
+			tl.Result = l.tooLargeRoom(ctx, &req, now, tl.Rule)
 		}
 		return nil, err
 	}
@@ -270,12 +270,27 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	return nil
 }
 
-// roomFor reads, without charging, the room of every rule that applies to
-// req, for the header fields of a request that never fits; nil when the
-// store does not answer (the refusal stands without them).
-func (l *Limiter) roomFor(ctx context.Context, req *Request, now time.Time) *Result {
-	res, err := l.room(ctx, req, now)
-	if err != nil || res.Rule == "" {
+// tooLargeRoom reads, without charging, the room of every rule that
+// applies to req, for the header fields of a request that never fits rule:
+// those of rule itself, which its body names (the OpenAI fields keep the
+// least room among request and token rules); nil when the store does not
+// answer (the refusal stands without them).
+func (l *Limiter) tooLargeRoom(ctx context.Context, req *Request, now time.Time, rule string) *Result {
+	r := &Reservation{l: l}
+	if err := l.build(l.policy.Load(), req, now, r, false); err != nil || len(r.batch.Charges) == 0 {
+		return nil
+	}
+	if err := l.peek(ctx, now, r); err != nil {
+		return nil
+	}
+	res := resultOf(r.batch.Charges)
+	for i := range r.batch.Charges {
+		if c := &r.batch.Charges[i]; c.rule.Name == rule && !c.Shadow {
+			res.Headroom = headroomOf(c)
+			break
+		}
+	}
+	if res.Rule == "" {
 		return nil
 	}
 	return &res

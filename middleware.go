@@ -223,8 +223,8 @@ func (r *HTTPRefusal) SetHeaders(h HeaderSetter, now time.Time) {
 	case r.refusal != nil:
 		setLimitHeaders(h, r.refusal.headroom(), now)
 	case r.result != nil && r.result.Rule != "":
-		// Never fits: the deciding rule may have room to spare; the
-		// fields describe the rule with the least, as on an admission.
+		// Never fits: the fields describe the rule the request never
+		// fits, as its body does, however much room it has.
 		setLimitHeaders(h, r.result.Headroom, now)
 	}
 	if r.result != nil {

@@ -39,10 +39,10 @@ func TestHTTPRefusal_EveryRefusalCarriesRateLimitFields(t *testing.T) {
 				// March 2026 has 31 days.
 				"RateLimit-Policy": `"spend";q=1000000;qu="micro-dollars";w=2678400`,
 			}},
-		// The deciding rule has room; the fields describe the rule with
-		// the least, as on an admission.
+		// The deciding rule has more room than another; the fields
+		// describe it all the same, the rule the body names (issue 31).
 		{"never fits", []sluice.Rule{daily(sluice.MetricTokens, 1000), rpm(2)}, byKey("k"), tokens("k", 100, 5000), 413, map[string]string{
-			"RateLimit-Policy": `"rpm";q=2;w=60`, "X-RateLimit-Remaining": "1",
+			"RateLimit-Policy": `"daily";q=1000;qu="tokens";w=86400`, "X-RateLimit-Remaining": "1000", "X-RateLimit-Limit": "1000",
 			"x-ratelimit-limit-requests": "2", "x-ratelimit-remaining-requests": "1",
 			"x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "1000",
 		}},

@@ -151,6 +151,7 @@ func (h *Handler) routes() {
 	m.Handle("GET "+v1+"effective", h.read(h.effective))
 	m.Handle("GET "+v1+"usage", h.read(h.usage))
 	m.Handle("GET "+v1+"calls", h.read(h.calls))
+	m.Handle("GET "+v1+"calls/outcomes", h.read(h.callOutcomes))
 	m.Handle("GET "+v1+"audit", h.read(h.audit))
 	m.Handle("GET "+v1+"reservations", h.adminRead(h.reservations))
 	m.Handle("GET "+v1+"sessions", h.read(h.listSessions))

@@ -54,6 +54,9 @@ func seedConsole(t *testing.T, e *env) {
 		e.cat.RecordUsage(catalog.UsageEntry{Workspace: "globex", Route: "messages", Model: "mock-large", At: at,
 			Requests: 5, InputTokens: 2000, OutputTokens: 800, CostMicros: 9000})
 	}
+	// A refusal, as the gateway's Observer records it (admin.RefusedCall).
+	e.cat.RecordCall(catalog.CallRecord{At: now.Add(-5 * time.Minute), RequestID: "req-acme-refused", Workspace: "acme", KeyID: "key-acme",
+		Route: "chat", Model: "mock-small", Outcome: "rate_limited"})
 	for i, ws := range []string{"acme", "globex", "acme"} {
 		e.cat.RecordCall(catalog.CallRecord{At: now.Add(time.Duration(i-3) * time.Minute), RequestID: fmt.Sprintf("req-%s-%d", ws, i), Workspace: ws,
 			KeyID: "key-" + ws, User: "u", Route: "chat", Model: "mock-small", Outcome: catalog.OutcomeReported,
@@ -204,8 +207,15 @@ func TestConsole_InABrowser(t *testing.T) {
 	if first := text("#calls tbody tr:first-child"); !strings.Contains(first, "req-acme-2") || !strings.Contains(first, "32") || !strings.Contains(first, "$0.0015") {
 		t.Fatalf("newest call row = %q", first)
 	}
-	if all := text("#calls tbody"); !strings.Contains(all, "req-globex-1") {
-		t.Fatalf("calls = %q, want globex's too", all)
+	if all := text("#calls tbody"); !strings.Contains(all, "req-globex-1") || !strings.Contains(all, "req-acme-refused") {
+		t.Fatalf("calls = %q, want globex's and the refusal too", all)
+	}
+	// Refusals are counted by workspace and key beside the settled calls.
+	if got := text("#outcomes-by-key"); !strings.Contains(got, "key-acme") || !strings.Contains(got, "rate_limited") {
+		t.Fatalf("outcomes by key = %q, want key-acme's rate_limited", got)
+	}
+	if got := text("#outcomes-by-workspace"); !strings.Contains(got, "acme") || !strings.Contains(got, "rate_limited") {
+		t.Fatalf("outcomes by workspace = %q", got)
 	}
 	shot("calls")
 	run("filter calls by key", chromedp.SendKeys(chromedp.CSS(`input[name="key"]`), "key-globex"),

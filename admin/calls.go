@@ -1,18 +1,37 @@
 package admin
 
 import (
+	"cmp"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/gateway/event"
 )
+
+// RefusedCall is the call record of a request the gateway answered without
+// charging it (a refusal, a failure before the model worked), for the
+// calls API and the console's Calls page; pass it to the catalog's
+// RecordCall from the gateway's Observer. ok is false for a request
+// admitted or charged (its settlement records it) and for one no key was
+// known for: a flood of bad keys or bad requests must not cost a database
+// write each, and is logged and counted all the same.
+func RefusedCall(e event.Event) (_ catalog.CallRecord, ok bool) {
+	if e.Outcome == "" || e.Outcome == "admitted" || e.KeyID == "" || !e.Usage.IsZero() {
+		return catalog.CallRecord{}, false
+	}
+	return catalog.CallRecord{RequestID: e.RequestID, Org: e.Org, Workspace: e.Workspace, KeyID: e.KeyID,
+		Route: e.Route, Model: e.Model, Outcome: e.Outcome}, true
+}
 
 // callQuery reads the filters of GET /admin/v1/calls (and of the console's
 // calls page) and scopes them to what p may read: a viewer its own org and
 // workspaces.
 func callQuery(q url.Values, p *principal) (catalog.CallQuery, error) {
-	cq := catalog.CallQuery{KeyID: q.Get("key"), Model: q.Get("model")}
+	cq := catalog.CallQuery{KeyID: q.Get("key"), Model: q.Get("model"), Outcome: q.Get("outcome")}
 	org := q.Get("org")
 	if !p.isAdmin() {
 		if org != "" && org != p.org {
@@ -41,11 +60,11 @@ func callQuery(q url.Values, p *principal) (catalog.CallQuery, error) {
 	return cq, err
 }
 
-// calls answers GET /admin/v1/calls?org=&workspace=&key=&model=&since=&until=&before_id=&limit=:
-// the per-call records, newest first.
+// calls answers GET /admin/v1/calls?org=&workspace=&key=&model=&outcome=&since=&until=&before_id=&limit=:
+// the per-call records, newest first; outcome=refused keeps the refusals.
 func (h *Handler) calls(w http.ResponseWriter, r *http.Request, p *principal) error {
 	q := r.URL.Query()
-	if err := checkParams(q, "org", "workspace", "key", "model", "since", "until", "before_id", "limit"); err != nil {
+	if err := checkParams(q, "org", "workspace", "key", "model", "outcome", "since", "until", "before_id", "limit"); err != nil {
 		return err
 	}
 	cq, err := callQuery(q, p)
@@ -62,6 +81,52 @@ func (h *Handler) calls(w http.ResponseWriter, r *http.Request, p *principal) er
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"calls": out})
 	return nil
+}
+
+// callOutcomes answers GET /admin/v1/calls/outcomes?org=&workspace=&key=&model=&outcome=&since=&until=:
+// how many calls ended with each outcome (settled or refused), by key and
+// by workspace.
+func (h *Handler) callOutcomes(w http.ResponseWriter, r *http.Request, p *principal) error {
+	q := r.URL.Query()
+	if err := checkParams(q, "org", "workspace", "key", "model", "outcome", "since", "until"); err != nil {
+		return err
+	}
+	cq, err := callQuery(q, p)
+	if err != nil {
+		return err
+	}
+	byKey, byWorkspace, err := outcomeCounts(r, h.cat, cq)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"by_key": byKey, "by_workspace": byWorkspace})
+	return nil
+}
+
+// outcomeCounts returns the outcome counts of the calls cq selects by key,
+// and summed by workspace.
+func outcomeCounts(r *http.Request, cat *catalog.Catalog, cq catalog.CallQuery) (byKey, byWorkspace []catalog.OutcomeCount, err error) {
+	byKey, err = cat.CallOutcomes(r.Context(), cq)
+	if err != nil {
+		return nil, nil, err
+	}
+	byKey = append([]catalog.OutcomeCount{}, byKey...) // [] in JSON when none
+	byWorkspace = []catalog.OutcomeCount{}
+	index := map[catalog.OutcomeCount]int{}
+	for _, c := range byKey {
+		k := catalog.OutcomeCount{Org: c.Org, Workspace: c.Workspace, Outcome: c.Outcome}
+		if i, ok := index[k]; ok {
+			byWorkspace[i].Calls += c.Calls
+			continue
+		}
+		index[k] = len(byWorkspace)
+		k.Calls = c.Calls
+		byWorkspace = append(byWorkspace, k)
+	}
+	slices.SortFunc(byWorkspace, func(a, b catalog.OutcomeCount) int {
+		return cmp.Or(cmp.Compare(a.Org, b.Org), cmp.Compare(a.Workspace, b.Workspace), cmp.Compare(a.Outcome, b.Outcome))
+	})
+	return byKey, byWorkspace, nil
 }
 
 // callOut is a call record as the API writes it: what admission reserved
@@ -95,6 +160,22 @@ func (c *console) callsPage(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return 0, "", err
 	}
-	v.Title, v.Nav, v.Data = "Calls", "calls", map[string]any{"Calls": recs, "Query": q}
+	// The counts read today's records unless the filter names a start,
+	// so that the page never groups months of records on each load.
+	if cq.Since.IsZero() {
+		cq.Since = c.today().Truncate(24 * time.Hour)
+	}
+	byKey, byWorkspace, err := outcomeCounts(r, c.h.cat, cq)
+	if err != nil {
+		return 0, "", err
+	}
+	v.Title, v.Nav, v.Data = "Calls", "calls", map[string]any{"Calls": recs, "Query": q, "Outcomes": knownCallOutcomes,
+		"CountsSince": cq.Since, "ByKey": byKey, "ByWorkspace": byWorkspace}
 	return http.StatusOK, "calls", nil
 }
+
+// knownCallOutcomes are the outcomes the console's filter offers: refused
+// (every refusal), the settled calls', then the refusals' (the outcomes of
+// sluice_requests_total but admitted).
+var knownCallOutcomes = append([]string{catalog.OutcomeRefused, catalog.OutcomeReported, catalog.OutcomeEstimated, catalog.OutcomeSwept},
+	slices.DeleteFunc(slices.Clone(knownOutcomes), func(o string) bool { return o == "admitted" })...)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/catalog"
 )
 
 //go:embed ui
@@ -65,6 +66,8 @@ func newConsole(h *Handler) (*console, error) {
 		"num":     formatNumber,
 		"dollars": func(micros int64) string { return amountText(string(sluice.MetricCost), micros) },
 		"pct":     percent,
+		// settled tells a settled call's outcome from a refusal's.
+		"settled": catalog.Settled,
 		"barclass": func(used, limit int64) string {
 			switch p := percent(used, limit); {
 			case p >= 100:

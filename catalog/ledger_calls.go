@@ -27,10 +27,23 @@ const (
 	// OutcomeSwept: never settled; the sweep charged the reservation at its
 	// deadline.
 	OutcomeSwept = "swept"
+	// OutcomeRefused, as CallQuery.Outcome, selects the refused calls:
+	// those recorded with any other outcome (the gateway's names for a
+	// refusal: rate_limited, busy, budget_exceeded, too_large, ...),
+	// charged nothing.
+	OutcomeRefused = "refused"
 )
 
-// CallRecord is one settled call: who made it, what was reserved and what
-// was charged. Counters only: never a prompt or an answer.
+// Settled reports whether outcome is one of a settled call's
+// (OutcomeReported, OutcomeEstimated, OutcomeSwept): any other is a
+// refusal's.
+func Settled(outcome string) bool {
+	return outcome == OutcomeReported || outcome == OutcomeEstimated || outcome == OutcomeSwept
+}
+
+// CallRecord is one call: who made it, what was reserved and what was
+// charged, or, for a call the gateway refused (charged nothing), its
+// refusal's outcome. Counters only: never a prompt or an answer.
 type CallRecord struct {
 	ID        int64     `json:"id"`
 	At        time.Time `json:"at"`
@@ -41,7 +54,9 @@ type CallRecord struct {
 	User      string    `json:"user,omitempty"`
 	Route     string    `json:"route,omitempty"`
 	Model     string    `json:"model,omitempty"`
-	// Outcome is OutcomeReported, OutcomeEstimated or OutcomeSwept.
+	// Outcome is OutcomeReported, OutcomeEstimated or OutcomeSwept for a
+	// settled call, else the outcome of its refusal as the gateway's
+	// metrics name it (rate_limited, budget_exceeded, too_large, ...).
 	Outcome string `json:"outcome"`
 	// ReservedTokens and ReservedCost are what admission reserved.
 	ReservedTokens    int64 `json:"reserved_tokens"`
@@ -143,6 +158,9 @@ type CallQuery struct {
 	Workspace string
 	KeyID     string
 	Model     string
+	// Outcome keeps the records of one outcome, or with OutcomeRefused
+	// every refusal; empty keeps all.
+	Outcome string
 	// Since and Until bound At: Since inclusive, Until exclusive. Zero
 	// leaves that side open.
 	Since, Until time.Time
@@ -173,22 +191,7 @@ func (c *Catalog) Calls(ctx context.Context, q CallQuery) ([]CallRecord, error) 
 	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Since.Before(q.Until) {
 		return nil, fmt.Errorf("catalog: calls: %w: since %s is not before until %s", ErrInvalid, q.Since.Format(time.RFC3339), q.Until.Format(time.RFC3339))
 	}
-	var where []string
-	var args []any
-	for _, f := range []struct{ col, v string }{{"org", q.Org}, {"workspace", q.Workspace}, {"key_id", q.KeyID}, {"model", q.Model}} {
-		if f.v != "" {
-			where = append(where, f.col+" = ?")
-			args = append(args, f.v)
-		}
-	}
-	if !q.Since.IsZero() {
-		where = append(where, "at >= ?")
-		args = append(args, q.Since.UnixNano())
-	}
-	if !q.Until.IsZero() {
-		where = append(where, "at < ?")
-		args = append(args, q.Until.UnixNano())
-	}
+	where, args := q.filters()
 	if q.BeforeID > 0 {
 		where = append(where, "id < ?")
 		args = append(args, q.BeforeID)
@@ -220,6 +223,35 @@ func (c *Catalog) Calls(ctx context.Context, q CallQuery) ([]CallRecord, error) 
 		return nil, fmt.Errorf("catalog: calls: %w", err)
 	}
 	return out, nil
+}
+
+// filters are the WHERE conditions of q's filters but BeforeID, and their
+// arguments.
+func (q *CallQuery) filters() (where []string, args []any) {
+	for _, f := range []struct{ col, v string }{{"org", q.Org}, {"workspace", q.Workspace}, {"key_id", q.KeyID}, {"model", q.Model}} {
+		if f.v != "" {
+			where = append(where, f.col+" = ?")
+			args = append(args, f.v)
+		}
+	}
+	switch q.Outcome {
+	case "":
+	case OutcomeRefused:
+		where = append(where, "outcome NOT IN (?, ?, ?)")
+		args = append(args, OutcomeReported, OutcomeEstimated, OutcomeSwept)
+	default:
+		where = append(where, "outcome = ?")
+		args = append(args, q.Outcome)
+	}
+	if !q.Since.IsZero() {
+		where = append(where, "at >= ?")
+		args = append(args, q.Since.UnixNano())
+	}
+	if !q.Until.IsZero() {
+		where = append(where, "at < ?")
+		args = append(args, q.Until.UnixNano())
+	}
+	return where, args
 }
 
 // pruneChunk is the most call records one prune statement deletes, so that

@@ -435,4 +435,15 @@ func TestGateway_ConnectionsCappedInTheAPIsShape(t *testing.T) {
 	for _, c := range held {
 		c.Close()
 	}
+	// Each refusal is told to the Observer (logged and counted), as a
+	// throttle: per address rate_limited, over the whole cap busy.
+	eventually(t, "the refusals observed", func() bool {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		seen := map[string]bool{}
+		for _, e := range h.rec.events {
+			seen[fmt.Sprintf("%d %s %s", e.Status, e.Outcome, e.Class)] = true
+		}
+		return seen["429 rate_limited throttled"] && seen["503 busy throttled"]
+	})
 }

@@ -287,6 +287,8 @@ func outcomeOf(err error) (outcome, class string) {
 			return "unauthorized", "terminal"
 		case ae.status == 499:
 			return "client_gone", "terminal"
+		case ae.status == 413:
+			return "too_large", "terminal"
 		case ae.code == "provider_rate_limited":
 			return "rate_limited", "throttled"
 		case ae.code == "session_ceiling_reached":

@@ -542,7 +542,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 	if lengthAndChunked(&ctx.Request.Header) {
 		// Two framings: a proxy in front may read one and Sluice the
 		// other (request smuggling). Refused, and the connection closed.
-		g.writeError(ctx, routeForShape(path), &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+		g.refuseEarly(ctx, path, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
 			code: "malformed_request", message: "The request has both Content-Length and Transfer-Encoding; send one."})
 		ctx.SetConnectionClose()
 		return
@@ -557,17 +557,16 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 		defer g.inFlight.done()
 		g.sessions(ctx, path, method)
 	case method != fasthttp.MethodPost:
-		rt, ok := routes[path]
-		if !ok {
-			g.writeError(ctx, routeForShape(path), errNotFound(path))
+		if _, ok := routes[path]; !ok {
+			g.refuseEarly(ctx, path, errNotFound(path))
 			return
 		}
 		ctx.Response.Header.Set("Allow", fasthttp.MethodPost)
-		g.writeError(ctx, rt, errMethodNotAllowed(method, path))
+		g.refuseEarly(ctx, path, errMethodNotAllowed(method, path))
 	default:
 		rt, ok := routes[path]
 		if !ok {
-			g.writeError(ctx, routeForShape(path), errNotFound(path))
+			g.refuseEarly(ctx, path, errNotFound(path))
 			return
 		}
 		g.serve(ctx, rt, served)

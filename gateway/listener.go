@@ -27,7 +27,7 @@ func (g *Gateway) Listener(ln net.Listener) net.Listener {
 		perIP = max(1, g.opts.MaxConns/2)
 	}
 	return &capListener{Listener: PatientListener(ln, g.log), max: g.opts.MaxConns, perIP: perIP, byIP: map[string]int{},
-		refusing: make(chan struct{}, maxRefusing)}
+		refusing: make(chan struct{}, maxRefusing), observer: g.opts.Observer}
 }
 
 // capListener counts the connections it accepted and has not seen closed,
@@ -41,6 +41,9 @@ type capListener struct {
 	byIP map[string]int
 	// refusing holds a token per connection being refused.
 	refusing chan struct{}
+	// observer is the gateway's Options.Observer, told of each refusal
+	// answered (one closed unanswered is not a request).
+	observer func(Event)
 }
 
 // maxRefusing bounds the connections refused at once: past it, one over a
@@ -63,7 +66,14 @@ func (l *capListener) Accept() (net.Conn, error) {
 		case l.refusing <- struct{}{}:
 			go func() {
 				defer func() { <-l.refusing }()
-				refuseConn(c, status)
+				path := refuseConn(c, status)
+				if l.observer != nil {
+					ev := Event{Route: routeName(path), Status: status, Outcome: "busy", Class: "throttled"}
+					if status == 429 {
+						ev.Outcome = "rate_limited"
+					}
+					l.observer(ev)
+				}
 			}()
 		default:
 			_ = c.Close()
@@ -124,8 +134,8 @@ func addressOf(a net.Addr) string {
 // refuseConn answers a connection over a cap and closes it: it reads the
 // request's head first (for at most a second), so that the client reads
 // the answer as its request's, in the error shape of the API it called,
-// with Retry-After.
-func refuseConn(c net.Conn, status int) {
+// with Retry-After. It returns the request's path.
+func refuseConn(c net.Conn, status int) string {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
 	br := bufio.NewReaderSize(c, 4096)
@@ -156,4 +166,5 @@ func refuseConn(c net.Conn, status int) {
 	head := "HTTP/1.1 " + strconv.Itoa(status) + " " + fasthttp.StatusMessage(status) +
 		"\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
 	_, _ = c.Write(append([]byte(head), body...))
+	return path
 }

@@ -149,6 +149,7 @@ func (g *Gateway) listModels(ctx *fasthttp.RequestCtx) {
 	who, _, err := g.authenticate(ctx, clientIP(ctx, g.opts.TrustedProxies), &Event{})
 	if err != nil {
 		g.writeError(ctx, rt, err)
+		g.observeEarly(ctx, "models", err)
 		return
 	}
 	list := modelList{Object: "list", Data: []modelEntry{}}
@@ -162,11 +163,15 @@ func (g *Gateway) listModels(ctx *fasthttp.RequestCtx) {
 			list.Data = append(list.Data, modelEntry{ID: t.name, Object: "model", OwnedBy: m.Provider})
 		}
 	}
+	ev := Event{Route: "models", Org: who.Org, Workspace: who.Workspace, KeyID: who.KeyID, Outcome: outcomeAdmitted}
 	body, err := json.Marshal(list)
 	if err != nil {
 		g.writeError(ctx, rt, err)
-		return
+		ev.Outcome, ev.Class = outcomeOf(err)
+		ev.Cause = causeOf(err)
+	} else {
+		ctx.SetContentType("application/json")
+		ctx.SetBody(body)
 	}
-	ctx.SetContentType("application/json")
-	ctx.SetBody(body)
+	g.observe(ctx, ev)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -105,28 +106,60 @@ func (l serverLog) Printf(format string, args ...any) {
 	l.log.Debug("http server", "msg", fmt.Sprintf(format, args...))
 }
 
-// serverError answers requests fasthttp could not read.
+// serverError answers requests fasthttp could not read, and tells the
+// Observer of each answer (see refuseEarly).
 func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
-	rt := routeForShape(string(ctx.Path()))
+	noteRequestID(ctx)
+	path := string(ctx.Path())
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		// Refused before its key was read: the only limit that applies
 		// is the client address's pre-auth limit.
 		e := errBodyTooLarge(g.opts.MaxBodyBytes)
 		e.room = g.addressRoom(ctx)
-		g.writeError(ctx, rt, e)
+		g.refuseEarly(ctx, path, e)
 		ctx.SetConnectionClose()
 		return
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		g.writeError(ctx, rt, &apiError{status: 408, typ: "invalid_request_error", anthType: "invalid_request_error",
+		g.refuseEarly(ctx, path, &apiError{status: 408, typ: "invalid_request_error", anthType: "invalid_request_error",
 			code: "request_timeout", message: "The request was not sent in time: its headers must arrive within the header timeout, its body within 10 seconds plus one for every 64 KiB."})
 		ctx.SetConnectionClose()
 		return
 	}
 	// fasthttp's error quotes the raw request, headers (and so the key)
 	// included: the client is told what is wrong, never the bytes back.
-	g.writeError(ctx, rt, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
+	g.refuseEarly(ctx, path, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error",
 		code: "malformed_request", message: "The request could not be read as HTTP/1.1 (a malformed request line or header, or a header too large)."})
 	ctx.SetConnectionClose()
+}
+
+// refuseEarly answers err to a request refused before it became a call
+// (see serve), in the error shape of the API its path names, and tells the
+// Observer, so that it is logged and counted as every call is.
+func (g *Gateway) refuseEarly(ctx *fasthttp.RequestCtx, path string, err error) {
+	g.writeError(ctx, routeForShape(path), err)
+	g.observeEarly(ctx, routeName(path), err)
+}
+
+// observeEarly tells the Observer about a refusal made outside a call's
+// pipeline, before any key was known.
+func (g *Gateway) observeEarly(ctx *fasthttp.RequestCtx, route string, err error) {
+	ev := Event{Route: route, Cause: causeOf(err)}
+	ev.Outcome, ev.Class = outcomeOf(err)
+	g.observe(ctx, ev)
+}
+
+// routeName is the route a path names, as events name it: "other" for a
+// path the gateway does not serve.
+func routeName(path string) string {
+	switch {
+	case routes[path] != nil:
+		return routes[path].name
+	case path == "/v1/models":
+		return "models"
+	case path == "/v1/sessions" || strings.HasPrefix(path, "/v1/sessions/"):
+		return "sessions"
+	}
+	return "other"
 }

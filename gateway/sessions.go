@@ -148,21 +148,26 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 		// the client address's pre-auth limit, read without charging.
 		e := errNotFound(path).(*apiError)
 		e.room = g.addressRoom(ctx)
-		g.writeError(ctx, rt, e)
+		g.refuseEarly(ctx, path, e)
 		return
 	}
 	var authEvent Event
 	who, _, err := g.authenticate(ctx, clientIP(ctx, g.opts.TrustedProxies), &authEvent)
 	if err != nil {
-		g.writeError(ctx, rt, err)
+		g.refuseEarly(ctx, path, err)
 		return
 	}
 	// refuse answers a refusal made once the key is known with the
 	// rate-limit fields of the key's rules for model ("" when no model is
-	// known), as the model routes' own refusals carry them.
+	// known), as the model routes' own refusals carry them, and tells the
+	// Observer.
 	refuse := func(err error, model string) {
 		g.withRoom(err, principalIdentity(&who, model))
 		g.writeError(ctx, rt, err)
+		ev := Event{Route: "sessions", Model: model, Org: who.Org, Workspace: who.Workspace, KeyID: who.KeyID,
+			IgnoredIdentity: authEvent.IgnoredIdentity, Cause: causeOf(err)}
+		ev.Outcome, ev.Class = outcomeOf(err)
+		g.observe(ctx, ev)
 	}
 	st := g.opts.Sessions.Store
 	bg, cancel := g.catalogContext()
@@ -172,18 +177,18 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	case id == "" && method == fasthttp.MethodPost:
 		terms := g.opts.Sessions.Terms(who)
 		s, created, lowered, err := g.mintSession(ctx, who, terms)
-		ev := Event{Route: "sessions", Model: s.Model, Outcome: outcomeAdmitted, IgnoredIdentity: authEvent.IgnoredIdentity}
 		if err != nil {
 			refuse(err, terms.Model)
-			ev.Outcome, ev.Class = outcomeOf(err)
-		} else {
-			status := 200
-			if created {
-				status = 201
-				ev.Session = "opened"
-			}
-			g.answerSession(ctx, &who, status, s, lowered)
+			return
 		}
+		ev := Event{Route: "sessions", Model: s.Model, Outcome: outcomeAdmitted, Org: who.Org, Workspace: who.Workspace, KeyID: who.KeyID,
+			IgnoredIdentity: authEvent.IgnoredIdentity}
+		status := 200
+		if created {
+			status = 201
+			ev.Session = "opened"
+		}
+		g.answerSession(ctx, &who, status, s, lowered)
 		g.observe(ctx, ev)
 	case id != "" && !validAttribute(id, maxSessionID):
 		refuse(sessionError(ErrUnknownSession), "")
@@ -200,10 +205,13 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 			return
 		}
 		g.answerSession(ctx, &who, 200, s, nil)
+		ev := Event{Route: "sessions", Model: s.Model, Outcome: outcomeAdmitted, Org: who.Org, Workspace: who.Workspace, KeyID: who.KeyID,
+			IgnoredIdentity: authEvent.IgnoredIdentity}
 		if closed {
-			g.observe(ctx, Event{Route: "sessions", Model: s.Model, Outcome: outcomeAdmitted, Session: "closed", SessionEnded: s.Ceiling == "",
-				SessionUsed: SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost}, IgnoredIdentity: authEvent.IgnoredIdentity})
+			ev.Session, ev.SessionEnded = "closed", s.Ceiling == ""
+			ev.SessionUsed = SessionUsage{Turns: s.Turns, Tokens: s.Tokens, Cost: s.Cost}
 		}
+		g.observe(ctx, ev)
 	default:
 		if id == "" {
 			ctx.Response.Header.Set("Allow", fasthttp.MethodPost)

@@ -30,6 +30,9 @@ type observability struct {
 	log     *slog.Logger
 	// events is set by serve once the catalog is open.
 	events *events.Events
+	// recordCall, set by serve once the catalog is open, keeps the refused
+	// calls of known keys (admin.RefusedCall) beside the settled ones.
+	recordCall func(catalog.CallRecord)
 }
 
 // newObservability registers the metrics for cfg's models.
@@ -76,6 +79,9 @@ func (o *observability) Observe(e gateway.Event) {
 	admin.LogRequest(o.log, e)
 	if o.events != nil {
 		o.events.Observe(e)
+	}
+	if r, ok := admin.RefusedCall(e); ok && o.recordCall != nil {
+		o.recordCall(r)
 	}
 }
 

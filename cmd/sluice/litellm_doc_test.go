@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/store/memstore"
+	"go.yaml.in/yaml/v3"
 )
 
 // docBlock is a fenced block of a doc: its info string ("yaml", "json
@@ -39,30 +41,50 @@ func docBlocks(t *testing.T, path string) []docBlock {
 	return out
 }
 
-// TestLiteLLMDoc_ExamplesWork parses every yaml block of
-// docs/migrating-from-litellm.md as a config, and sends every "json METHOD
-// PATH" block, in order, to an admin API whose policy holds the doc's
-// rules: each must succeed. {id} is the ID of the first key made.
+// TestLiteLLMDoc_ExamplesWork parses the yaml blocks of
+// docs/migrating-from-litellm.md together, as one config (each top-level
+// list the sum of the blocks'), and sends every "json METHOD PATH" block,
+// in order, to an admin API whose policy holds the doc's rules and which
+// checks keys' tiers and models against that config, as serve does: each
+// must succeed. {id} is the ID of the first key made. Then every sluice
+// command line the doc quotes must name a real command and flags, and its
+// keys create line runs as written against that admin API.
 func TestLiteLLMDoc_ExamplesWork(t *testing.T) {
-	blocks := docBlocks(t, filepath.Join("..", "..", "docs", "migrating-from-litellm.md"))
-	var rules []sluice.Rule
+	path := filepath.Join("..", "..", "docs", "migrating-from-litellm.md")
+	blocks := docBlocks(t, path)
+	merged := map[string][]any{}
 	var yamlBlocks, calls int
 	for _, b := range blocks {
 		if b.info != "yaml" {
 			continue
 		}
 		yamlBlocks++
-		cfg, err := config.Parse([]byte(b.text), nil)
-		if err != nil {
+		if _, err := config.Parse([]byte(b.text), nil); err != nil {
 			t.Fatalf("yaml block does not parse:\n%s\n%v", b.text, err)
 		}
-		for i := range cfg.Rules {
-			rules = append(rules, cfg.Rules[i].SluiceRule())
+		var top map[string][]any
+		if err := yaml.Unmarshal([]byte(b.text), &top); err != nil {
+			t.Fatalf("yaml block is not a map of lists:\n%s\n%v", b.text, err)
 		}
-		for i := range cfg.Models {
-			if m := &cfg.Models[i]; m.Price == nil {
-				t.Errorf("model %s of the doc has no price (from the file or the list)", m.Name)
-			}
+		for k, list := range top {
+			merged[k] = append(merged[k], list...)
+		}
+	}
+	whole, err := yaml.Marshal(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(whole, nil)
+	if err != nil {
+		t.Fatalf("the doc's yaml blocks together do not parse:\n%s\n%v", whole, err)
+	}
+	var rules []sluice.Rule
+	for i := range cfg.Rules {
+		rules = append(rules, cfg.Rules[i].SluiceRule())
+	}
+	for i := range cfg.Models {
+		if m := &cfg.Models[i]; m.Price == nil {
+			t.Errorf("model %s of the doc has no price (from the file or the list)", m.Name)
 		}
 	}
 	cat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{FlushInterval: -1})
@@ -76,7 +98,7 @@ func TestLiteLLMDoc_ExamplesWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	const token = "litellm-doc-token"
-	h, err := admin.New(admin.Options{Catalog: cat, Limiter: l, AdminToken: token, OnChange: func() {
+	h, err := admin.New(admin.Options{Catalog: cat, Limiter: l, AdminToken: token, CheckKey: cfg.CheckKey, OnChange: func() {
 		p, _, err := admin.LoadPolicy(context.Background(), cat, layers, nil)
 		if err == nil {
 			err = l.SetPolicy(p)
@@ -135,5 +157,47 @@ func TestLiteLLMDoc_ExamplesWork(t *testing.T) {
 	}
 	if got["key_requests_per_minute"] != 60 || got["key_cost_per_month"] != 25_000_000 || got["key_in_flight"] != 4 || got["team_monthly_cost"] != 2_000_000_000 {
 		t.Fatalf("the first key's effective limits = %v", got)
+	}
+	checkDocCommands(t, path, srv.URL, token)
+}
+
+// docCommand is a sluice command line quoted in a doc, in backquotes (it
+// may wrap).
+var docCommand = regexp.MustCompile("`sluice ([^`]+)`")
+
+// checkDocCommands checks every sluice command line of the doc at path:
+// each, with --help added, is answered by run with exit 0, which it is
+// only when its command exists and every flag it gives is one of the
+// command's (with a valid value). A keys create line with its flags, its
+// admin URL replaced with adminURL, is run as written and must make the
+// key.
+func checkDocCommands(t *testing.T, path, adminURL, token string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLUICE_ADMIN_TOKEN", token)
+	lines := docCommand.FindAllStringSubmatch(string(b), -1)
+	created := false
+	for _, m := range lines {
+		args := strings.Fields(m[1])
+		if code := run(append(slices.Clone(args), "--help")); code != 0 {
+			t.Errorf("sluice %s: exit %d with --help: a command or flag the CLI does not have", m[1], code)
+		}
+		if len(args) > 1 && args[0] == "keys" && args[1] == "create" && slices.Contains(args, "--admin-url") {
+			for i, a := range args {
+				if strings.HasPrefix(a, "http://127.0.0.1:8081") {
+					args[i] = adminURL
+				}
+			}
+			var out bytes.Buffer
+			if err := keysTo(&out, args[1:]); err != nil {
+				t.Errorf("sluice %s: %v\n%s", m[1], err, out.String())
+			}
+			created = true
+		}
+	}
+	if len(lines) < 3 || !created {
+		t.Fatalf("found %d sluice command lines (keys create among them: %v); the test found too few to check", len(lines), created)
 	}
 }

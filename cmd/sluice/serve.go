@@ -73,6 +73,7 @@ func serve(args []string) error {
 	defer requestLines.Flush()
 	obs := newObservability(cfg, newLoggerTo(cfg, requestLines))
 	obs.metrics.Ledger(cat.LedgerStats)
+	obs.recordCall = cat.RecordCall
 	tr, err := tracingFromEnv(ctx, os.Getenv)
 	if err != nil {
 		return err
