@@ -127,13 +127,20 @@ func TestConsole_InABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// text reads an element's text; a read that finds its node or its
+	// page's context gone (a page still replacing the last one) is made
+	// again, for a few seconds.
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+			if err == nil {
+				return strings.TrimSpace(s)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("read %s: %v", sel, err)
+			}
 		}
-		return strings.TrimSpace(s)
 	}
 	count := func(sel string) int {
 		t.Helper()
