@@ -1,10 +1,9 @@
 package main
 
 import (
-	"time"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/human"
 )
 
 // limitWithUnit writes a rule's limit with its unit and what it is per:
@@ -44,22 +43,7 @@ func limitWithUnit(r sluice.Rule) string {
 	}
 	if r.LimitFrom == sluice.LimitFromProvider {
 		// The provider's figure replaces it once the provider has said.
-		return amount + " per " + window(r.Window) + ", then the provider's"
+		return amount + " per " + human.Per(r.Window) + ", then the provider's"
 	}
-	return amount + " per " + window(r.Window)
-}
-
-// window names a rate window: "minute" for 1m, "90s" otherwise.
-func window(d time.Duration) string {
-	switch d {
-	case time.Second:
-		return "second"
-	case time.Minute:
-		return "minute"
-	case time.Hour:
-		return "hour"
-	case 24 * time.Hour:
-		return "day"
-	}
-	return d.String()
+	return amount + " per " + human.Per(r.Window)
 }
