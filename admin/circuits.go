@@ -1,12 +1,35 @@
 package admin
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Circuit is one deployment's circuit breaker (a provider serving one
 // model), as the gateway reports it.
 type Circuit struct {
-	Provider, Model string
-	Open            bool
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+	Open     bool   `json:"open"`
+	// RetryAt is when an open circuit lets its next probe through.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+}
+
+// circuits answers GET /admin/v1/circuits: this replica's deployments that
+// have failed since it started, open or closed again (circuits are each
+// replica's own).
+func (h *Handler) circuits(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	if err := checkParams(r.URL.Query()); err != nil {
+		return err
+	}
+	list := []Circuit{}
+	if h.opts.Circuits != nil {
+		list = append(list, h.opts.Circuits()...)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"circuits": list})
+	return nil
 }
 
 var circuitOpenDesc = prometheus.NewDesc("sluice_circuit_open",

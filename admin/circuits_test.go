@@ -1,8 +1,11 @@
 package admin
 
 import (
+	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -20,5 +23,21 @@ sluice_circuit_open{model="gpt-4o",provider="oa"} 1
 `
 	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want), "sluice_circuit_open"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// GET /admin/v1/circuits lists the gateway's circuits, to any reader.
+func TestAPI_Circuits(t *testing.T) {
+	e := newEnv(t)
+	retryAt := time.Date(2026, 12, 6, 12, 0, 30, 0, time.UTC)
+	e.handler.opts.Circuits = func() []Circuit { return []Circuit{{Provider: "oa", Model: "gpt-4o", Open: true, RetryAt: retryAt}} }
+	req := httptest.NewRequest("GET", "/admin/v1/circuits", nil)
+	req.Header.Set("Authorization", "Bearer "+rootToken)
+	w := httptest.NewRecorder()
+	e.handler.ServeHTTP(w, req)
+	var got struct{ Circuits []Circuit }
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || w.Code != 200 || len(got.Circuits) != 1 ||
+		got.Circuits[0] != (Circuit{Provider: "oa", Model: "gpt-4o", Open: true, RetryAt: retryAt}) {
+		t.Fatalf("%d %s, want the open circuit of oa/gpt-4o with its retry_at", w.Code, w.Body)
 	}
 }

@@ -33,6 +33,8 @@ type observability struct {
 	// recordCall, set by serve once the catalog is open, keeps the refused
 	// calls of known keys (admin.RefusedCall) beside the settled ones.
 	recordCall func(catalog.CallRecord)
+	// circuits, set by serve once the gateway is made, lists its circuits.
+	circuits func() []admin.Circuit
 }
 
 // newObservability registers the metrics for cfg's models.
@@ -61,15 +63,17 @@ func (o *observability) watchHeadroom(l *sluice.Limiter, cfg *config.Config) {
 	o.metrics.WatchHeadroom(l, workspaces)
 }
 
-// watchCircuits exports the gateway's circuits as sluice_circuit_open.
+// watchCircuits exports the gateway's circuits as sluice_circuit_open,
+// and keeps them for GET /admin/v1/circuits.
 func (o *observability) watchCircuits(g *gateway.Gateway) {
-	o.metrics.WatchCircuits(func() []admin.Circuit {
+	o.circuits = func() []admin.Circuit {
 		var out []admin.Circuit
 		for _, c := range g.Circuits() {
-			out = append(out, admin.Circuit{Provider: c.Provider, Model: c.Model, Open: c.Open})
+			out = append(out, admin.Circuit{Provider: c.Provider, Model: c.Model, Open: c.Open, RetryAt: c.RetryAt})
 		}
 		return out
-	})
+	}
+	o.metrics.WatchCircuits(o.circuits)
 }
 
 // Observe counts a finished request and logs one line for it; it is the
@@ -203,7 +207,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *cat
 	}
 	r := &reloader{flags: flags, cat: cat, limiter: limiter, log: log}
 	h, err := admin.New(admin.Options{
-		Catalog: cat, Limiter: limiter, AdminToken: token, Metrics: obs.metrics, Logger: log, Timeout: cfg.AdminTimeout,
+		Catalog: cat, Limiter: limiter, AdminToken: token, Metrics: obs.metrics, Logger: log, Timeout: cfg.AdminTimeout, Circuits: obs.circuits,
 		OnChange: func() {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
