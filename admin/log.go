@@ -98,6 +98,9 @@ func LogRequest(log *slog.Logger, e event.Event) {
 			attrs = append(attrs, slog.String("borrowed_from", borrowed))
 		}
 	}
+	if len(e.IgnoredIdentity) > 0 {
+		attrs = append(attrs, slog.String("ignored_headers", strings.Join(e.IgnoredIdentity, ",")))
+	}
 	if e.Cause != nil {
 		attrs = append(attrs, Redact(nil, slog.String("cause", e.Cause.Error())))
 	}

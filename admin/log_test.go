@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/sluicehq/sluice/internal/mockprovider"
 )
 
@@ -147,4 +148,15 @@ func TestRedact(t *testing.T) {
 		t.Errorf("redaction went too far: %s", s)
 	}
 	var _ slog.Attr = Redact(nil, slog.Int("n", 1))
+}
+
+// A request whose identity headers were ignored (a turn id from a key not
+// allowed turns, say) says which in its log line.
+func TestLogRequest_NamesIgnoredHeaders(t *testing.T) {
+	var buf bytes.Buffer
+	LogRequest(slog.New(slog.NewTextHandler(&buf, nil)), event.Event{RequestID: "r1", Route: "chat", Outcome: "admitted",
+		IgnoredIdentity: []string{event.HeaderTurn}})
+	if !strings.Contains(buf.String(), "ignored_headers=X-Sluice-Turn") {
+		t.Fatalf("log line %q does not name the ignored header", buf.String())
+	}
 }

@@ -40,7 +40,7 @@ var (
 		"upstream_error", "bad_request", "unauthorized", "client_gone", "session_ceiling", "too_many_sessions"}
 	knownClasses  = []string{"throttled", "terminal", "transient"}
 	knownCeilings = []string{"wall_clock", "turns", "tokens", "cost", "context"}
-	knownIdentity = []string{event.HeaderWorkspace, event.HeaderUser, event.HeaderTeam}
+	knownIdentity = []string{event.HeaderWorkspace, event.HeaderUser, event.HeaderTeam, event.HeaderTurn}
 )
 
 // latencyBuckets suit LLM calls: a refusal answers in well under 10 ms, a
@@ -208,7 +208,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	})
 	m.ignoredID = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_identity_headers_ignored_total",
-		Help: "Identity headers (X-Sluice-Workspace, X-Sluice-User, X-Sluice-Team) ignored because the request's key may not assert them, by header.",
+		Help: "Identity headers (X-Sluice-Workspace, X-Sluice-User, X-Sluice-Team) ignored because the request's key may not assert them, and X-Sluice-Turn from a key not allowed turns, by header.",
 	}, []string{"header"})
 	m.impossible = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_impossible_usage_total",

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/valyala/fasthttp"
 )
 
@@ -23,7 +24,7 @@ const HeaderMaxWait = "X-Sluice-Max-Wait"
 // answer one user message): a rate rule on requests charges the turn once
 // per key within its window (sluice.Request.Turn). Token and cost rules
 // count every call.
-const HeaderTurn = "X-Sluice-Turn"
+const HeaderTurn = event.HeaderTurn
 
 // turnOf reads the request's turn id: empty without the header, 400 when
 // it is not one short printable value.

@@ -15,6 +15,8 @@ const (
 	HeaderWorkspace = "X-Sluice-Workspace"
 	HeaderUser      = "X-Sluice-User"
 	HeaderTeam      = "X-Sluice-Team"
+	// HeaderTurn is ignored from a key not allowed turns.
+	HeaderTurn = "X-Sluice-Turn"
 )
 
 // Event describes one finished client request, for metrics and logs.
@@ -53,8 +55,8 @@ type Event struct {
 	// Paced is how long the call was held for its provider's rate limit.
 	Paced time.Duration
 	// IgnoredIdentity names the identity headers (HeaderWorkspace,
-	// HeaderUser, HeaderTeam) the request sent and its key may not assert:
-	// they were ignored.
+	// HeaderUser, HeaderTeam) the request sent and its key may not assert,
+	// and HeaderTurn from a key not allowed turns: they were ignored.
 	IgnoredIdentity []string
 	// ImpossibleUsage is set when the provider reported more usage than
 	// the call could produce: it was not believed, and the reservation was
