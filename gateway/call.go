@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"errors"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/llm"
 	"github.com/valyala/fasthttp"
 )
@@ -205,11 +207,11 @@ func (c *call) tryCandidates(tenant bool) error {
 		adm, err := c.admit(cand)
 		if err != nil {
 			c.event.Classes = nil // an earlier candidate's admission was released
-			last = err
 			if i+1 < len(candidates) && c.g.modelScoped(err, cand) {
+				last = sooner(last, err)
 				continue
 			}
-			return err
+			return sooner(last, err)
 		}
 		c.event.Classes = adm.res.Result().Classes
 		err = c.forward(adm)
@@ -231,6 +233,31 @@ func (c *call) tryCandidates(tenant bool) error {
 	}
 	if last == nil {
 		last = errModelNotAllowed(c.bound.Model)
+	}
+	return last
+}
+
+// sooner is the refusal to tell a client whose candidates all refused on a
+// rate or a concurrency cap: the one whose retry comes first, rather than
+// the last candidate's, so that a client that waits for it finds an
+// earlier candidate free. Any other error of the last candidate is told as
+// it is.
+func sooner(earlier, last error) error {
+	retryIn := func(err error) (time.Duration, bool) {
+		var rl *sluice.RateLimitError
+		var bz *sluice.BusyError
+		switch {
+		case errors.As(err, &rl):
+			return rl.RetryAfter, true
+		case errors.As(err, &bz):
+			return bz.RetryAfter, true
+		}
+		return 0, false
+	}
+	a, ok := retryIn(earlier)
+	b, lastOK := retryIn(last)
+	if ok && lastOK && a < b {
+		return earlier
 	}
 	return last
 }

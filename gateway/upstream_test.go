@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -512,5 +513,27 @@ func TestGateway_BatchWaitEndsWhenTheClientLeaves(t *testing.T) {
 	time.Sleep(time.Until(start.Add(time.Second)))
 	if r := h.post("/v1/chat/completions", smallChat, nil); r.status != 200 {
 		t.Fatalf("next call after the refill: %d %s", r.status, r.body)
+	}
+}
+
+// When every candidate refuses on a rate, the client is told the soonest
+// retry among them, not the last candidate's.
+func TestGateway_EveryCandidateRefusedToldTheSoonestRetry(t *testing.T) {
+	t.Parallel()
+	rules := []sluice.Rule{
+		{Name: "large_per_minute", Kind: sluice.KindRate, Subject: "workspace", Limit: 1, Window: time.Minute, Match: sluice.Match{Models: []string{"mock-large"}}},
+		{Name: "small_per_hour", Kind: sluice.KindRate, Subject: "workspace", Limit: 1, Window: time.Hour, Match: sluice.Match{Models: []string{"mock-small"}}},
+	}
+	h := newHarness(t, rules, withFallbacks("mock-large", "mock-small"))
+	body := `{"model":"mock-large","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
+	for i, served := range []string{"mock-large", "mock-small"} {
+		if r := h.post("/v1/chat/completions", body, nil); r.status != 200 || r.header.Get("X-Sluice-Model") != served {
+			t.Fatalf("call %d: %d served by %q, want %s", i+1, r.status, r.header.Get("X-Sluice-Model"), served)
+		}
+	}
+	r := h.post("/v1/chat/completions", body, nil)
+	retry, _ := strconv.Atoi(r.header.Get("Retry-After"))
+	if r.status != 429 || retry < 1 || retry > 60 || !strings.Contains(string(r.body), "large_per_minute") {
+		t.Fatalf("%d Retry-After %q %s: want 429 naming large_per_minute, retry within a minute (not the hour of the last candidate)", r.status, r.header.Get("Retry-After"), r.body)
 	}
 }
