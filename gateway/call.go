@@ -207,7 +207,8 @@ func (c *call) tryCandidates(tenant bool) error {
 		adm, err := c.admit(cand)
 		if err != nil {
 			c.event.Classes = nil // an earlier candidate's admission was released
-			if i+1 < len(candidates) && c.g.modelScoped(err, cand) {
+			if i+1 < len(candidates) && (c.g.modelScoped(err, cand) || overWindow(err)) {
+				// The next candidate may have the room, or the window.
 				last = sooner(last, err)
 				continue
 			}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"unicode/utf8"
 )
@@ -66,6 +67,13 @@ func (c *call) checkContext(m *model) error {
 		return nil // an error: parsed once already, the provider will say
 	}
 	return errContextLength(m.Name, window, tokens-boundarySlack*pieces)
+}
+
+// overWindow reports a refusal of a prompt longer than a model's context
+// window: a fallback with a larger window may still take it.
+func overWindow(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.code == "context_length_exceeded"
 }
 
 // countChunk is the most text checkContext counts at once.

@@ -202,3 +202,19 @@ func withWindow(window int64, tk gateway.Tokenizer) func(*gateway.Options) {
 // longChat is a chat call of about 1,500 tokens: over a 1,000-token window
 // in o200k_base, and in bytes.
 var longChat = `{"model":"mock-small","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("hello ", 1500) + `"}]}`
+
+// A prompt longer than a model's window goes to its next fallback whose
+// window fits, before it is refused; nothing is charged on the first.
+func TestGateway_ContextWindowTriesTheFallbackThatFits(t *testing.T) {
+	t.Parallel()
+	enc := o200k(t)
+	budget := sluice.Rule{Name: "daily_tokens", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}
+	h := newHarness(t, []sluice.Rule{budget}, withWindow(1000, enc), withFallbacks("mock-small", "mock-large"))
+	r := h.post("/v1/chat/completions", longChat, nil)
+	if r.status != 200 || r.header.Get("X-Sluice-Model") != "mock-large" {
+		t.Fatalf("%d served by %q: want mock-large, whose window fits", r.status, r.header.Get("X-Sluice-Model"))
+	}
+	if recs := h.rec.waitUsage(t, 1); len(recs) != 1 || recs[0].Model != "mock-large" {
+		t.Fatalf("ledger %+v, want one call of mock-large", recs)
+	}
+}
