@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"errors"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -244,16 +243,10 @@ func (c *call) tryCandidates(tenant bool) error {
 // earlier candidate free. Any other error of the last candidate is told as
 // it is.
 func sooner(earlier, last error) error {
+	// The library's mapping of a refusal says when to retry it.
 	retryIn := func(err error) (time.Duration, bool) {
-		var rl *sluice.RateLimitError
-		var bz *sluice.BusyError
-		switch {
-		case errors.As(err, &rl):
-			return rl.RetryAfter, true
-		case errors.As(err, &bz):
-			return bz.RetryAfter, true
-		}
-		return 0, false
+		hr, ok := sluice.HTTPRefusalOf(err)
+		return hr.RetryAfter, ok && !hr.Terminal && hr.RetryAfter > 0
 	}
 	a, ok := retryIn(earlier)
 	b, lastOK := retryIn(last)
