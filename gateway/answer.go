@@ -49,7 +49,7 @@ func (c *call) answer(x *exchange, adm *admission) error {
 		// another provider, may still serve.
 		c.g.log.Error("provider refused the gateway's key", "request_id", c.event.RequestID, "provider", x.p.Name, "model", cand.Name, "status", status)
 		return errProviderAuth(x.p.Name, status)
-	case (status == 429 || status >= 500) && cand != c.lastCandidate():
+	case (status == 429 || status >= 500) && !c.lastTry:
 		// Spent: let a fallback try before the client hears of it.
 		return errUpstream(502, fmt.Errorf("provider answered %d", status))
 	case status < 400:
@@ -85,14 +85,6 @@ func (c *call) answer(x *exchange, adm *admission) error {
 	c.upstreamUsage, c.upstreamReported = u, ok
 	c.adm, c.ending, c.usage, c.reported = adm, endCharge, u, ok
 	return nil
-}
-
-func (c *call) lastCandidate() *model {
-	m := c.model
-	if len(m.fallbacks) > 0 {
-		return m.fallbacks[len(m.fallbacks)-1]
-	}
-	return m
 }
 
 // passOn answers the client with the provider's own error answer, and

@@ -84,6 +84,9 @@ type call struct {
 	// the call was admitted for, or tried to be.
 	authenticated bool
 	tried         *model
+	// lastTry is set while the call is sent to the last deployment of its
+	// last candidate: nothing is left to try after it.
+	lastTry bool
 
 	// held is the admission in hand (of the candidate being tried), and
 	// x the exchange with its provider: kept here, not allocated apart.
@@ -194,7 +197,7 @@ func (c *call) tryCandidates(tenant bool) error {
 			}
 			continue
 		}
-		if ok, retryAt := c.g.circuitAllows(cand); !ok {
+		if ok, retryAt := cand.circuitReady(c.rt, c.g.now()); !ok {
 			// Skipped as a model whose rule refuses is.
 			if soonest.IsZero() || retryAt.Before(soonest) {
 				soonest = retryAt
@@ -214,7 +217,7 @@ func (c *call) tryCandidates(tenant bool) error {
 			return sooner(last, err)
 		}
 		c.event.Classes = adm.res.Result().Classes
-		err = c.forward(adm)
+		err = c.deploy(adm, i == len(candidates)-1)
 		if err == nil {
 			return nil
 		}
@@ -233,6 +236,34 @@ func (c *call) tryCandidates(tenant bool) error {
 	}
 	if last == nil {
 		last = errModelNotAllowed(c.bound.Model)
+	}
+	return last
+}
+
+// deploy sends the admitted call to its model's deployments in turn (see
+// call.order) while one fails before doing any work. nil: the client was
+// answered. An error: it was not, and c.cut and c.gone say why.
+func (c *call) deploy(adm *admission, lastModel bool) error {
+	deps := c.order(adm.model)
+	if len(deps) == 0 {
+		return errWrongAPI(c.bound.Model, c.rt) // the client's own key, for a deployment that does not speak the route
+	}
+	var last error
+	var soonest time.Time
+	for i, d := range deps {
+		if ok, retryAt := c.g.circuitAllows(d); !ok {
+			if soonest.IsZero() || retryAt.Before(soonest) {
+				soonest = retryAt
+			}
+			last = errProviderUnavailable(c.bound.Model, soonest, c.g.now())
+			continue
+		}
+		c.lastTry = lastModel && i == len(deps)-1
+		err := c.forward(adm, d)
+		if err == nil || c.cut || c.gone.Load() {
+			return err
+		}
+		last = err
 	}
 	return last
 }
@@ -268,7 +299,7 @@ func (c *call) permitted(cand *model, first, tenant bool) error {
 	if !allowed {
 		return errModelNotAllowed(c.bound.Model)
 	}
-	if !cand.provider.serves(c.rt) {
+	if !cand.servesRoute(c.rt) {
 		return errWrongAPI(c.bound.Model, c.rt)
 	}
 	return nil

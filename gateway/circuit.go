@@ -67,6 +67,25 @@ func (c *circuit) allow(now time.Time, cooldown time.Duration) (bool, time.Time)
 	return true, time.Time{}
 }
 
+// ready is allow without taking the probe's turn: whether a call could be
+// let through at now, and when one can when it cannot.
+func (c *circuit) ready(now time.Time, cooldown time.Duration) (bool, time.Time) {
+	if !c.open.Load() {
+		return true, time.Time{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !c.open.Load():
+		return true, time.Time{}
+	case now.Before(c.retryAt):
+		return false, c.retryAt
+	case !c.probeAt.IsZero() && now.Before(c.probeAt.Add(cooldown)):
+		return false, c.probeAt.Add(cooldown)
+	}
+	return true, time.Time{}
+}
+
 // note records an attempt's outcome at now, and reports whether the
 // circuit opened or closed.
 func (c *circuit) note(now time.Time, failed bool, threshold int64, cooldown time.Duration) (opened, closed bool) {
@@ -105,31 +124,30 @@ func failedAttempt(err error, status int) bool {
 	return err != nil || status >= 500
 }
 
-// circuitAllows reports whether cand's deployment may be sent a call now,
-// and when to try again when it may not.
-func (g *Gateway) circuitAllows(cand *model) (bool, time.Time) {
-	p := cand.provider
-	return p.circuitFor(cand.UpstreamName).allow(g.now(), p.circuitCooldown)
+// circuitAllows reports whether d may be sent a call now, and when to
+// try again when it may not.
+func (g *Gateway) circuitAllows(d *deployment) (bool, time.Time) {
+	return d.circuit.allow(g.now(), d.provider.circuitCooldown)
 }
 
-// noteCircuit records an attempt on cand's deployment, and logs and
-// reports its circuit opening or closing.
-func (g *Gateway) noteCircuit(cand *model, err error, status int) {
-	p := cand.provider
-	opened, closed := p.circuitFor(cand.UpstreamName).note(g.now(), failedAttempt(err, status), p.circuitFailures, p.circuitCooldown)
+// noteCircuit records an attempt on d, and logs and reports its circuit
+// opening or closing.
+func (g *Gateway) noteCircuit(d *deployment, err error, status int) {
+	p := d.provider
+	opened, closed := d.circuit.note(g.now(), failedAttempt(err, status), p.circuitFailures, p.circuitCooldown)
 	switch {
 	case opened:
 		why := err
 		if why == nil {
 			why = fmt.Errorf("provider answered %d", status)
 		}
-		g.log.Error("circuit open: the deployment is skipped until a probe succeeds", "provider", p.Name, "model", cand.UpstreamName,
+		g.log.Error("circuit open: the deployment is skipped until a probe succeeds", "provider", p.Name, "model", d.upstream,
 			"failures", p.circuitFailures, "cooldown", p.circuitCooldown, "err", why)
-		g.dependencyChanged(DependencyChange{Dependency: "circuit", Provider: p.Name, Model: cand.UpstreamName,
+		g.dependencyChanged(DependencyChange{Dependency: "circuit", Provider: p.Name, Model: d.upstream,
 			Err: fmt.Errorf("%d attempts in a row failed, the last: %w", p.circuitFailures, why)})
 	case closed:
-		g.log.Info("circuit closed: a probe succeeded", "provider", p.Name, "model", cand.UpstreamName)
-		g.dependencyChanged(DependencyChange{Dependency: "circuit", Provider: p.Name, Model: cand.UpstreamName, Up: true})
+		g.log.Info("circuit closed: a probe succeeded", "provider", p.Name, "model", d.upstream)
+		g.dependencyChanged(DependencyChange{Dependency: "circuit", Provider: p.Name, Model: d.upstream, Up: true})
 	}
 }
 

@@ -137,10 +137,16 @@ type SettlementRecorder interface {
 // Model is a model the gateway serves.
 type Model struct {
 	Name string
-	// Provider names the Provider that serves it.
+	// Provider names the Provider that serves it, unless Deployments
+	// are set.
 	Provider string
 	// UpstreamName is the name sent to the provider; empty means Name.
-	UpstreamName    string
+	UpstreamName string
+	// Deployments, when set, are the places the model is served from,
+	// in place of Provider: each call goes to the one with the most room
+	// left and a closed circuit, the next tried when it fails before the
+	// first byte. Rules on the model count the calls of all of them.
+	Deployments     []Deployment
 	Price           sluice.Price
 	MaxOutputTokens int64
 	ContextWindow   int64
@@ -376,8 +382,9 @@ const PreAuthRule = "pre_auth_per_ip"
 
 type model struct {
 	Model
-	provider  *provider
-	fallbacks []*model
+	// deployments are where it is served from: at least one.
+	deployments []*deployment
+	fallbacks   []*model
 }
 
 // New validates opts and returns a Gateway.
@@ -477,17 +484,17 @@ func withDefaults(opts Options) (Options, error) {
 // resolves their fallbacks.
 func (g *Gateway) addModels(models []Model) error {
 	for _, m := range models {
-		p, ok := g.providers[m.Provider]
-		if !ok {
-			return fmt.Errorf("gateway: model %q: unknown provider %q", m.Name, m.Provider)
-		}
 		if m.MaxOutputTokens <= 0 {
 			return fmt.Errorf("gateway: model %q: max_output_tokens must be positive", m.Name)
 		}
 		if m.UpstreamName == "" {
 			m.UpstreamName = m.Name
 		}
-		mm := &model{Model: m, provider: p}
+		deps, err := g.deploymentsOf(&m)
+		if err != nil {
+			return err
+		}
+		mm := &model{Model: m, deployments: deps}
 		for _, name := range append([]string{m.Name}, m.Aliases...) {
 			if _, dup := g.models[name]; dup {
 				return fmt.Errorf("gateway: model name %q is used twice", name)

@@ -18,6 +18,7 @@ import (
 // stream the answer becomes.
 type exchange struct {
 	p     *provider
+	dep   *deployment
 	uc    *upstreamConn
 	watch *clientWatch
 	resp  *fasthttp.Response
@@ -40,20 +41,19 @@ func (x *exchange) close(left bool) {
 	x.p.conns.put(x.uc, left)
 }
 
-// forward sends the admitted call to its provider, retrying what may clear
+// forward sends the admitted call to deployment d, retrying what may clear
 // while nothing has reached the client, and answers the client. nil: the
 // client was answered, and c.ending says how the call ends. An error: it
 // was not; c.cut says whether the provider may have done the work, and
 // the caller may try a fallback.
-func (c *call) forward(adm *admission) error {
-	cand := adm.model
-	p := cand.provider
+func (c *call) forward(adm *admission, d *deployment) error {
+	cand, p := adm.model, d.provider
 	c.event.Model, c.event.Provider = cand.Name, p.Name
 	uc := p.conns.get()
 	if uc == nil {
 		return errUpstream(502, fasthttp.ErrNoFreeConns)
 	}
-	c.x = exchange{p: p, uc: uc, resp: fasthttp.AcquireResponse()}
+	c.x = exchange{p: p, dep: d, uc: uc, resp: fasthttp.AcquireResponse()}
 	x := &c.x
 	// A client that closes its connection while the provider works has
 	// the upstream call cancelled: its connection is closed.
@@ -90,24 +90,23 @@ func (c *call) roundTrip(x *exchange, adm *admission) error {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	var body []byte
-	body, x.injected = c.upstreamBody(adm)
+	body, x.injected = c.upstreamBody(adm, x.dep)
 	apiKey := x.p.APIKey
 	if c.ownKey != "" {
 		apiKey = c.ownKey
 	}
-	x.p.prepare(req, &c.ctx.Request.Header, c.rt.path, cand.UpstreamName, body, apiKey, c.bound.Stream)
+	x.p.prepare(req, &c.ctx.Request.Header, c.rt.path, x.dep.upstream, body, apiKey, c.bound.Stream)
 	// The provider's log can name the call as Sluice's does.
 	req.Header.Set(HeaderRequestID, c.event.RequestID)
 	if x.p.Kind == KindOpenAI {
 		req.Header.Set("X-Client-Request-Id", c.event.RequestID)
 	}
-	c.trace.startUpstream(req, c.rt, cand, c.bound.Model, adm.clamped)
-	pc := x.p.pacerFor(cand.UpstreamName)
+	c.trace.startUpstream(req, c.rt, x.dep, c.bound.Model, adm.clamped)
 	for attempt := 1; ; attempt++ {
-		if err := c.beforeAttempt(attempt, pc, adm); err != nil {
+		if err := c.beforeAttempt(attempt, x.dep, adm); err != nil {
 			return err
 		}
-		err := c.attempt(req, x, pc, cand)
+		err := c.attempt(req, x, cand)
 		if err != nil && c.gone.Load() {
 			c.cut = true // the client left while the provider worked
 			return errClientGone()
@@ -129,7 +128,7 @@ func (c *call) roundTrip(x *exchange, adm *admission) error {
 // beforeAttempt is nil when the call may be sent now: the client is still
 // there, the call has not waited past its deadline, and the provider's
 // pace lets it through.
-func (c *call) beforeAttempt(attempt int, pc *pacer, adm *admission) error {
+func (c *call) beforeAttempt(attempt int, d *deployment, adm *admission) error {
 	if c.gone.Load() {
 		return errClientGone()
 	}
@@ -141,20 +140,20 @@ func (c *call) beforeAttempt(attempt int, pc *pacer, adm *admission) error {
 	}
 	if attempt > 1 {
 		// The attempts before may have opened the deployment's circuit.
-		if ok, retryAt := c.g.circuitAllows(adm.model); !ok {
+		if ok, retryAt := c.g.circuitAllows(d); !ok {
 			return errProviderUnavailable(c.bound.Model, retryAt, c.g.now())
 		}
 	}
-	if adm.model.provider.Pace {
-		return c.pace(pc, adm.model, adm.capPer)
+	if d.provider.Pace {
+		return c.pace(d.pacer, adm.model, adm.capPer)
 	}
 	return nil
 }
 
 // attempt sends req once and reads the provider's answer into x.resp:
 // whole, or up to its body when the call streams.
-func (c *call) attempt(req *fasthttp.Request, x *exchange, pc *pacer, cand *model) error {
-	g := c.g
+func (c *call) attempt(req *fasthttp.Request, x *exchange, cand *model) error {
+	g, pc := c.g, x.dep.pacer
 	c.event.Attempts++
 	now := g.now()
 	if c.upstreamStart.IsZero() {
@@ -172,7 +171,7 @@ func (c *call) attempt(req *fasthttp.Request, x *exchange, pc *pacer, cand *mode
 	if err != nil {
 		if !c.gone.Load() {
 			g.noteUpstream(x.p, err, 0)
-			g.noteCircuit(cand, err, 0)
+			g.noteCircuit(x.dep, err, 0)
 		}
 		return err
 	}
@@ -180,12 +179,12 @@ func (c *call) attempt(req *fasthttp.Request, x *exchange, pc *pacer, cand *mode
 	c.event.UpstreamStatus = status
 	if !c.gone.Load() {
 		g.noteUpstream(x.p, nil, status)
-		g.noteCircuit(cand, nil, status)
+		g.noteCircuit(x.dep, nil, status)
 	}
 	pc.observe(g.now(), &x.resp.Header, status)
 	// Rules name the model as clients do (Identity.Model), not by its name
 	// upstream.
-	g.limiter.SetProviderLimits(cand.Name, pc.limits())
+	g.limiter.SetProviderLimits(cand.Name, cand.providerLimits())
 	if status >= 400 {
 		_, hinted := retryHint(&x.resp.Header, now)
 		x.quota = llm.QuotaCode(status, hinted, x.resp.Body())
@@ -265,14 +264,14 @@ func (c *call) upstreamDone() {
 // the client sent none, one above the model's maximum, or a clamped one;
 // usage asked for in OpenAI chat streams; the model renamed for aliases and
 // fallbacks.
-func (c *call) upstreamBody(adm *admission) (body []byte, injected bool) {
+func (c *call) upstreamBody(adm *admission, d *deployment) (body []byte, injected bool) {
 	cand, capPer := adm.model, adm.capPer
 	body = c.body
 	b := c.bound
 	setCap := !b.NoOutput && (!b.HasMaxOutput || adm.clamped || b.MaxOutputTokens > cand.MaxOutputTokens)
 	if c.rt.name == "chat" {
 		injected = b.Stream && !b.IncludeUsage
-		maxTokensOnly := cand.provider.OutputCapField == "max_tokens" && !b.NoOutput
+		maxTokensOnly := d.provider.OutputCapField == "max_tokens" && !b.NoOutput
 		if setCap || injected || maxTokensOnly {
 			edit := openai.ChatEdit{IncludeUsage: injected}
 			if setCap || maxTokensOnly {
@@ -286,8 +285,8 @@ func (c *call) upstreamBody(adm *admission) (body []byte, injected bool) {
 	} else if setCap && c.rt.setCap != nil {
 		body = c.rt.setCap(body, b, capPer)
 	}
-	if cand.UpstreamName != b.Model {
-		body = setModel(body, cand.UpstreamName)
+	if d.upstream != b.Model {
+		body = setModel(body, d.upstream)
 	}
 	return body, injected
 }

@@ -92,9 +92,9 @@ func (t *callTrace) admitSpan(model string) func(error) {
 	return func(err error) { endSpan(s, err) }
 }
 
-// startUpstream starts the span of the call to cand's provider and writes
+// startUpstream starts the span of the call to deployment d and writes
 // its trace context on the upstream request, in place of the client's.
-func (t *callTrace) startUpstream(req *fasthttp.Request, rt *route, cand *model, asked string, clamped bool) {
+func (t *callTrace) startUpstream(req *fasthttp.Request, rt *route, d *deployment, asked string, clamped bool) {
 	if t == nil {
 		return
 	}
@@ -102,10 +102,10 @@ func (t *callTrace) startUpstream(req *fasthttp.Request, rt *route, cand *model,
 	if rt.name == "embeddings" {
 		op = semconv.GenAIOperationNameEmbeddings
 	}
-	provider := genAIProvider(cand.provider)
-	ctx, s := t.tracer.Start(t.ctx, op.Value.AsString()+" "+cand.UpstreamName, trace.WithSpanKind(trace.SpanKindClient),
+	provider := genAIProvider(d.provider)
+	ctx, s := t.tracer.Start(t.ctx, op.Value.AsString()+" "+d.upstream, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(op, semconv.GenAIProviderNameKey.String(provider), attrSystem.String(provider),
-			semconv.GenAIRequestModel(asked), semconv.ServerAddress(cand.provider.host), attrClamped.Bool(clamped)))
+			semconv.GenAIRequestModel(asked), semconv.ServerAddress(d.provider.host), attrClamped.Bool(clamped)))
 	t.upstream = s
 	t.prop.Inject(ctx, requestCarrier{&req.Header})
 }
