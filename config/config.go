@@ -216,10 +216,17 @@ func (p *Provider) APIKey(env func(string) (string, bool)) string {
 type Model struct {
 	// Name is what clients ask for.
 	Name string `yaml:"name"`
-	// Provider names the Provider that serves it.
+	// Provider names the Provider that serves it. With Deployments it
+	// may be left out: it is then the first deployment's (whose price
+	// list and tokenizer the model takes).
 	Provider string `yaml:"provider"`
-	// UpstreamName is the model's name at the provider (Name by default).
+	// UpstreamName is the model's name at the provider (Name by default),
+	// and its deployments' by default.
 	UpstreamName string `yaml:"upstream_name"`
+	// Deployments are several places the model is served from (providers,
+	// keys, regions): a call goes to the one with the most room left and a
+	// closed circuit. Empty: Provider alone serves it.
+	Deployments []Deployment `yaml:"deployments,omitempty"`
 	// Price is nil when the model has no price: its calls then cost 0
 	// against cost budgets (and Warnings says so).
 	Price *Prices `yaml:"price,omitempty"`
@@ -242,6 +249,17 @@ type Model struct {
 	// listed is the price list's row whose price the model took, when the
 	// file gave none (see PriceListed).
 	listed *ListedModel
+}
+
+// Deployment is one place a model is served from.
+type Deployment struct {
+	Provider string `yaml:"provider"`
+	// UpstreamName is the model's name there; empty means the model's
+	// UpstreamName.
+	UpstreamName string `yaml:"upstream_name,omitempty"`
+	// Weight shares calls among deployments with alike room (1 by
+	// default).
+	Weight int `yaml:"weight,omitempty"`
 }
 
 // Prices are a model's prices in dollars per million tokens.

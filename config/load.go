@@ -288,6 +288,9 @@ func (c *Config) applyDefaults() {
 	for i := range c.Models {
 		m := &c.Models[i]
 		setString(&m.UpstreamName, m.Name)
+		if len(m.Deployments) > 0 {
+			setString(&m.Provider, m.Deployments[0].Provider)
+		}
 		if p, ok := c.Provider(m.Provider); ok {
 			priceFromList(m, p.Kind, KnownPrices())
 		}

@@ -329,6 +329,7 @@ func (v *checker) models() {
 		case !ok:
 			v.add(at+".provider", "unknown provider %q", m.Provider)
 		}
+		v.deployments(at, m)
 		if m.MaxOutputTokens <= 0 {
 			v.add(at+".max_output_tokens", "must be positive, got %d", m.MaxOutputTokens)
 		}
@@ -512,6 +513,32 @@ func (v *checker) tiers() {
 			}
 			seen[t.Promote.To] = true
 			t = &c.Tiers[j]
+		}
+	}
+}
+
+// deployments checks a model's deployments: known providers, each place
+// once, no negative weight.
+func (v *checker) deployments(at string, m *Model) {
+	seen := map[string]bool{}
+	for j, d := range m.Deployments {
+		path := fmt.Sprintf("%s.deployments[%d]", at, j)
+		switch _, ok := v.c.Provider(d.Provider); {
+		case d.Provider == "":
+			v.add(path+".provider", "is empty")
+		case !ok:
+			v.add(path+".provider", "unknown provider %q", d.Provider)
+		}
+		up := d.UpstreamName
+		if up == "" {
+			up = m.UpstreamName
+		}
+		if seen[d.Provider+"/"+up] {
+			v.add(path, "%s/%s is listed twice", d.Provider, up)
+		}
+		seen[d.Provider+"/"+up] = true
+		if d.Weight < 0 {
+			v.add(path+".weight", "must not be negative, got %d", d.Weight)
 		}
 	}
 }

@@ -70,9 +70,14 @@ func (d *deployment) name() string { return d.provider.Name + "/" + d.upstream }
 // room is what d has left for a call of input tokens and total worst
 // case at now, as its provider last reported: whether the call fits its
 // request and token buckets now, and the requests left (+Inf when not
-// reported). A deployment whose circuit is open has none.
+// reported). A deployment whose circuit is open has none, but when its
+// probe is due: it is then tried first, so that a deployment that has
+// recovered comes back while the others serve.
 func (d *deployment) room(now time.Time, input, total int64) (fits bool, requests float64) {
 	if d.circuit.open.Load() {
+		if ok, _ := d.circuit.ready(now, d.provider.circuitCooldown); ok {
+			return true, math.Inf(1)
+		}
 		return false, -1
 	}
 	p := d.pacer

@@ -284,6 +284,9 @@ func modelsOf(cfg *config.Config) ([]gateway.Model, error) {
 		gm := gateway.Model{Name: m.Name, Provider: m.Provider, UpstreamName: m.UpstreamName,
 			Price: m.SluicePrice(), MaxOutputTokens: m.MaxOutputTokens, ContextWindow: m.ContextWindow,
 			Aliases: m.Aliases, Fallbacks: m.Fallbacks}
+		for _, d := range m.Deployments {
+			gm.Deployments = append(gm.Deployments, gateway.Deployment{Provider: d.Provider, UpstreamName: d.UpstreamName, Weight: d.Weight})
+		}
 		if name := tokenizerOf(cfg, &m); name != "" && m.ContextWindow > 0 {
 			enc, err := bpe.Get(name)
 			if err != nil {

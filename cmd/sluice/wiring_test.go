@@ -13,15 +13,20 @@ import (
 )
 
 // TestServe_WiresTenantModelsAndProviderHeaders checks that serve hands
-// the gateway the configuration's tenant models and the providers'
-// organization and project, and that the gateway accepts them.
+// the gateway the configuration's tenant models, the models' deployments
+// and the providers' organization and project, and that the gateway
+// accepts them.
 func TestServe_WiresTenantModelsAndProviderHeaders(t *testing.T) {
 	cfg, err := config.Parse([]byte(`
 providers:
   - {name: openai, kind: openai, base_url: "http://127.0.0.1:1/v1", organization: org-op, project: proj_op}
+  - {name: second, kind: openai, base_url: "http://127.0.0.1:2/v1"}
 models:
   - {name: small, provider: openai, max_output_tokens: 100, aliases: [tiny]}
   - {name: large, provider: openai, max_output_tokens: 100}
+  - name: multi
+    max_output_tokens: 100
+    deployments: [{provider: openai}, {provider: second, upstream_name: multi-2, weight: 3}]
 tiers:
   - {name: free, percent: 10}
 tenant_models:
@@ -53,6 +58,10 @@ tenant_models:
 	models, err := modelsOf(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	wantDeps := []gateway.Deployment{{Provider: "openai"}, {Provider: "second", UpstreamName: "multi-2", Weight: 3}}
+	if got := models[2]; got.Name != "multi" || !reflect.DeepEqual(got.Deployments, wantDeps) {
+		t.Errorf("model %+v, want the deployments %+v", got, wantDeps)
 	}
 	if _, err := gateway.New(gateway.Options{Limiter: l, Keys: keyStore{}, Models: models, Providers: providers,
 		TenantModels: tenantModelsOf(cfg)}); err != nil {
