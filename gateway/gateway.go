@@ -385,6 +385,10 @@ type model struct {
 	// deployments are where it is served from: at least one.
 	deployments []*deployment
 	fallbacks   []*model
+	// outputMean is the mean output per completion of the model's
+	// settled calls on this replica (a float64's bits; 0 until one),
+	// the expected output a rule with reserve: estimate reserves.
+	outputMean atomic.Uint64
 }
 
 // New validates opts and returns a Gateway.

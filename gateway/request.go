@@ -1,6 +1,10 @@
 package gateway
 
-import "github.com/sluicehq/sluice"
+import (
+	"math"
+
+	"github.com/sluicehq/sluice"
+)
 
 // What a call asks of the limiter: who it is charged to, and its worst
 // case on a candidate model. Every stage reads these; they call no stage.
@@ -32,9 +36,17 @@ func (c *call) request(cand *model, capPer int64) sluice.Request {
 		price = sluice.Price{}
 	}
 	max.Cost = price.Cost(max)
+	var expected sluice.Usage
+	if mean := cand.expectedOutput(); mean > 0 && !c.bound.NoOutput {
+		// What a rule with reserve: estimate reserves; the worst case
+		// until the model has settled a call.
+		expected = sluice.Usage{InputTokens: max.InputTokens, OutputTokens: min(mean, capPer) * c.bound.N}
+		expected.Cost = price.Cost(expected)
+	}
 	return sluice.Request{
 		Identity:    c.identity(cand),
 		Max:         max,
+		Expected:    expected,
 		OutputPrice: price.Output,
 		Timeout:     c.g.opts.RequestTimeout,
 		MaxWait:     c.maxWait,
@@ -52,4 +64,23 @@ func (c *call) outputCap(cand *model) int64 {
 		return c.bound.MaxOutputTokens
 	}
 	return cand.MaxOutputTokens
+}
+
+// expectedOutput is the output per completion m's calls are expected to
+// produce: the mean of its settled calls' on this replica, rounded up; 0
+// before the first.
+func (m *model) expectedOutput() int64 {
+	return int64(math.Ceil(math.Float64frombits(m.outputMean.Load())))
+}
+
+// noteOutput adds a settled call's output per completion to m's mean (a
+// moving mean over about the last 16 calls). Concurrent notes may lose
+// one another's update: the mean is an estimate.
+func (m *model) noteOutput(perCompletion int64) {
+	old := math.Float64frombits(m.outputMean.Load())
+	mean := float64(perCompletion)
+	if old > 0 {
+		mean = old + (mean-old)/16
+	}
+	m.outputMean.Store(math.Float64bits(max(mean, math.SmallestNonzeroFloat64)))
 }

@@ -84,6 +84,9 @@ func (c *call) settle() {
 	su := c.reportedUsage(adm, c.usage, c.reported) // zero: the reservation is charged
 	charged := su
 	estimated := charged.IsZero()
+	if !estimated && !c.cut && !c.bound.NoOutput {
+		adm.model.noteOutput(su.OutputTokens / max(c.bound.N, 1))
+	}
 	reserved := c.request(adm.model, adm.capPer).Max
 	if estimated {
 		// What the reservation charged: the output cap sent, clamped or not.
