@@ -41,3 +41,23 @@ func TestAPI_Circuits(t *testing.T) {
 		t.Fatalf("%d %s, want the open circuit of oa/gpt-4o with its retry_at", w.Code, w.Body)
 	}
 }
+
+// The console's Circuits page shows each failed deployment's state and,
+// for an open one, its next probe; and says so when none failed.
+func TestConsole_Circuits(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	b.login(rootToken)
+	if status, body := b.get("/ui/circuits"); status != 200 || !strings.Contains(body, "No deployment has failed") {
+		t.Fatalf("no circuits: %d\n%s", status, body)
+	}
+	retryAt := time.Date(2026, 12, 6, 12, 0, 30, 0, time.UTC)
+	e.handler.opts.Circuits = func() []Circuit {
+		return []Circuit{{Provider: "oa", Model: "gpt-4o", Open: true, RetryAt: retryAt}, {Provider: "an", Model: "claude"}}
+	}
+	status, body := b.get("/ui/circuits")
+	if status != 200 || !strings.Contains(body, "<td>oa</td><td>gpt-4o</td><td><span class=\"badge off\">open</span></td><td>2026-12-06 12:00:30</td>") ||
+		!strings.Contains(body, "<td>an</td><td>claude</td><td>closed (failed lately)</td>") {
+		t.Fatalf("circuits page: %d\n%s", status, body)
+	}
+}

@@ -125,6 +125,7 @@ func (c *console) routes(m *patternMux) {
 	m.Handle("GET /ui/overrides", c.page(c.overrides))
 	m.Handle("GET /ui/reservations", c.page(c.reservations))
 	m.Handle("GET /ui/sessions", c.page(c.sessionsPage))
+	m.Handle("GET /ui/circuits", c.page(c.circuitsPage))
 	m.Handle("POST /ui/sessions/{id}/end", c.page(c.endSessionForm))
 	m.Handle("GET /ui/audit", c.page(c.audit))
 	m.Handle("GET /ui/calls", c.page(c.callsPage))

@@ -342,6 +342,16 @@ func (c *console) reservations(w http.ResponseWriter, r *http.Request, p *princi
 	return http.StatusOK, "reservations", nil
 }
 
+func (c *console) circuitsPage(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
+	list := []Circuit{}
+	if c.h.opts.Circuits != nil {
+		list = append(list, c.h.opts.Circuits()...)
+	}
+	slices.SortFunc(list, func(a, b Circuit) int { return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.Model, b.Model)) })
+	v.Title, v.Nav, v.Data = "Circuits", "circuits", list
+	return http.StatusOK, "circuits", nil
+}
+
 func (c *console) sessionsPage(w http.ResponseWriter, r *http.Request, p *principal, v *view) (int, string, error) {
 	list, err := c.h.cat.ListSessions(r.Context(), "", true, 200)
 	if err != nil {
