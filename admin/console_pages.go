@@ -347,7 +347,9 @@ func (c *console) circuitsPage(w http.ResponseWriter, r *http.Request, p *princi
 	if c.h.opts.Circuits != nil {
 		list = append(list, c.h.opts.Circuits()...)
 	}
-	slices.SortFunc(list, func(a, b Circuit) int { return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.Model, b.Model)) })
+	slices.SortFunc(list, func(a, b Circuit) int {
+		return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.Model, b.Model))
+	})
 	v.Title, v.Nav, v.Data = "Circuits", "circuits", list
 	return http.StatusOK, "circuits", nil
 }
