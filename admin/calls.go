@@ -24,7 +24,7 @@ func RefusedCall(e event.Event) (_ catalog.CallRecord, ok bool) {
 		return catalog.CallRecord{}, false
 	}
 	return catalog.CallRecord{RequestID: e.RequestID, Org: e.Org, Workspace: e.Workspace, KeyID: e.KeyID,
-		Route: e.Route, Model: e.Model, Outcome: e.Outcome}, true
+		Route: e.Route, Model: e.Model, Provider: e.Provider, Outcome: e.Outcome}, true
 }
 
 // callQuery reads the filters of GET /admin/v1/calls (and of the console's

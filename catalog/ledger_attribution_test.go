@@ -134,7 +134,7 @@ func TestCatalog_CallRecords(t *testing.T) {
 		ctx := context.Background()
 		start := clock.Now()
 		for i, r := range []CallRecord{
-			{RequestID: "r1", Org: "acme", Workspace: "w", KeyID: "k1", Model: "gpt", Route: "chat", Outcome: OutcomeReported,
+			{RequestID: "r1", Org: "acme", Workspace: "w", KeyID: "k1", Model: "gpt", Provider: "azure-east", Route: "chat", Outcome: OutcomeReported,
 				ReservedTokens: 100, InputTokens: 10, OutputTokens: 20, CostMicros: 30},
 			{RequestID: "r2", Org: "acme", Workspace: "w", KeyID: "k2", Model: "claude", Route: "messages", Outcome: OutcomeEstimated, ReservedTokens: 50},
 			{RequestID: "r3", Org: "beta", Workspace: "x", KeyID: "k3", Model: "gpt", Outcome: OutcomeSwept, ReservedTokens: 70},
@@ -179,7 +179,7 @@ func TestCatalog_CallRecords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := CallRecord{ID: rs[0].ID, At: start.UTC(), RequestID: "r1", Org: "acme", Workspace: "w", KeyID: "k1", Model: "gpt", Route: "chat",
+		want := CallRecord{ID: rs[0].ID, At: start.UTC(), RequestID: "r1", Org: "acme", Workspace: "w", KeyID: "k1", Model: "gpt", Provider: "azure-east", Route: "chat",
 			Outcome: OutcomeReported, ReservedTokens: 100, InputTokens: 10, OutputTokens: 20, CostMicros: 30}
 		if !rs[0].At.Equal(want.At) {
 			t.Errorf("at %v, want %v", rs[0].At, want.At)

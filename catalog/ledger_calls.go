@@ -54,6 +54,9 @@ type CallRecord struct {
 	User      string    `json:"user,omitempty"`
 	Route     string    `json:"route,omitempty"`
 	Model     string    `json:"model,omitempty"`
+	// Provider names the deployment's provider that served the call (or
+	// last failed it); empty when none was tried.
+	Provider string `json:"provider,omitempty"`
 	// Outcome is OutcomeReported, OutcomeEstimated or OutcomeSwept for a
 	// settled call, else the outcome of its refusal as the gateway's
 	// metrics name it (rate_limited, budget_exceeded, too_large, ...).
@@ -128,20 +131,20 @@ const callsPerInsert = 256
 // gateway's records (hundreds a flush) would keep the ledger's write, and
 // so its crash window, long.
 func (c *Catalog) queueCalls(calls []CallRecord, queue func(query string, args ...any)) {
-	const cols = 15
+	const cols = 16
 	for len(calls) > 0 {
 		n := powerOfTwoRows(len(calls), callsPerInsert)
 		var b strings.Builder
-		b.WriteString(`INSERT INTO ` + c.tables + `call_records (at, request_id, org, workspace, key_id, user_id, route, model, outcome,
+		b.WriteString(`INSERT INTO ` + c.tables + `call_records (at, request_id, org, workspace, key_id, user_id, route, model, provider, outcome,
 			reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros) VALUES `)
 		args := make([]any, 0, n*cols)
 		for i := range calls[:n] {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 			r := &calls[i]
-			args = append(args, r.At.UnixNano(), r.RequestID, r.Org, r.Workspace, r.KeyID, r.User, r.Route, r.Model, r.Outcome,
+			args = append(args, r.At.UnixNano(), r.RequestID, r.Org, r.Workspace, r.KeyID, r.User, r.Route, r.Model, r.Provider, r.Outcome,
 				r.ReservedTokens, r.ReservedCost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CostMicros)
 		}
 		queue(c.d.q(b.String()), args...)
@@ -196,7 +199,7 @@ func (c *Catalog) Calls(ctx context.Context, q CallQuery) ([]CallRecord, error) 
 		where = append(where, "id < ?")
 		args = append(args, q.BeforeID)
 	}
-	query := `SELECT id, at, request_id, org, workspace, key_id, user_id, route, model, outcome,
+	query := `SELECT id, at, request_id, org, workspace, key_id, user_id, route, model, provider, outcome,
 		reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros FROM call_records`
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
@@ -212,7 +215,7 @@ func (c *Catalog) Calls(ctx context.Context, q CallQuery) ([]CallRecord, error) 
 	for rows.Next() {
 		var r CallRecord
 		var at int64
-		if err := rows.Scan(&r.ID, &at, &r.RequestID, &r.Org, &r.Workspace, &r.KeyID, &r.User, &r.Route, &r.Model, &r.Outcome,
+		if err := rows.Scan(&r.ID, &at, &r.RequestID, &r.Org, &r.Workspace, &r.KeyID, &r.User, &r.Route, &r.Model, &r.Provider, &r.Outcome,
 			&r.ReservedTokens, &r.ReservedCost, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens, &r.CostMicros); err != nil {
 			return nil, fmt.Errorf("catalog: calls: %w", err)
 		}

@@ -151,6 +151,15 @@ func TestGateway_DeploymentsPreferTheMostRoom(t *testing.T) {
 	if n := roomy.calls.Load() + tight.calls.Load(); n != 10 {
 		t.Fatalf("the deployments got %d calls, want 10", n)
 	}
+	// The per-call records name the deployment that served.
+	eventually(t, "the 10 calls recorded", func() bool { return len(h.rec.usage()) == 10 })
+	byProvider := map[string]int64{}
+	for _, u := range h.rec.usage() {
+		byProvider[u.Provider]++
+	}
+	if byProvider["dep0"] != roomy.calls.Load() || byProvider["dep1"] != tight.calls.Load() {
+		t.Fatalf("records by provider %v, want dep0 %d and dep1 %d", byProvider, roomy.calls.Load(), tight.calls.Load())
+	}
 	r := chatMulti(h)
 	if e := openaiError(t, r); r.status != 429 || e.Error.Limit == nil || e.Error.Limit.Rule != "multi_per_minute" {
 		t.Fatalf("11th call: %d %s, want 429 by multi_per_minute (counting both deployments)", r.status, r.body)

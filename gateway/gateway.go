@@ -90,10 +90,12 @@ type CachedAuthenticator interface {
 type UsageRecord struct {
 	At time.Time
 	// Org is the org of Workspace.
-	Org               string
-	Workspace         string
-	Route             string
-	Model             string
+	Org       string
+	Workspace string
+	Route     string
+	Model     string
+	// Provider names the provider of the deployment that served the call.
+	Provider          string
 	InputTokens       int64
 	OutputTokens      int64
 	CachedInputTokens int64

@@ -95,7 +95,7 @@ func (c *call) settle() {
 	// The session's counters are in the catalog, not the limit store.
 	c.settleSession(charged, false)
 	c.trace.startSettle()
-	c.record = UsageRecord{At: c.g.now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: adm.model.Name,
+	c.record = UsageRecord{At: c.g.now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: adm.model.Name, Provider: c.event.Provider,
 		InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags,
 		KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: estimated, Reserved: reserved}
 	c.event.Usage = charged

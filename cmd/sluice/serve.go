@@ -520,7 +520,7 @@ func ledgerRecordOf(u gateway.UsageRecord) catalog.LedgerRecord {
 			KeyID: u.KeyID, User: u.User, Team: u.Team, Tags: u.Tags,
 			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost},
 		Call: catalog.CallRecord{At: u.At, RequestID: u.RequestID, Org: u.Org, Workspace: u.Workspace, KeyID: u.KeyID, User: u.User,
-			Route: u.Route, Model: u.Model, Outcome: outcome,
+			Route: u.Route, Model: u.Model, Provider: u.Provider, Outcome: outcome,
 			ReservedTokens: u.Reserved.InputTokens + u.Reserved.OutputTokens, ReservedCost: u.Reserved.Cost,
 			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost},
 	}
