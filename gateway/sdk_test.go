@@ -2,10 +2,12 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -220,8 +222,8 @@ func TestSDK_BudgetExhaustedReachesSDKOnce(t *testing.T) {
 
 // An Anthropic provider's 429 without retry-after is its spend cap: the
 // gateway calls it once, passes it on as terminal (x-should-retry: false,
-// class terminal), and the official Anthropic SDK, retrying by default,
-// asks once. With retry-after it stays a throttle the SDK may retry.
+// class terminal), and the official Anthropic SDKs (Go and Node),
+// retrying by default, ask once. With retry-after it stays a throttle the SDK may retry.
 func TestSDK_AnthropicSpendCapIsTerminal(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
@@ -229,9 +231,13 @@ func TestSDK_AnthropicSpendCapIsTerminal(t *testing.T) {
 		wantUpstream int
 		wantSDK      int
 		wantClass    string
+
+		node bool
 	}{
-		{"WithoutRetryAfter", "", 1, 1, "terminal"},
-		{"WithRetryAfter", "0", 6, 2, "transient"},
+		{"WithoutRetryAfter", "", 1, 1, "terminal", false},
+		{"WithRetryAfter", "0", 6, 2, "transient", false},
+		{"NodeWithoutRetryAfter", "", 1, 1, "terminal", true},
+		{"NodeWithRetryAfter", "0", 6, 2, "transient", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var upstream atomic.Int64
@@ -249,6 +255,21 @@ func TestSDK_AnthropicSpendCapIsTerminal(t *testing.T) {
 				o.Providers = append(slices.Clone(o.Providers), gateway.Provider{Name: "an", Kind: gateway.KindAnthropic, BaseURL: srv.URL, APIKey: "sk-ant"})
 				o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "claude-capped", Provider: "an", MaxOutputTokens: 100})
 			}}})
+			if tc.node {
+				// The official Anthropic Node SDK, retrying once at most.
+				cmd := exec.Command("node", "spendcap.mjs", h.url, testKey, "claude-capped", "1")
+				cmd.Dir = npmClients(t)
+				out, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("node spendcap.mjs: %v\n%s", err, out)
+				}
+				var res struct{ Attempts, Status int }
+				if err := json.Unmarshal(out, &res); err != nil || res.Status != 429 || res.Attempts != tc.wantSDK || int(upstream.Load()) != tc.wantUpstream {
+					t.Fatalf("node: %s (%v): the SDK asked %d times (want %d), the provider was called %d times (want %d)",
+						out, err, res.Attempts, tc.wantSDK, upstream.Load(), tc.wantUpstream)
+				}
+				return
+			}
 			asked := 0
 			c := anthropicClient(h, anthropicoption.WithMaxRetries(1), anthropicoption.WithMiddleware(func(r *http.Request, next anthropicoption.MiddlewareNext) (*http.Response, error) {
 				asked++
