@@ -192,6 +192,11 @@ type Provider struct {
 	// Circuit overrides when a deployment of the provider (one of its
 	// models) is skipped for failing.
 	Circuit Circuit `yaml:"circuit,omitempty"`
+	// RequestsPerMinute and TokensPerMinute are the provider's limits per
+	// model as the operator knows them, followed (by counting what is
+	// sent) until its rate-limit headers say otherwise; 0 means none.
+	RequestsPerMinute int64 `yaml:"requests_per_minute,omitempty"`
+	TokensPerMinute   int64 `yaml:"tokens_per_minute,omitempty"`
 }
 
 // Circuit is a provider's circuit breaking: after Failures attempts in a

@@ -29,10 +29,11 @@ models:
 	}
 	base := "providers:\n  - {name: oa, kind: openai}\nmodels:\n  - name: m\n    max_output_tokens: 10\n    deployments:\n"
 	for yaml, want := range map[string]string{
-		base + "      - {provider: nope}\n":                       `models[0].deployments[0].provider: unknown provider "nope"`,
-		base + "      - {provider: oa}\n      - {provider: oa}\n": "models[0].deployments[1]: oa/m is listed twice",
-		base + "      - {provider: oa, weight: -1}\n":             "models[0].deployments[0].weight: must not be negative",
-		base + "      - {upstream_name: x}\n":                     "models[0].deployments[0].provider: is empty",
+		base + "      - {provider: nope}\n":                                   `models[0].deployments[0].provider: unknown provider "nope"`,
+		base + "      - {provider: oa}\n      - {provider: oa}\n":             "models[0].deployments[1]: oa/m is listed twice",
+		base + "      - {provider: oa, weight: -1}\n":                         "models[0].deployments[0].weight: must not be negative",
+		base + "      - {upstream_name: x}\n":                                 "models[0].deployments[0].provider: is empty",
+		"providers:\n  - {name: oa, kind: openai, requests_per_minute: -1}\n": "providers[0]: requests_per_minute and tokens_per_minute must not be negative",
 	} {
 		if _, err := Parse([]byte(yaml), nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", yaml, err, want)

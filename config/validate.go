@@ -280,6 +280,9 @@ func (v *checker) providers() {
 		if p.Circuit.Failures < 0 || p.Circuit.Cooldown < 0 {
 			v.add(at+".circuit", "failures and cooldown must not be negative (0 is the default: 5 failures, 30s)")
 		}
+		if p.RequestsPerMinute < 0 || p.TokensPerMinute < 0 {
+			v.add(at, "requests_per_minute and tokens_per_minute must not be negative (0: none)")
+		}
 		if p.APIKeyEnv != "" && !isVariableName(p.APIKeyEnv) {
 			v.add(at+".api_key_env", "must name an environment variable (like OPENAI_API_KEY), not hold the key itself")
 		}

@@ -117,8 +117,10 @@ func TestGateway_DeploymentsSkipAFailingOne(t *testing.T) {
 	// Recovered: probes close both circuits, and calls are served.
 	bad.failing.Store(false)
 	good.failing.Store(false)
-	clock.Advance(20 * time.Second)
-	for i := range 3 {
+	clock.Advance(21 * time.Second) // past both cooldowns, which began a few (fake) milliseconds apart
+	// Each open one is probed when the draw among those alike picks it:
+	// within 20 calls but once in a million runs.
+	for i := 0; i < 20 && len(h.gw.Circuits()) > 0; i++ {
 		if r := chatMulti(h); r.status != 200 {
 			t.Fatalf("after recovery, call %d: %d %s", i, r.status, r.body)
 		}
@@ -187,5 +189,37 @@ func TestGateway_DeploymentsShareByWeight(t *testing.T) {
 	// in about 10^8 runs.
 	if got := heavy.calls.Load(); got < 120 || got > 180 || got+light.calls.Load() != n {
 		t.Fatalf("heavy got %d of %d (light %d), want about 3 in 4", got, n, light.calls.Load())
+	}
+}
+
+// Limits configured on the providers (3 and 2 requests a minute, none
+// reported in headers) are counted by what the gateway sends: the calls
+// go to the deployment that has room left, each getting its share.
+func TestGateway_DeploymentsFollowConfiguredLimits(t *testing.T) {
+	t.Parallel()
+	a, b := startFakeDeployment(t, -1), startFakeDeployment(t, -1)
+	clock := clocktest.New(time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC))
+	h := startHarness(t, setup{rules: []sluice.Rule{dailyTokens}, clock: clock, tweak: []func(*gateway.Options){func(o *gateway.Options) {
+		o.Providers = append(slices.Clone(o.Providers),
+			gateway.Provider{Name: "a", Kind: gateway.KindOpenAI, BaseURL: a.url, APIKey: "sk-a", RequestsPerMinute: 3},
+			gateway.Provider{Name: "b", Kind: gateway.KindOpenAI, BaseURL: b.url, APIKey: "sk-b", RequestsPerMinute: 2})
+		o.Models = append(slices.Clone(o.Models), gateway.Model{Name: "gpt-multi", MaxOutputTokens: 100,
+			Deployments: []gateway.Deployment{{Provider: "a"}, {Provider: "b"}}})
+	}}})
+	for i := range 5 {
+		if r := chatMulti(h); r.status != 200 {
+			t.Fatalf("call %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if a.calls.Load() != 3 || b.calls.Load() != 2 {
+		t.Fatalf("a got %d calls, b %d: want 3 and 2, each up to its configured limit", a.calls.Load(), b.calls.Load())
+	}
+	// A minute later both have refilled.
+	clock.Advance(time.Minute)
+	for range 5 {
+		chatMulti(h)
+	}
+	if a.calls.Load() != 6 || b.calls.Load() != 4 {
+		t.Fatalf("after a minute a got %d calls, b %d: want 6 and 4", a.calls.Load(), b.calls.Load())
 	}
 }

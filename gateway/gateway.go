@@ -225,6 +225,12 @@ type Provider struct {
 	// Options.PaceMaxWait; a longer wait is refused 429 with Retry-After
 	// (or sent to the model's next fallback) without calling the provider.
 	Pace bool
+	// RequestsPerMinute and TokensPerMinute, when set, are the provider's
+	// limits per model as the operator knows them, in force until its
+	// own rate-limit headers say otherwise: the gateway counts the calls
+	// it sends against them, to pace (with Pace) and to choose among a
+	// model's deployments by the room left.
+	RequestsPerMinute, TokensPerMinute int64
 	// CircuitFailures is how many attempts in a row on one of the
 	// provider's models (a deployment) fail, by a connection error, a
 	// timeout or a 5xx, before its circuit opens and the deployment is

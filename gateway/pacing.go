@@ -92,13 +92,40 @@ func (b *paceBucket) take(now time.Time, n int64) {
 	b.level, b.at = b.levelAt(now)-float64(n), now
 }
 
-// pacerFor returns the pacer of model on p.
+// pacerFor returns the pacer of model on p, starting from p's configured
+// limits when it has them.
 func (p *provider) pacerFor(model string) *pacer {
 	if pc, ok := p.pacers.Load(model); ok {
 		return pc.(*pacer)
 	}
-	pc, _ := p.pacers.LoadOrStore(model, &pacer{})
-	return pc.(*pacer)
+	pc := &pacer{}
+	pc.requests.configure(p.RequestsPerMinute)
+	pc.tokens.configure(p.TokensPerMinute)
+	stored, _ := p.pacers.LoadOrStore(model, pc)
+	return stored.(*pacer)
+}
+
+// configure starts the bucket from a configured limit per minute: full,
+// refilled continuously, until the provider reports its own figures.
+func (b *paceBucket) configure(perMinute int64) {
+	if perMinute <= 0 {
+		return
+	}
+	b.known, b.limit, b.level, b.rate = true, perMinute, float64(perMinute), float64(perMinute)/float64(time.Minute)
+	b.reset = time.Unix(1<<62, 0) // never: the rate refills it
+}
+
+// count counts a call sent at now without pacing it: configured limits
+// are followed by what the gateway sends, since it is told nothing else.
+func (p *pacer) count(now time.Time, input, total int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tokens := total
+	if p.tokensInput {
+		tokens = input
+	}
+	p.requests.take(now, 1)
+	p.tokens.take(now, tokens)
 }
 
 // pace holds the call until pc lets it through, or refuses it when that

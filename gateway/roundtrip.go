@@ -147,6 +147,10 @@ func (c *call) beforeAttempt(attempt int, d *deployment, adm *admission) error {
 	if d.provider.Pace {
 		return c.pace(d.pacer, adm.model, adm.capPer)
 	}
+	if p := d.provider; p.RequestsPerMinute > 0 || p.TokensPerMinute > 0 {
+		input := c.bound.InputTokens
+		d.pacer.count(c.g.now(), input, input+adm.capPer*max(c.bound.N, 1))
+	}
 	return nil
 }
 

@@ -258,7 +258,8 @@ func providersOf(ctx context.Context, cfg *config.Config, log *slog.Logger) ([]g
 	for _, p := range cfg.Providers {
 		gp := gateway.Provider{Name: p.Name, Kind: string(p.Kind), BaseURL: p.BaseURL, APIKey: p.APIKey(os.LookupEnv), Pace: p.Pace,
 			Organization: p.Organization, Project: p.Project, OutputCapField: p.OutputCapField, APIVersion: p.APIVersion,
-			CircuitFailures: p.Circuit.Failures, CircuitCooldown: p.Circuit.Cooldown}
+			CircuitFailures: p.Circuit.Failures, CircuitCooldown: p.Circuit.Cooldown,
+			RequestsPerMinute: p.RequestsPerMinute, TokensPerMinute: p.TokensPerMinute}
 		if p.Kind == config.KindMock && p.BaseURL == "" {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
