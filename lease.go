@@ -55,6 +55,11 @@ func (l *Limiter) release(r *Reservation) {
 	l.leases.mu.Unlock()
 }
 
+// renewChunk bounds the reservations renewed in one store call, so that a
+// process with many calls in flight renews them within the store's
+// timeout.
+const renewChunk = 256
+
 // RenewLeases renews every reservation this Limiter holds open to
 // Options.LeaseTimeout from now, never past its model deadline plus
 // ExpirySlack. RunSweeper calls it every LeaseTimeout/3; call it that often
@@ -79,20 +84,22 @@ func (l *Limiter) RenewLeases(ctx context.Context) error {
 		renewals = append(renewals, Renewal{Batch: &r.batch, Deadline: l.leaseDeadline(now, r.until)})
 	}
 	l.leases.mu.Unlock()
-	if len(renewals) == 0 {
-		return nil
-	}
-	if err := l.renewer.RenewLeases(ctx, now, renewals); err != nil {
-		return &StoreError{Op: "renew leases", Err: err}
-	}
-	for i, r := range held {
-		r.mu.Lock()
-		if d := renewals[i].Deadline; d.After(r.renewed) {
-			r.renewed = d
+	var failed error
+	for start := 0; start < len(renewals); start += renewChunk {
+		end := min(start+renewChunk, len(renewals))
+		if err := l.renewer.RenewLeases(ctx, now, renewals[start:end]); err != nil {
+			failed = &StoreError{Op: "renew leases", Err: err}
+			continue
 		}
-		r.mu.Unlock()
+		for i, r := range held[start:end] {
+			r.mu.Lock()
+			if d := renewals[start+i].Deadline; d.After(r.renewed) {
+				r.renewed = d
+			}
+			r.mu.Unlock()
+		}
 	}
-	return nil
+	return failed
 }
 
 // runRenewer calls RenewLeases every LeaseTimeout/3 of the Limiter's

@@ -61,10 +61,12 @@ type renewCounter struct {
 	*memstore.Store
 	mu      sync.Mutex
 	batches []uint64
+	calls   int
 }
 
 func (s *renewCounter) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Renewal) error {
 	s.mu.Lock()
+	s.calls++
 	for _, r := range renewals {
 		s.batches = append(s.batches, r.Batch.ID)
 	}
@@ -119,6 +121,30 @@ func TestLimiter_RenewsOnlyWhatItHolds(t *testing.T) {
 		t.Fatalf("deadline %v, want the model deadline plus slack %v", kept.Deadline(), want)
 	}
 	renewed()
+}
+
+// TestLimiter_RenewsInChunks: a Limiter with many calls in flight renews
+// them all, a few hundred per store call, so that each call fits in the
+// store's timeout.
+func TestLimiter_RenewsInChunks(t *testing.T) {
+	store := &renewCounter{Store: memstore.New(memstore.Options{})}
+	l, clock := newLimiter(t, sluice.Options{Store: store, Rules: []sluice.Rule{inFlight(1000)}, LeaseTimeout: 30 * time.Second})
+	var held []*sluice.Reservation
+	for range 600 {
+		held = append(held, admit(t, l, byKey("a")))
+	}
+	clock.Advance(10 * time.Second)
+	if err := l.RenewLeases(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if store.calls != 3 || len(store.batches) != 600 {
+		t.Fatalf("%d store calls renewed %d reservations, want 3 calls for 600", store.calls, len(store.batches))
+	}
+	for _, r := range held {
+		if want := start.Add(40 * time.Second); !r.Deadline().Equal(want) {
+			t.Fatalf("deadline %v, want %v", r.Deadline(), want)
+		}
+	}
 }
 
 // hidden is a store that cannot renew.
