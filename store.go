@@ -23,7 +23,8 @@ type Store interface {
 	Settle(ctx context.Context, now time.Time, b *Batch) error
 	// Peek fills each charge's result fields without charging anything.
 	Peek(ctx context.Context, now time.Time, b *Batch) error
-	// Sweep settles every admitted batch whose Deadline is not after now:
+	// Sweep settles every admitted batch whose Deadline (or the deadline
+	// a LeaseRenewer moved it to) is not after now:
 	// leases are freed, budget charges are charged their Amount
 	// (ExpiryCharge) or refunded (ExpiryRelease).
 	Sweep(ctx context.Context, now time.Time) (SweepResult, error)
