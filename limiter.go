@@ -35,6 +35,17 @@ type Options struct {
 	// ExpirySlack is added to the model deadline before leases expire and
 	// the sweep settles a reservation (30 seconds).
 	ExpirySlack time.Duration
+	// LeaseTimeout, when positive and the Store is a LeaseRenewer, is how
+	// long a reservation outlives its Limiter: it is admitted with a
+	// deadline LeaseTimeout ahead (never past the model deadline plus
+	// ExpirySlack), and renewed every LeaseTimeout/3 while it is open, by
+	// RunSweeper or RenewLeases. The concurrency places and budget
+	// reservations of a process that died are then swept LeaseTimeout
+	// after its last renewal, rather than at its calls' model deadline,
+	// while a call that runs longer than LeaseTimeout keeps them. Zero, or
+	// a store that cannot renew: every reservation's deadline is the
+	// model deadline plus ExpirySlack.
+	LeaseTimeout time.Duration
 	// BusyRetryAfter caps the retry hint of a busy refusal (1 second).
 	BusyRetryAfter time.Duration
 	// RetryAfterBuffer is added to the hint (RetryAfter) of every rate and
@@ -83,6 +94,12 @@ type Limiter struct {
 	onOverrun      func(Overrun)
 	onSwept        func(SweptReservation)
 
+	// renewer is the store when it renews leases and LeaseTimeout is set,
+	// else nil; leases are the reservations to renew.
+	renewer      LeaseRenewer
+	leaseTimeout time.Duration
+	leases       heldLeases
+
 	policy  atomic.Pointer[compiledPolicy]
 	nextID  atomic.Uint64
 	waiters waitQueues
@@ -125,6 +142,9 @@ func New(opts Options) (*Limiter, error) {
 	}
 	if l.busyRetryAfter <= 0 {
 		l.busyRetryAfter = time.Second
+	}
+	if renewer, ok := opts.Store.(LeaseRenewer); ok && opts.LeaseTimeout > 0 {
+		l.renewer, l.leaseTimeout = renewer, opts.LeaseTimeout
 	}
 	// Ids start at random, so that two Limiters over one shared store
 	// (several gateways over Redis) do not hand out the same ones.
@@ -222,7 +242,8 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	if expiry < 0 {
 		expiry = math.MaxInt64
 	}
-	r.batch.Deadline = now.Add(expiry)
+	r.until = now.Add(expiry)
+	r.batch.Deadline = l.leaseDeadline(now, r.until)
 	r.admittedAt = now
 	if len(r.batch.Charges) == 0 {
 		l.admitted.Add(1)
@@ -266,6 +287,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	if req.Turn != "" {
 		l.turns.admitted(r.batch.Charges, req.Identity.Key, req.Turn, now)
 	}
+	l.hold(r)
 	l.admitted.Add(1)
 	return nil
 }
@@ -504,9 +526,19 @@ func (l *Limiter) Sweep(ctx context.Context) (SweepResult, error) {
 	return res, nil
 }
 
-// RunSweeper calls Sweep every interval until ctx is done. Errors are passed
-// to onError when it is not nil.
+// RunSweeper calls Sweep every interval until ctx is done, and, with
+// Options.LeaseTimeout, RenewLeases every LeaseTimeout/3 (from a goroutine
+// of its own, so that a long sweep does not delay renewals). Errors are
+// passed to onError when it is not nil.
 func (l *Limiter) RunSweeper(ctx context.Context, interval time.Duration, onError func(error)) {
+	if l.renewer != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.runRenewer(ctx, onError)
+		}()
+		defer func() { <-done }()
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -234,7 +234,9 @@ type Request struct {
 	// micro-dollars; Fit uses it to turn a cost budget's room into tokens.
 	OutputPrice int64
 	// Timeout is the model deadline; leases and reservations expire at
-	// Timeout plus Options.ExpirySlack. Zero means Options.DefaultTimeout.
+	// Timeout plus Options.ExpirySlack at the latest (sooner, with
+	// Options.LeaseTimeout, when their Limiter stops renewing them). Zero
+	// means Options.DefaultTimeout.
 	Timeout time.Duration
 	// Turn, when set, groups the calls of one turn of an agent (several
 	// model calls answering one user message): a rate rule on requests

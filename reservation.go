@@ -71,6 +71,9 @@ type Reservation struct {
 	// without an overrun settles at: a bucket refunded as of then is as
 	// full at any later time.
 	admittedAt time.Time
+	// until is the model deadline plus ExpirySlack: the latest a renewal
+	// moves the reservation's deadline to.
+	until time.Time
 	// failedOpen marks an admission let through uncharged (see
 	// Result.FailedOpen).
 	failedOpen      bool
@@ -88,13 +91,24 @@ type Reservation struct {
 	// applied it before failing (a reply lost on the way back).
 	uncertain bool
 	overrun   bool
+	// renewed is the deadline the last renewal gave, when later than the
+	// batch's own.
+	renewed time.Time
 }
 
 // ID returns the reservation's identifier, unique per Limiter.
 func (r *Reservation) ID() uint64 { return r.batch.ID }
 
-// Deadline returns when the sweep may settle the reservation.
-func (r *Reservation) Deadline() time.Time { return r.batch.Deadline }
+// Deadline returns when the sweep may settle the reservation: its
+// admission's deadline, or the last renewal's (Options.LeaseTimeout).
+func (r *Reservation) Deadline() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.renewed.After(r.batch.Deadline) {
+		return r.renewed
+	}
+	return r.batch.Deadline
+}
 
 // Result returns what the admission found: the rule with the least room,
 // the budget warnings reached, the shadow rules that would have refused.
@@ -318,6 +332,7 @@ func (r *Reservation) end(err error) error {
 	overrun := r.overrun
 	r.mu.Unlock()
 	l := r.l
+	l.release(r)
 	if overrun {
 		for i := range r.batch.Charges {
 			if c := &r.batch.Charges[i]; c.Actual > c.Amount && c.Kind != KindConcurrency {

@@ -23,12 +23,31 @@ type Store interface {
 	Settle(ctx context.Context, now time.Time, b *Batch) error
 	// Peek fills each charge's result fields without charging anything.
 	Peek(ctx context.Context, now time.Time, b *Batch) error
-	// Sweep settles every admitted batch whose Deadline is not after now:
+	// Sweep settles every admitted batch whose Deadline (or the deadline
+	// a LeaseRenewer moved it to) is not after now:
 	// leases are freed, budget charges are charged their Amount
 	// (ExpiryCharge) or refunded (ExpiryRelease).
 	Sweep(ctx context.Context, now time.Time) (SweepResult, error)
 	// Close releases the store's resources.
 	Close() error
+}
+
+// LeaseRenewer is a Store that can move the deadline of the batches it
+// holds open, so that a Limiter renews the reservations of its calls in
+// flight (Options.LeaseTimeout): those of a process that died are swept
+// soon after it, while a long call is not.
+type LeaseRenewer interface {
+	// RenewLeases moves the deadline of each batch of renewals to its
+	// Deadline: its leases expire, and the sweep settles it, no sooner. A
+	// batch settled, swept or past its deadline at now is left alone (its
+	// leases may be another's already), and a deadline never moves back.
+	RenewLeases(ctx context.Context, now time.Time, renewals []Renewal) error
+}
+
+// Renewal is an admitted batch and the deadline to renew it to.
+type Renewal struct {
+	Batch    *Batch
+	Deadline time.Time
 }
 
 // CounterCeiling is the most a store's budget counter holds: 2^53, the
@@ -187,7 +206,9 @@ type Batch struct {
 	// ID is unique per Limiter.
 	ID uint64
 	// Deadline is when the sweep may settle the batch and when its leases
-	// expire.
+	// expire, unless a LeaseRenewer moves it later. The Limiter never
+	// changes it once the batch is admitted: a store that renews keeps the
+	// renewed deadline itself.
 	Deadline time.Time
 	Charges  []Charge
 }

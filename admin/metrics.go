@@ -278,6 +278,9 @@ func (m *Metrics) Store(s sluice.Store) sluice.Store {
 	m.mu.Lock()
 	m.stores = append(m.stores, is)
 	m.mu.Unlock()
+	if _, ok := s.(sluice.LeaseRenewer); ok {
+		return renewingStore{is}
+	}
 	return is
 }
 

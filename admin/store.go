@@ -136,6 +136,28 @@ func (s *instrumentedStore) SweepReport(ctx context.Context, now time.Time) (slu
 	return res, expired, err
 }
 
+// renewingStore is an instrumentedStore over a sluice.LeaseRenewer: it
+// renews, and keeps the renewed deadlines, so that a call longer than its
+// first lease stays in flight here until settled or swept.
+type renewingStore struct{ *instrumentedStore }
+
+var _ sluice.LeaseRenewer = renewingStore{}
+
+func (s renewingStore) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Renewal) error {
+	if err := s.Store.(sluice.LeaseRenewer).RenewLeases(ctx, now, renewals); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rn := range renewals {
+		if ob, ok := s.open[rn.Batch.ID]; ok && rn.Deadline.After(ob.deadline) {
+			ob.deadline = rn.Deadline
+			s.open[rn.Batch.ID] = ob
+		}
+	}
+	return nil
+}
+
 func (s *instrumentedStore) inFlight() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

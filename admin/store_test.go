@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/sluicehq/sluice/store/sqlitestore"
+	"github.com/sluicehq/sluice/store/storetest"
 )
 
 // TestMetricsStore_ListsOpenReservations: over memstore and sqlitestore,
@@ -64,5 +65,43 @@ func TestMetricsStore_ListsOpenReservations(t *testing.T) {
 				t.Fatalf("after settling, open reservations %+v, %v", list, err)
 			}
 		})
+	}
+}
+
+// TestMetricsStore_RenewsLeases: the store Metrics.Store returns renews
+// leases when the inner store does (and only then, so that a Limiter over
+// one that cannot keeps the model deadline), and a call renewed past its
+// first lease stays in flight.
+func TestMetricsStore_RenewsLeases(t *testing.T) {
+	m := NewMetrics(MetricsOptions{})
+	if _, ok := m.Store(struct{ sluice.Store }{memstore.New(memstore.Options{})}).(sluice.LeaseRenewer); ok {
+		t.Fatal("Metrics.Store over a store that cannot renew is a LeaseRenewer")
+	}
+	m = NewMetrics(MetricsOptions{})
+	s := m.Store(memstore.New(memstore.Options{}))
+	_, async := s.(sluice.AsyncSettler)
+	_, reports := s.(sluice.SweepReporter)
+	if _, renews := s.(sluice.LeaseRenewer); !renews || !async || !reports {
+		t.Fatalf("Metrics.Store(memstore) = %T: renews %v, settles asynchronously %v, reports sweeps %v", s, renews, async, reports)
+	}
+	clock := storetest.NewClock(storetest.Start)
+	l, err := sluice.New(sluice.Options{Store: s, Clock: clock, Rules: baseRules[1:2], LeaseTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{Workspace: "acme", User: "ada"}, Max: sluice.Usage{InputTokens: 40}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(30 * time.Second)
+	if err := l.RenewLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(40 * time.Second) // past the first lease, before the renewed one
+	if res, err := l.Sweep(ctx); err != nil || res.Reservations != 0 {
+		t.Fatalf("sweep = %+v, %v; want nothing swept", res, err)
+	}
+	if n := m.storesSnapshot()[0].inFlight(); n != 1 {
+		t.Fatalf("%d calls in flight, want the renewed one", n)
 	}
 }

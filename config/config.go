@@ -78,6 +78,14 @@ type Config struct {
 	// its concurrency leases expire (30s): how long after request_timeout
 	// the places of a replica that died with calls in flight come back.
 	ExpirySlack time.Duration `yaml:"expiry_slack"`
+	// LeaseTimeout is how long the concurrency places and budget
+	// reservations of a replica that stopped (crashed, killed, cut off from
+	// the store) stay taken before the sweep settles them (2m, from 10s to
+	// 1h): each replica renews its calls in flight every third of it, up to
+	// request_timeout plus expiry_slack, so a call longer than the lease
+	// keeps them. At request_timeout plus expiry_slack or more, a crashed
+	// replica's places come back at its calls' deadline, as without it.
+	LeaseTimeout time.Duration `yaml:"lease_timeout"`
 	// RetryAfterBuffer is added to the hint of every rate and busy refusal
 	// (Retry-After, retry-after-ms, retry_after_ms), a margin for clients
 	// whose retry on the hint would otherwise arrive a little early. 0, the

@@ -91,7 +91,7 @@ func TestLoad_FullExample(t *testing.T) {
 	}
 	if c.Listen != "0.0.0.0:9080" || c.AdminListen != "127.0.0.1:9081" || c.DataDir != "/var/lib/sluice" ||
 		c.StoreURL() != "redis://cache:6379/0" || c.DatabaseURL() != "postgres://sluice@db/sluice" ||
-		c.MaxBodyBytes != 1<<20 || c.RequestTimeout != 150*time.Second || c.ExpirySlack != 45*time.Second || c.MaxWait != time.Minute || c.Tiers[0].MaxWait != 5*time.Second || c.Tiers[0].Class != "batch" || !c.IsProduction() || *c.UpstreamRetries != 0 {
+		c.MaxBodyBytes != 1<<20 || c.RequestTimeout != 150*time.Second || c.ExpirySlack != 45*time.Second || c.LeaseTimeout != 90*time.Second || c.MaxWait != time.Minute || c.Tiers[0].MaxWait != 5*time.Second || c.Tiers[0].Class != "batch" || !c.IsProduction() || *c.UpstreamRetries != 0 {
 		t.Errorf("server fields = %+v", c)
 	}
 	if got, want := c.HeadroomWorkspaces(), []WorkspaceRef{{"default", "research"}, {"partner-co", "support"}}; !reflect.DeepEqual(got, want) {

@@ -304,6 +304,24 @@ func TestParse_ExpirySlack(t *testing.T) {
 	}
 }
 
+// TestParse_LeaseTimeout: 2m unless set; from 10s to 1h.
+func TestParse_LeaseTimeout(t *testing.T) {
+	c, err := Parse(nil, nil)
+	if err != nil || c.LeaseTimeout != 2*time.Minute {
+		t.Fatalf("default: %v, %v", c.LeaseTimeout, err)
+	}
+	c, err = Parse([]byte("lease_timeout: 45s\n"), nil)
+	if err != nil || c.LeaseTimeout != 45*time.Second {
+		t.Fatalf("45s: %v, %v", c.LeaseTimeout, err)
+	}
+	for _, bad := range []string{"9s", "2h", "-1m"} {
+		_, err := Parse([]byte("lease_timeout: "+bad+"\n"), nil)
+		if err == nil || !strings.Contains(err.Error(), "lease_timeout: must be from 10s to 1h") {
+			t.Errorf("lease_timeout %s: error %v", bad, err)
+		}
+	}
+}
+
 // TestParse_RetryAfterBuffer: 0 unless set.
 func TestParse_RetryAfterBuffer(t *testing.T) {
 	c, err := Parse(nil, nil)

@@ -25,6 +25,7 @@ const (
 	DefaultAdminTimeout     = 5 * time.Second
 	DefaultRequestTimeout   = 10 * time.Minute
 	DefaultExpirySlack      = 30 * time.Second
+	DefaultLeaseTimeout     = 2 * time.Minute
 	DefaultMaxWait          = 30 * time.Second
 	DefaultUpstreamRetries  = 2
 	DefaultOpenAIBaseURL    = "https://api.openai.com/v1"
@@ -258,6 +259,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.ExpirySlack == 0 {
 		c.ExpirySlack = DefaultExpirySlack
+	}
+	if c.LeaseTimeout == 0 {
+		c.LeaseTimeout = DefaultLeaseTimeout
 	}
 	if c.UpstreamRetries == nil {
 		n := DefaultUpstreamRetries

@@ -151,6 +151,11 @@ func (v *checker) server() {
 		// its reservation already swept.
 		v.add("expiry_slack", "must be from 1s to 1h, got %v", c.ExpirySlack)
 	}
+	if c.LeaseTimeout < 10*time.Second || c.LeaseTimeout > time.Hour {
+		// Renewed every third of it: below 10s, a store slow for a few
+		// seconds would let the calls of a live replica be swept.
+		v.add("lease_timeout", "must be from 10s to 1h, got %v", c.LeaseTimeout)
+	}
 	if c.MaxWait < 0 || c.MaxWait > time.Hour {
 		v.add("max_wait", "must be from 1ms to 1h, got %v", c.MaxWait)
 	}

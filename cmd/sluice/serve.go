@@ -88,8 +88,7 @@ func serve(args []string) error {
 		return err
 	}
 	go obs.events.Run(ctx)
-	limiter, err := sluice.New(sluice.Options{Store: obs.metrics.Store(store), Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
-		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, RetryAfterBuffer: cfg.RetryAfterBuffer, OnOverrun: obs.OnOverrun, OnSwept: led.RecordSwept})
+	limiter, err := sluice.New(limiterOptions(cfg, obs.metrics.Store(store), obs.OnOverrun, led.RecordSwept))
 	if err != nil {
 		return err
 	}
@@ -454,6 +453,14 @@ func (k keyStore) principal(key catalog.Key, err error) (gateway.Principal, erro
 	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
 		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces,
 		Class: key.Class, MaxWait: time.Duration(key.MaxWait), Turns: key.Turns || k.config().TierTurns(tier)}, nil
+}
+
+// limiterOptions are the Limiter's options from cfg, over store. Its
+// reservations are renewed by the sweeper serve runs (lease_timeout).
+func limiterOptions(cfg *config.Config, store sluice.Store, onOverrun func(sluice.Overrun), onSwept func(sluice.SweptReservation)) sluice.Options {
+	return sluice.Options{Store: store, Rules: cfg.EffectiveRules(), Tiers: cfg.SluiceTiers(),
+		DefaultTimeout: cfg.RequestTimeout, ExpirySlack: cfg.ExpirySlack, LeaseTimeout: cfg.LeaseTimeout,
+		RetryAfterBuffer: cfg.RetryAfterBuffer, OnOverrun: onOverrun, OnSwept: onSwept}
 }
 
 // recordLeftovers writes to the ledger at once, not at the sweeper's first

@@ -5,11 +5,14 @@ import (
 	"log/slog"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/admin"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/store/storetest"
 )
 
 // TestServe_WiresTenantModelsAndProviderHeaders checks that serve hands
@@ -107,5 +110,39 @@ models:
 		if has := m.Tokenizer != nil; has != (want[m.Name] != "" && m.ContextWindow > 0) {
 			t.Errorf("model %s: tokenizer set %v", m.Name, has)
 		}
+	}
+}
+
+// TestServe_WiresLeaseTimeout: serve's Limiter, over its store wrapped for
+// metrics as serve wraps it, admits a call due lease_timeout ahead rather
+// than at request_timeout plus expiry_slack, and renews it.
+func TestServe_WiresLeaseTimeout(t *testing.T) {
+	cfg, err := config.Parse([]byte("lease_timeout: 45s\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := admin.NewMetrics(admin.MetricsOptions{}).Store(memstore.New(memstore.Options{}))
+	opts := limiterOptions(cfg, store, nil, nil)
+	clock := storetest.NewClock(storetest.Start)
+	opts.Clock = clock
+	opts.Rules = append(opts.Rules, sluice.Rule{Name: "busy", Kind: sluice.KindConcurrency, Subject: "key", Limit: 1})
+	l, err := sluice.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r, err := l.Admit(ctx, sluice.Request{Identity: sluice.Identity{Key: "k", Workspace: "w"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := storetest.Start.Add(45 * time.Second); !r.Deadline().Equal(want) {
+		t.Fatalf("deadline %v, want %v", r.Deadline(), want)
+	}
+	clock.Advance(15 * time.Second)
+	if err := l.RenewLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := storetest.Start.Add(time.Minute); !r.Deadline().Equal(want) {
+		t.Fatalf("renewed deadline %v, want %v", r.Deadline(), want)
 	}
 }

@@ -19,6 +19,7 @@ import (
 var (
 	_ sluice.Store        = (*Store)(nil)
 	_ sluice.AsyncSettler = (*Store)(nil)
+	_ sluice.LeaseRenewer = (*Store)(nil)
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -55,7 +56,14 @@ type Store struct {
 	// open holds the admitted batches with budget charges, for the sweep
 	// to settle if nobody does.
 	openMu sync.Mutex
-	open   map[uint64]*sluice.Batch
+	open   map[uint64]openBatch
+}
+
+// openBatch is an admitted batch and its deadline: the batch's own, or a
+// renewal's.
+type openBatch struct {
+	batch    *sluice.Batch
+	deadline time.Time
 }
 
 // shard holds the counters of the subjects that hash to it.
@@ -87,7 +95,7 @@ type state struct {
 func New(opts Options) *Store {
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, max(1, opts.Shards)),
 		evictScan: opts.EvictScan, evictEvery: opts.EvictEvery, evictIdle: int64(opts.EvictIdle),
-		open: map[uint64]*sluice.Batch{}}
+		open: map[uint64]openBatch{}}
 	if opts.Shards <= 0 {
 		s.shards = make([]shard, 64)
 	}
@@ -205,7 +213,7 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 	s.unlock(lock)
 	if ok && hasBudget(b) {
 		s.openMu.Lock()
-		s.open[b.ID] = b
+		s.open[b.ID] = openBatch{batch: b, deadline: b.Deadline}
 		s.openMu.Unlock()
 	}
 	return ok, nil

@@ -17,21 +17,22 @@ func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.OpenReserva
 		return nil, nil
 	}
 	s.openMu.Lock()
-	open := make([]*sluice.Batch, 0, len(s.open))
-	for _, b := range s.open {
-		open = append(open, b)
+	open := make([]openBatch, 0, len(s.open))
+	for _, o := range s.open {
+		open = append(open, o)
 	}
 	s.openMu.Unlock()
-	// An admitted batch's deadline and charges stay as they are until it
-	// is settled (the engine writes only Actual), so they are read
-	// without the lock, as the sweep reads them.
-	slices.SortFunc(open, func(a, b *sluice.Batch) int {
-		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
+	// An admitted batch's charges stay as they are until it is settled
+	// (the engine writes only Actual), so they are read without the lock,
+	// as the sweep reads them.
+	slices.SortFunc(open, func(a, b openBatch) int {
+		return cmp.Or(a.deadline.Compare(b.deadline), cmp.Compare(a.batch.ID, b.batch.ID))
 	})
 	open = open[:min(limit, len(open))]
 	out := make([]sluice.OpenReservation, len(open))
-	for i, b := range open {
-		r := sluice.OpenReservation{ID: b.ID, Deadline: b.Deadline}
+	for i, o := range open {
+		b := o.batch
+		r := sluice.OpenReservation{ID: b.ID, Deadline: o.deadline}
 		for j := range b.Charges {
 			switch c := &b.Charges[j]; c.Kind {
 			case sluice.KindBudget:

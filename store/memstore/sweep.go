@@ -63,9 +63,9 @@ func Report(expired []Expired) []sluice.ExpiredReservation {
 func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
 	var due []*sluice.Batch
 	s.openMu.Lock()
-	for id, b := range s.open {
-		if !b.Deadline.After(now) {
-			due = append(due, b)
+	for id, o := range s.open {
+		if !o.deadline.After(now) {
+			due = append(due, o.batch)
 			delete(s.open, id)
 		}
 	}

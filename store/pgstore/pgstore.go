@@ -64,6 +64,8 @@
 // limit it was drawn at, with numeric arithmetic in SQL that never rounds;
 // budgets count settled plus reserved usage; concurrency leases are rows with
 // an expiry, pruned when their key is next admitted and by the sweep.
+// RenewLeases moves reservation deadlines and lease expiries later, never
+// back, in one statement that waits for no lock.
 //
 // Time is the database's (clock_timestamp() when a call starts, one for a
 // whole group), so replicas with skewed clocks share one timeline; a lease

@@ -14,6 +14,8 @@ var (
 	opsLua string
 	//go:embed sweep.lua
 	sweepLua string
+	//go:embed renew.lua
+	renewLua string
 )
 
 // The scripts run by EVALSHA; rueidis falls back to EVAL (which caches the
@@ -21,6 +23,7 @@ var (
 var (
 	opsScript   = rueidis.NewLuaScript(preludeLua + opsLua)
 	sweepScript = rueidis.NewLuaScript(preludeLua + sweepLua)
+	renewScript = rueidis.NewLuaScript(preludeLua + renewLua)
 )
 
 // loadScripts loads every script on every server, so that the first
@@ -29,7 +32,7 @@ var (
 // others).
 func loadScripts(ctx context.Context, c rueidis.Client) error {
 	for _, node := range c.Nodes() {
-		for _, src := range []string{preludeLua + opsLua, preludeLua + sweepLua, probeLua} {
+		for _, src := range []string{preludeLua + opsLua, preludeLua + sweepLua, preludeLua + renewLua, probeLua} {
 			if err := node.Do(ctx, node.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
 				return err
 			}

@@ -127,13 +127,15 @@ local function lease_state(key)
   return s
 end
 
--- drop_lease frees a lease at once and tells whether it was held.
+-- drop_lease frees a lease at once and tells whether it was held. A lease
+-- expires at its batch's deadline or, renewed, later: when the earliest
+-- expiry known is not before the deadline, it may be this lease's.
 local function drop_lease(key, member, deadline)
   if call('ZREM', key, member) == 0 then return false end
   local s = leases[key]
   if s then
     s.held = s.held - 1
-    if s.earliest == deadline then s.earliest = nil end
+    if s.earliest and s.earliest >= deadline then s.earliest = nil end
   end
   return true
 end
@@ -222,7 +224,8 @@ for o = 1, #ns / 2 do
             if f then f[#f + 1] = member else frees[key] = {member} end
           elseif call('ZREM', key, member) == 1 then
             s.held = s.held - 1
-            if s.earliest == deadline then s.earliest = nil end
+            -- A renewed lease expires after its deadline (see drop_lease).
+            if s.earliest and s.earliest >= deadline then s.earliest = nil end
           end
         end
       end

@@ -45,7 +45,9 @@
 // settled once, however many replicas sweep at the same time. Concurrency
 // leases are sorted sets scored by expiry; expired leases are dropped by the
 // admission script, so the slots of a crashed holder free themselves at the
-// deadline, swept or not. A group of rate charges and leases only has no
+// deadline, swept or not. RenewLeases (renew.lua) moves a group's record and
+// leases to a later score, never back, and leaves alone what is gone or
+// past its deadline. A group of rate charges and leases only has no
 // record: freeing a lease is idempotent, and a rate refund or overrun is
 // applied by Settle directly (the Limiter settles a reservation once; a
 // settlement retried after a timeout may move a bucket twice, within its

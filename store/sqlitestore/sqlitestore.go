@@ -44,6 +44,7 @@ var (
 	_ sluice.Store             = (*Store)(nil)
 	_ sluice.AsyncSettler      = (*Store)(nil)
 	_ sluice.ReservationLister = (*Store)(nil)
+	_ sluice.LeaseRenewer      = (*Store)(nil)
 )
 
 var errClosed = errors.New("sqlitestore: closed")
@@ -468,4 +469,13 @@ func (s *Store) Close() error {
 	}
 	<-s.stopped
 	return s.db.Close()
+}
+
+// RenewLeases renews in memory. Deadlines are not journaled: Open settles
+// every reservation a previous process left open, whatever its deadline.
+func (s *Store) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Renewal) error {
+	if err := s.failed(); err != nil {
+		return err
+	}
+	return s.mem.RenewLeases(ctx, now, renewals)
 }

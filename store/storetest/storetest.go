@@ -23,7 +23,7 @@ var Start = time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
 // Run runs every scenario of the suite against stores from newStore.
 func Run(t *testing.T, newStore NewStore) {
 	groups := []map[string]func(t *testing.T, h *Harness){rateScenarios, budgetScenarios, concurrencyScenarios, engineScenarios, tenancyScenarios,
-		reservedScenarios, reservationScenarios, propertyScenarios, sweepReportScenarios, classScenarios}
+		reservedScenarios, reservationScenarios, propertyScenarios, sweepReportScenarios, classScenarios, leaseScenarios}
 	for _, group := range groups {
 		for name, fn := range group {
 			t.Run(name, func(t *testing.T) {

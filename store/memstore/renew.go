@@ -1,0 +1,61 @@
+package memstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// RenewLeases moves the deadline of each open batch of renewals, and the
+// expiry of its leases, to the renewal's deadline. A batch settled, swept
+// or past its deadline is left alone, as is a lease freed or expired.
+func (s *Store) RenewLeases(_ context.Context, now time.Time, renewals []sluice.Renewal) error {
+	for _, rn := range renewals {
+		b := rn.Batch
+		if hasBudget(b) && !s.renewOpen(b.ID, now, rn.Deadline) {
+			continue
+		}
+		s.renewLeases(b, now.UnixNano(), rn.Deadline.UnixNano())
+	}
+	return nil
+}
+
+// renewOpen moves an open batch's deadline later, reporting whether the
+// batch is open and not past its deadline at now.
+func (s *Store) renewOpen(id uint64, now, deadline time.Time) bool {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	o, ok := s.open[id]
+	if !ok || !o.deadline.After(now) {
+		return false
+	}
+	if deadline.After(o.deadline) {
+		o.deadline = deadline
+		s.open[id] = o
+	}
+	return true
+}
+
+// renewLeases moves the expiry of b's live leases later.
+func (s *Store) renewLeases(b *sluice.Batch, now, expiry int64) {
+	var ofBuf, lockBuf [8]int
+	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
+	s.lock(lock)
+	defer s.unlock(lock)
+	for i := range b.Charges {
+		c := &b.Charges[i]
+		if c.Kind != sluice.KindConcurrency {
+			continue
+		}
+		st := s.shards[of[i]].find(c.Key)
+		if st == nil || st.kind != c.Kind {
+			continue
+		}
+		for j := range st.leases {
+			if l := &st.leases[j]; l.ID == b.ID && l.Expiry > now && l.Expiry < expiry {
+				l.Expiry = expiry
+			}
+		}
+	}
+}
