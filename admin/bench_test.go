@@ -2,11 +2,13 @@ package admin
 
 import (
 	"context"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -57,4 +59,17 @@ func BenchmarkMetricsObserve(b *testing.B) {
 			m.Observe(ev)
 		}
 	})
+}
+
+// BenchmarkLogRequest is one request's log line, redaction included, as a
+// busy gateway writes it for every call.
+func BenchmarkLogRequest(b *testing.B) {
+	log := NewLogger(io.Discard, false)
+	e := event.Event{RequestID: "req_694a4596c4d3afb9", Route: "chat", Model: "mock-small", Provider: "mock", Org: "default",
+		Workspace: "demo", KeyID: "nivpgwbnysv4", Duration: 4261 * time.Microsecond, Outcome: "admitted", Status: 200,
+		UpstreamStatus: 200, Attempts: 1, Decision: 32 * time.Microsecond, Usage: sluice.Usage{InputTokens: 12, OutputTokens: 16, Cost: 40}}
+	b.ReportAllocs()
+	for b.Loop() {
+		LogRequest(log, e)
+	}
 }

@@ -32,30 +32,69 @@ var secretPattern = regexp.MustCompile(`(?i)(sk-[A-Za-z0-9_-]{8,}|sluice-adm(in)
 // redis://:secret@host or postgres://user:secret@host.
 var urlPassword = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@`)
 
-// sensitiveKeys are attribute names whose values are never logged.
+// sensitiveKeys are attribute names whose values are never logged, alone
+// or as the suffix of a name after "_".
 var sensitiveKeys = []string{"authorization", "api_key", "apikey", "secret", "token", "password", "x-api-key"}
+
+var sensitiveSuffixes = func() []string {
+	out := make([]string, len(sensitiveKeys))
+	for i, k := range sensitiveKeys {
+		out[i] = "_" + k
+	}
+	return out
+}()
 
 // Redact is a slog ReplaceAttr that blanks the values of sensitive
 // attributes and masks anything shaped like a secret in the others, as a
 // second line of defence: the code logs no secret on purpose.
 func Redact(_ []string, a slog.Attr) slog.Attr {
 	key := strings.ToLower(a.Key)
-	for _, s := range sensitiveKeys {
-		if key == s || strings.HasSuffix(key, "_"+s) {
+	for i, s := range sensitiveKeys {
+		if key == s || strings.HasSuffix(key, sensitiveSuffixes[i]) {
 			return slog.String(a.Key, "[redacted]")
 		}
 	}
 	if a.Value.Kind() == slog.KindString || a.Value.Kind() == slog.KindAny {
 		s := a.Value.String()
-		if secretPattern.MatchString(s) {
+		// Every line of a busy gateway comes here: the patterns run only
+		// on a value that could match them.
+		if maySecret(s) && secretPattern.MatchString(s) {
 			s = secretPattern.ReplaceAllString(s, "[redacted]")
 			a = slog.String(a.Key, s)
 		}
-		if urlPassword.MatchString(s) {
+		if strings.Contains(s, "://") && urlPassword.MatchString(s) {
 			return slog.String(a.Key, urlPassword.ReplaceAllString(s, "${1}[redacted]@"))
 		}
 	}
 	return a
+}
+
+// maySecret reports whether s could match secretPattern: it holds "sk-",
+// "sluice-adm" or "bearer" in any ASCII case, or a byte that is not ASCII
+// (which case folding could turn into one of them).
+func maySecret(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] | 0x20 {
+		case 's':
+			if hasPrefixFold(s[i:], "sk-") || hasPrefixFold(s[i:], "sluice-adm") {
+				return true
+			}
+		case 'b':
+			if hasPrefixFold(s[i:], "bearer") {
+				return true
+			}
+		}
+		if s[i] >= 0x80 {
+			return true
+		}
+	}
+	return false
+}
+
+// hasPrefixFold is strings.HasPrefix in any ASCII case of prefix, which is
+// lower case.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // LogRequest writes one line for a finished client request: its ID,

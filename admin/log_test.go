@@ -160,3 +160,17 @@ func TestLogRequest_NamesIgnoredHeaders(t *testing.T) {
 		t.Fatalf("log line %q does not name the ignored header", buf.String())
 	}
 }
+
+// maySecret never says no where secretPattern matches: checked on the
+// patterns' own shapes, in every case, and on the fuzzer's strings.
+func FuzzMaySecret(f *testing.F) {
+	for _, s := range []string{"sk-abcdefgh12", "SK-ABCDEFGH12", "x Bearer tok", "BEARER\tx", "sluice-admin-0123456789", "SLUICE-ADM-abcdefghij",
+		"ſk-abcdefgh12", "sK-abcdefghij", "plain", "req_694a4596c4d3afb9", "bearer", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if secretPattern.MatchString(s) && !maySecret(s) {
+			t.Fatalf("%q matches the secret pattern but maySecret says no", s)
+		}
+	})
+}
