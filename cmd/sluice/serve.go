@@ -166,6 +166,9 @@ func serve(args []string) error {
 		TracerProvider:   tr.provider,
 		Propagator:       tr.propagator,
 		OnDependency:     obs.events.Dependency,
+		// The response cache (cmd/sluice/cache.go).
+		Cache:              cacheOf(cfg, store, log),
+		CacheMaxEntryBytes: int(cfg.Cache.MaxEntryBytes),
 	})
 	if err != nil {
 		return err
@@ -284,6 +287,9 @@ func modelsOf(cfg *config.Config) ([]gateway.Model, error) {
 		gm := gateway.Model{Name: m.Name, Provider: m.Provider, UpstreamName: m.UpstreamName,
 			Price: m.SluicePrice(), MaxOutputTokens: m.MaxOutputTokens, ContextWindow: m.ContextWindow,
 			Aliases: m.Aliases, Fallbacks: m.Fallbacks}
+		if m.Cache != nil {
+			gm.CacheTTL = m.Cache.TTL
+		}
 		if name := tokenizerOf(cfg, &m); name != "" && m.ContextWindow > 0 {
 			enc, err := bpe.Get(name)
 			if err != nil {

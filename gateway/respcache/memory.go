@@ -64,3 +64,10 @@ func (m *Memory) Set(_ context.Context, key string, value []byte, ttl time.Durat
 	m.c.Set(key, entry{value: value, ttl: ttl})
 	return nil
 }
+
+// Bytes returns the size of the keys and values held, once any pending
+// eviction is done.
+func (m *Memory) Bytes() uint64 {
+	m.c.CleanUp()
+	return m.c.WeightedSize()
+}

@@ -1,0 +1,78 @@
+package respcache
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice/gateway"
+)
+
+// Redis keeps entries in Redis, shared by every replica: each value
+// gzip-compressed under its own key, with its time to live set by Redis
+// (SET PX), so that an expired entry is gone for every replica at once.
+// It works with a standalone server and with a Redis Cluster (each entry
+// is one key). It is safe for concurrent use.
+type Redis struct {
+	client rueidis.Client
+	prefix string
+}
+
+var _ gateway.CacheStore = (*Redis)(nil)
+
+// RedisOptions configure a Redis store.
+type RedisOptions struct {
+	// Prefix starts every key ("sluice:cache:" by default).
+	Prefix string
+}
+
+// NewRedis returns a store over client, which the caller keeps and
+// closes (the counter store's, say: redisstore.Store.Client).
+func NewRedis(client rueidis.Client, opts RedisOptions) *Redis {
+	if opts.Prefix == "" {
+		opts.Prefix = "sluice:cache:"
+	}
+	return &Redis{client: client, prefix: opts.Prefix}
+}
+
+// Get returns the value kept under key.
+func (r *Redis) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	z, err := r.client.Do(ctx, r.client.B().Get().Key(r.prefix+key).Build()).AsBytes()
+	if rueidis.IsRedisNil(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("respcache: get: %w", err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(z))
+	if err != nil {
+		return nil, false, fmt.Errorf("respcache: get: %w", err)
+	}
+	v, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, false, fmt.Errorf("respcache: get: %w", err)
+	}
+	return v, true, nil
+}
+
+// Set keeps value under key for ttl (rounded up to a millisecond).
+func (r *Redis) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	var z bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&z, gzip.BestSpeed)
+	if _, err := zw.Write(value); err != nil {
+		return fmt.Errorf("respcache: set: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("respcache: set: %w", err)
+	}
+	ms := max(1, (ttl+time.Millisecond-1)/time.Millisecond)
+	cmd := r.client.B().Set().Key(r.prefix + key).Value(rueidis.BinaryString(z.Bytes())).PxMilliseconds(int64(ms)).Build()
+	if err := r.client.Do(ctx, cmd).Error(); err != nil {
+		return fmt.Errorf("respcache: set: %w", err)
+	}
+	return nil
+}
