@@ -515,7 +515,10 @@ func (l ledger) Attach(ctx context.Context, u gateway.UsageRecord) (context.Cont
 // ledgerRecordOf is what the ledger keeps of a settled call.
 func ledgerRecordOf(u gateway.UsageRecord) catalog.LedgerRecord {
 	outcome := catalog.OutcomeReported
-	if u.Estimated {
+	switch {
+	case u.CacheHit:
+		outcome = catalog.OutcomeCacheHit
+	case u.Estimated:
 		outcome = catalog.OutcomeEstimated
 	}
 	return catalog.LedgerRecord{
