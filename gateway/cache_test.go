@@ -3,16 +3,19 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/gateway/respcache"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/mockprovider"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 const cachedChat = `{"model":"mock-small","max_tokens":20,"messages":[{"role":"user","content":"the same question"}]}`
@@ -286,3 +289,28 @@ func TestCache_ModelWithoutTTLKeepsNothing(t *testing.T) {
 	}
 }
 
+func TestCache_ReplicasShareRedis(t *testing.T) {
+	url := testenv.RedisURL(t)
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.DisableCache = true
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	shared := respcache.NewRedis(client, respcache.RedisOptions{Prefix: "sluice-test:" + rand.Text() + ":"})
+	inRedis := func(o *gateway.Options) { o.Cache = shared }
+	// Two replicas, each with its own provider: the second is never called.
+	a := cacheHarness(t, nil, inRedis)
+	b := cacheHarness(t, nil, inRedis)
+	first := a.post("/v1/chat/completions", cachedChat, nil)
+	wantCache(t, first, "miss")
+	second := b.post("/v1/chat/completions", cachedChat, nil)
+	wantCache(t, second, "hit")
+	if !bytes.Equal(first.body, second.body) || a.mockCalls() != 1 || b.mockCalls() != 0 {
+		t.Fatalf("provider calls %d and %d, want 1 and 0", a.mockCalls(), b.mockCalls())
+	}
+}
