@@ -181,13 +181,15 @@ func (c *call) fromCache(tenant bool) (done bool, err error) {
 }
 
 // cacheKey is the call's entry: its org, the model that serves it, its
-// route, the Anthropic version and beta headers it sent, and its body in
-// canonical form (see canonicalRequest).
+// route, the API version and beta headers it sent (they pass to the
+// provider and may change its answer), and its body in canonical form (see
+// canonicalRequest).
 func (c *call) cacheKey() string {
 	org := cmp.Or(c.who.Org, sluice.DefaultOrg)
 	h := sha256.New()
 	for _, part := range [][]byte{[]byte(org), []byte(c.model.Name), []byte(c.rt.name),
-		c.ctx.Request.Header.Peek("Anthropic-Version"), c.ctx.Request.Header.Peek("Anthropic-Beta"), canonicalRequest(c.body)} {
+		c.ctx.Request.Header.Peek("Anthropic-Version"), c.ctx.Request.Header.Peek("Anthropic-Beta"), c.ctx.Request.Header.Peek("OpenAI-Beta"),
+		canonicalRequest(c.body)} {
 		h.Write(part)
 		h.Write([]byte{0})
 	}
@@ -311,11 +313,12 @@ func (c *call) replay(raw []byte) []byte {
 }
 
 // keepWhole keeps the answer of a call that did not stream, when the model
-// the call asked for gave it whole, with usage it could have produced, and
+// the call asked for gave it whole, with usage it could have produced, at
+// the output cap the request asked for (not one a rule clamped), and
 // finishes the call's flight.
 func (c *call) keepWhole(err error) {
 	defer c.finishFlight()
-	if err != nil || !c.cache.write || c.ending != endCharge || !c.reported || c.adm.model != c.model ||
+	if err != nil || !c.cache.write || c.ending != endCharge || !c.reported || c.adm.model != c.model || c.adm.clamped ||
 		c.ctx.Response.StatusCode() != 200 || c.impossible(c.adm, c.usage) {
 		return
 	}
@@ -337,12 +340,13 @@ func (c *call) teeStream(raw []byte) {
 }
 
 // keepStream keeps a streamed answer once it has ended: when it ended
-// cleanly, from the model the call asked for, with usage reported and
-// possible; and finishes the call's flight. A cut stream is never kept.
+// cleanly, from the model the call asked for, unclamped, with usage
+// reported and possible; and finishes the call's flight. A cut stream is
+// never kept.
 func (c *call) keepStream(clean bool, adm *admission, u llm.Usage, reported bool) {
 	defer c.finishFlight()
 	cc := &c.cache
-	if !cc.recording || !clean || !reported || adm.model != c.model || c.impossible(adm, u) {
+	if !cc.recording || !clean || !reported || adm.model != c.model || adm.clamped || c.impossible(adm, u) {
 		return
 	}
 	c.keep(&cachedAnswer{ContentType: string(c.ctx.Response.Header.ContentType()), Stream: true, Usage: u, Body: cc.fill})

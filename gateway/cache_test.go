@@ -351,3 +351,18 @@ func BenchmarkGateway_ChatCacheHit(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+func TestCache_ClampedAnswerNotKept(t *testing.T) {
+	h := cacheHarness(t, []sluice.Rule{clampRule(3000, 10)})
+	body := `{"model":"mock-small","max_tokens":4000,"messages":[{"role":"user","content":"Tell me. [mock tokens=5]"}]}`
+	for range 2 {
+		r := h.post("/v1/chat/completions", body, nil)
+		wantCache(t, r, "miss")
+		if r.header.Get("X-Sluice-Output-Cap") == "" {
+			t.Fatalf("the call was not clamped: %s", r.body)
+		}
+	}
+	if h.mockCalls() != 2 {
+		t.Fatalf("a clamped answer was kept: %d provider calls", h.mockCalls())
+	}
+}
