@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
