@@ -290,9 +290,10 @@ func TestCache_ModelWithoutTTLKeepsNothing(t *testing.T) {
 	}
 }
 
-func TestCache_ReplicasShareRedis(t *testing.T) {
-	url := testenv.RedisURL(t)
-	opt, err := rueidis.ParseURL(url)
+// sharedRedisCache is a Redis cache of the test's own, for replicas to
+// share.
+func sharedRedisCache(t *testing.T) func(*gateway.Options) {
+	opt, err := rueidis.ParseURL(testenv.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +304,11 @@ func TestCache_ReplicasShareRedis(t *testing.T) {
 	}
 	t.Cleanup(client.Close)
 	shared := respcache.NewRedis(client, respcache.RedisOptions{Prefix: "sluice-test:" + rand.Text() + ":"})
-	inRedis := func(o *gateway.Options) { o.Cache = shared }
+	return func(o *gateway.Options) { o.Cache = shared }
+}
+
+func TestCache_ReplicasShareRedis(t *testing.T) {
+	inRedis := sharedRedisCache(t)
 	// Two replicas, each with its own provider: the second is never called.
 	a := cacheHarness(t, nil, inRedis)
 	b := cacheHarness(t, nil, inRedis)
@@ -364,5 +369,31 @@ func TestCache_ClampedAnswerNotKept(t *testing.T) {
 	}
 	if h.mockCalls() != 2 {
 		t.Fatalf("a clamped answer was kept: %d provider calls", h.mockCalls())
+	}
+}
+
+// Identical misses at once on two replicas sharing Redis make at most one
+// upstream call per replica (there is no lock across replicas).
+func TestCache_ConcurrentMissesOnTwoReplicas(t *testing.T) {
+	inRedis := sharedRedisCache(t)
+	slow := mockprovider.Options{Latency: 200 * time.Millisecond}
+	replicas := []*harness{
+		startHarness(t, setup{mock: slow, tweak: []func(*gateway.Options){withCache, inRedis}}),
+		startHarness(t, setup{mock: slow, tweak: []func(*gateway.Options){withCache, inRedis}}),
+	}
+	const n = 20
+	status := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { status[i] = replicas[i%2].post("/v1/chat/completions", cachedChat, nil).status })
+	}
+	wg.Wait()
+	for i, s := range status {
+		if s != 200 {
+			t.Fatalf("call %d: status %d", i, s)
+		}
+	}
+	if a, b := replicas[0].mockCalls(), replicas[1].mockCalls(); a > 1 || b > 1 || a+b == 0 {
+		t.Fatalf("%d identical calls over two replicas: %d and %d upstream calls, want at most one each", n, a, b)
 	}
 }
