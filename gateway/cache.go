@@ -183,7 +183,9 @@ func (c *call) fromCache(tenant bool) (done bool, err error) {
 // cacheKey is the call's entry: its org, the model that serves it, its
 // route, the API version and beta headers it sent (they pass to the
 // provider and may change its answer), and its body in canonical form (see
-// canonicalRequest).
+// canonicalRequest). It is written org/model/digest, the org and the model
+// in hex, so that an org's or a model's entries can be purged
+// (cachePattern).
 func (c *call) cacheKey() string {
 	org := cmp.Or(c.who.Org, sluice.DefaultOrg)
 	h := sha256.New()
@@ -193,7 +195,7 @@ func (c *call) cacheKey() string {
 		h.Write(part)
 		h.Write([]byte{0})
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString([]byte(org)) + "/" + hex.EncodeToString([]byte(c.model.Name)) + "/" + hex.EncodeToString(h.Sum(nil))
 }
 
 // cacheIgnored are the request fields that do not change the answer: who

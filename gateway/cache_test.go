@@ -397,3 +397,22 @@ func TestCache_ConcurrentMissesOnTwoReplicas(t *testing.T) {
 		t.Fatalf("%d identical calls over two replicas: %d and %d upstream calls, want at most one each", n, a, b)
 	}
 }
+
+func TestCache_PurgeAnOrgsEntries(t *testing.T) {
+	h := cacheHarness(t, nil)
+	other := map[string]string{"Authorization": "Bearer sk-other-org"}
+	wantCache(t, h.post("/v1/chat/completions", cachedChat, nil), "miss")
+	wantCache(t, h.post("/v1/chat/completions", cachedChat, other), "miss")
+	n, err := h.gw.PurgeCache(context.Background(), "o1", "")
+	if err != nil || n != 1 {
+		t.Fatalf("purged %d (%v), want o1's one entry", n, err)
+	}
+	wantCache(t, h.post("/v1/chat/completions", cachedChat, nil), "miss")
+	wantCache(t, h.post("/v1/chat/completions", cachedChat, other), "hit")
+	if n, err := h.gw.PurgeCache(context.Background(), "", "mock-small"); err != nil || n != 2 {
+		t.Fatalf("purged %d (%v) of mock-small's entries, want 2", n, err)
+	}
+	if _, err := h.gw.PurgeCache(context.Background(), "", ""); err == nil {
+		t.Fatal("a purge of every entry of every org was not refused")
+	}
+}

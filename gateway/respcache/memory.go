@@ -5,6 +5,8 @@ package respcache
 
 import (
 	"context"
+	"fmt"
+	"path"
 	"time"
 
 	"github.com/maypok86/otter/v2"
@@ -70,4 +72,26 @@ func (m *Memory) Set(_ context.Context, key string, value []byte, ttl time.Durat
 func (m *Memory) Bytes() uint64 {
 	m.c.CleanUp()
 	return m.c.WeightedSize()
+}
+
+var _ gateway.CachePurger = (*Memory)(nil)
+
+// Purge drops the entries whose keys match match (path.Match).
+func (m *Memory) Purge(_ context.Context, match string) (int, error) {
+	if _, err := path.Match(match, ""); err != nil {
+		return 0, fmt.Errorf("respcache: purge: %w", err)
+	}
+	var keys []string
+	for k := range m.c.Keys() {
+		if ok, _ := path.Match(match, k); ok {
+			keys = append(keys, k)
+		}
+	}
+	n := 0
+	for _, k := range keys {
+		if _, gone := m.c.Invalidate(k); gone {
+			n++
+		}
+	}
+	return n, nil
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -75,4 +77,35 @@ func (r *Redis) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 		return fmt.Errorf("respcache: set: %w", err)
 	}
 	return nil
+}
+
+var _ gateway.CachePurger = (*Redis)(nil)
+
+// Purge drops the entries whose keys match match (SCAN MATCH on every
+// node, then UNLINK).
+func (r *Redis) Purge(ctx context.Context, match string) (int, error) {
+	nodes := []rueidis.Client{r.client}
+	if r.client.Mode() == rueidis.ClientModeCluster {
+		nodes = slices.Collect(maps.Values(r.client.Nodes()))
+	}
+	n := 0
+	for _, node := range nodes {
+		for cursor := uint64(0); ; {
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(r.prefix+match).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return n, fmt.Errorf("respcache: purge: %w", err)
+			}
+			for _, k := range e.Elements {
+				gone, err := r.client.Do(ctx, r.client.B().Unlink().Key(k).Build()).AsInt64()
+				if err != nil {
+					return n, fmt.Errorf("respcache: purge: %w", err)
+				}
+				n += int(gone)
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return n, nil
 }

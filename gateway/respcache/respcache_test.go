@@ -98,3 +98,23 @@ func TestMemory_BoundedBySize(t *testing.T) {
 		t.Fatalf("a 64 KiB cache holds %d bytes", held)
 	}
 }
+
+func TestStore_PurgeByPattern(t *testing.T) {
+	run(t, func(t *testing.T, s gateway.CacheStore) {
+		ctx := context.Background()
+		for _, k := range []string{"a1/m1/x", "a1/m2/y", "b2/m1/z"} {
+			if err := s.Set(ctx, k, []byte(k), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := s.(gateway.CachePurger).Purge(ctx, "*/m1/*")
+		if err != nil || n != 2 {
+			t.Fatalf("purged %d (%v), want 2", n, err)
+		}
+		for k, want := range map[string]bool{"a1/m1/x": false, "a1/m2/y": true, "b2/m1/z": false} {
+			if _, ok, err := s.Get(ctx, k); ok != want || err != nil {
+				t.Errorf("%s held %v (%v), want %v", k, ok, err, want)
+			}
+		}
+	})
+}
