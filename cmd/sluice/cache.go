@@ -16,11 +16,7 @@ import (
 // in memory: a table would put every hit's answer through the database
 // that serializes the admissions, to save each replica a miss of its own.
 func cacheOf(cfg *config.Config, store sluice.Store, log *slog.Logger) gateway.CacheStore {
-	on := false
-	for _, m := range cfg.Models {
-		on = on || m.Cache != nil
-	}
-	if !on {
+	if !cacheOn(cfg) {
 		return nil
 	}
 	if rs, ok := store.(*redisstore.Store); ok {
@@ -36,4 +32,21 @@ func cacheMaxBytes(cfg *config.Config) uint64 {
 		return uint64(cfg.Cache.MaxBytes)
 	}
 	return respcache.DefaultMaxBytes
+}
+
+// cacheOn reports whether a model keeps its answers.
+func cacheOn(cfg *config.Config) bool {
+	for _, m := range cfg.Models {
+		if m.Cache != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// watchCache lets the admin API purge g's response cache, when it has one.
+func (o *observability) watchCache(cfg *config.Config, g *gateway.Gateway) {
+	if cacheOn(cfg) {
+		o.purgeCache = g.PurgeCache
+	}
 }

@@ -175,6 +175,7 @@ func serve(args []string) error {
 	}
 	go g.CheckDependencies(ctx, 2*time.Second, time.Second)
 	obs.watchCircuits(g)
+	obs.watchCache(cfg, g)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
