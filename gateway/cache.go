@@ -73,8 +73,10 @@ type callCache struct {
 	// hit is the answer the call was served, if it was.
 	hit *cachedAnswer
 	// flight is the flight the call leads: identical calls wait for its
-	// answer rather than calling the provider too.
+	// answer rather than calling the provider too. unlock gives back the
+	// lock it holds for every replica (cachelock.go), if any.
 	flight chan struct{}
+	unlock func()
 	// recording is set while a streamed answer is kept in fill.
 	recording bool
 	fill      []byte
@@ -154,8 +156,11 @@ func (c *call) fromCache(tenant bool) (done bool, err error) {
 		if leading {
 			c.cache.flight = flight
 			// The answer may have been kept between the lookup and
-			// the join.
-			if e = c.lookup(); e != nil {
+			// the join, or be on its way from another replica.
+			if e = c.lookup(); e == nil {
+				e = c.awaitReplica()
+			}
+			if e != nil {
 				c.finishFlight()
 				break
 			}
@@ -378,9 +383,13 @@ func (c *call) maxCacheEntry() int {
 	return cmp.Or(c.g.opts.CacheMaxEntryBytes, DefaultCacheMaxEntryBytes)
 }
 
-// finishFlight lets the calls waiting for the call's flight look for its
-// answer.
+// finishFlight lets the calls waiting for the call's flight, here or on
+// other replicas, look for its answer.
 func (c *call) finishFlight() {
+	if c.cache.unlock != nil {
+		c.cache.unlock()
+		c.cache.unlock = nil
+	}
 	if f := c.cache.flight; f != nil {
 		c.cache.flight = nil
 		c.g.flights.finish(c.cache.key, f)

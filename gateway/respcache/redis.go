@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"maps"
@@ -108,4 +109,31 @@ func (r *Redis) Purge(ctx context.Context, match string) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+var _ gateway.CacheLocker = (*Redis)(nil)
+
+// unlockScript deletes a lock only while it holds the caller's token: a
+// lock that expired and was taken by another replica is left alone.
+var unlockScript = rueidis.NewLuaScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+
+// Lock takes key's lock for ttl (SET NX PX with a token of its own) unless
+// another replica holds it.
+func (r *Redis) Lock(ctx context.Context, key string, ttl time.Duration) (func(), bool, error) {
+	lock, token := r.prefix+"lock:"+key, rand.Text()
+	ms := max(1, (ttl+time.Millisecond-1)/time.Millisecond)
+	err := r.client.Do(ctx, r.client.B().Set().Key(lock).Value(token).Nx().PxMilliseconds(int64(ms)).Build()).Error()
+	if rueidis.IsRedisNil(err) {
+		return nil, false, nil // held by another
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("respcache: lock: %w", err)
+	}
+	unlock := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		// A lock not given back ends at its TTL.
+		_ = unlockScript.Exec(ctx, r.client, []string{lock}, []string{token}).Error()
+	}
+	return unlock, true, nil
 }

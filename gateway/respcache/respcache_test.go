@@ -118,3 +118,27 @@ func TestStore_PurgeByPattern(t *testing.T) {
 		}
 	})
 }
+
+func TestRedis_LockHeldByOneReplica(t *testing.T) {
+	prefix := rand.Text()
+	a, b := newRedis(t, prefix), newRedis(t, prefix)
+	ctx := context.Background()
+	unlock, taken, err := a.Lock(ctx, "k", time.Minute)
+	if err != nil || !taken {
+		t.Fatalf("first lock: taken %v, %v", taken, err)
+	}
+	if _, taken, err := b.Lock(ctx, "k", time.Minute); err != nil || taken {
+		t.Fatalf("a held lock taken again: %v, %v", taken, err)
+	}
+	unlock()
+	unlockB, taken, err := b.Lock(ctx, "k", time.Minute)
+	if err != nil || !taken {
+		t.Fatalf("a lock given back was not free: %v, %v", taken, err)
+	}
+	// The first holder's unlock, late, leaves the new holder's lock alone.
+	unlock()
+	if _, taken, _ := a.Lock(ctx, "k", time.Minute); taken {
+		t.Fatal("a stale unlock freed another replica's lock")
+	}
+	unlockB()
+}
