@@ -216,14 +216,6 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		Name: "sluice_impossible_usage_total",
 		Help: "Calls whose provider reported more usage than they could produce (over the model's context window plus the output cap): not believed, charged their reservation.",
 	})
-	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_cache_requests_total",
-		Help: "Calls to models with a response cache, by model and result: hit (answered from the cache), miss (from the provider), bypass (the client's Cache-Control: no-cache).",
-	}, []string{"model", "result"})
-	m.cacheSaved = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_cache_saved_microdollars_total",
-		Help: "What the calls answered from the response cache would have cost at the provider, in micro-dollars, by model.",
-	}, []string{"model"})
 	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_in_flight",
 		Help: "Calls admitted and not yet settled in this process.",
@@ -249,7 +241,8 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	}
 	reg.MustRegister(m.requests, m.tokens, m.cost, m.decision, m.attempts, m.attemptsSum, m.storeTime,
 		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sweptBudget, m.sessions, m.sessionCost, m.sessionTurn, m.ignoredID,
-		m.impossible, m.cache, m.cacheSaved, inFlight, m.duration, m.upstream, m.firstToken, m.failedOpen, m.shadowed, m.classAdmits, m.classRefuse, buildInfo())
+		m.impossible, inFlight, m.duration, m.upstream, m.firstToken, m.failedOpen, m.shadowed, m.classAdmits, m.classRefuse, buildInfo())
+	m.registerCache(reg)
 	return m
 }
 
@@ -553,6 +546,19 @@ func (m *Metrics) Ledger(stats func() catalog.LedgerStats) {
 
 // knownCacheResults are the values of Event.Cache.
 var knownCacheResults = []string{"hit", "miss", "bypass"}
+
+// registerCache registers the response cache's series.
+func (m *Metrics) registerCache(reg *prometheus.Registry) {
+	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_cache_requests_total",
+		Help: "Calls to models with a response cache, by model and result: hit (answered from the cache), miss (from the provider), bypass (the client's Cache-Control: no-cache).",
+	}, []string{"model", "result"})
+	m.cacheSaved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_cache_saved_microdollars_total",
+		Help: "What the calls answered from the response cache would have cost at the provider, in micro-dollars, by model.",
+	}, []string{"model"})
+	reg.MustRegister(m.cache, m.cacheSaved)
+}
 
 // observeCache counts a call's use of the response cache.
 func (m *Metrics) observeCache(e event.Event) {
