@@ -144,9 +144,13 @@ func cacheControl(h *fasthttp.RequestHeader) (read, write bool) {
 
 // fromCache serves the call a kept answer: one there now, or the one an
 // identical call in flight is about to keep. done is false when the call
-// is a miss, or a hit its rules refused: it then goes to the candidates,
-// which refuse it as they would any call (or let a fallback serve it).
+// is a miss, a hit its rules refused, or a call its key may not make: it
+// then goes to the candidates, which refuse it as they would any call (or
+// let a fallback serve it).
 func (c *call) fromCache(tenant bool) (done bool, err error) {
+	if c.permitted(c.model, true, tenant) != nil {
+		return false, nil
+	}
 	e := c.lookup()
 	for e == nil {
 		flight, leading := c.g.flights.join(c.cache.key, c.cache.write)
@@ -172,9 +176,6 @@ func (c *call) fromCache(tenant bool) (done bool, err error) {
 		if e = c.lookup(); e == nil {
 			return false, nil // the leader kept nothing: a miss of its own
 		}
-	}
-	if err := c.permitted(c.model, true, tenant); err != nil {
-		return true, err
 	}
 	adm, err := c.admitHit(c.model, e)
 	if err != nil {

@@ -416,3 +416,18 @@ func TestCache_PurgeAnOrgsEntries(t *testing.T) {
 		t.Fatal("a purge of every entry of every org was not refused")
 	}
 }
+
+func TestCache_KeyNotAllowedTheModelIsRefusedNotServed(t *testing.T) {
+	h := cacheHarness(t, nil, func(o *gateway.Options) {
+		for i := range o.Models {
+			o.Models[i].CacheTTL = 10 * time.Minute
+		}
+	})
+	large := strings.Replace(cachedChat, "mock-small", "mock-large", 1)
+	wantCache(t, h.post("/v1/chat/completions", large, nil), "miss")
+	// sk-sluice-other, of the same org, may call mock-small only.
+	r := h.post("/v1/chat/completions", large, map[string]string{"Authorization": "Bearer sk-sluice-other"})
+	if r.status != 403 || r.header.Get(gateway.HeaderCache) == "hit" {
+		t.Fatalf("status %d, %s %q: %s", r.status, gateway.HeaderCache, r.header.Get(gateway.HeaderCache), r.body)
+	}
+}
