@@ -289,7 +289,8 @@ func (c *call) answerHit(adm *admission, e *cachedAnswer) {
 	h.Set(HeaderCache, cacheHit)
 	c.ctx.SetStatusCode(200)
 	c.ctx.SetBody(body)
-	c.event.Model, c.event.Provider, c.event.Outcome = cand.Name, cand.provider.Name, outcomeAdmitted
+	// No provider worked for it: Event.Provider stays empty.
+	c.event.Model, c.event.Outcome = cand.Name, outcomeAdmitted
 	c.event.Classes = adm.res.Result().Classes
 	c.event.Cache, c.event.CacheSaved = cacheHit, c.settleUsage(cand, e.Usage).Cost
 	c.adm, c.ending, c.usage, c.reported = adm, endCharge, e.Usage, false
