@@ -372,7 +372,8 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 			continue
 		}
 		limit, burst, source := p.effective(rule, id, now, &l.provided)
-		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
+		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" ||
+			req.CacheHit && rule.Kind == KindConcurrency {
 			continue
 		}
 		charges = append(charges, rule.charge)
@@ -386,6 +387,9 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 				u = &req.Expected
 			}
 			c.Amount = u.amountOf(rule.metric)
+		}
+		if req.CacheHit && rule.metric != MetricRequests {
+			c.Amount = cacheHitAmount(rule, &req.Max)
 		}
 		most := c.BurstOrLimit()
 		if rule.classes != nil {
@@ -425,6 +429,18 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 	}
 	r.batch.Charges = charges
 	return nil
+}
+
+// cacheHitAmount is what rule charges a cache hit replaying a call that
+// used orig (see Rule.CacheHits).
+func cacheHitAmount(rule *compiledRule, orig *Usage) int64 {
+	switch rule.CacheHits {
+	case CacheHitsNone:
+		return 0
+	case CacheHitsFull:
+		return orig.amountOf(rule.metric)
+	}
+	return 1
 }
 
 func (r *compiledRule) matches(id *Identity) bool {

@@ -190,6 +190,7 @@ func compileRule(r Rule) (*compiledRule, error) {
 		{"on_store_error", string(r.OnStoreError), "closed open", "closed or open"},
 		{"mode", string(r.Mode), "enforce shadow", "enforce or shadow"},
 		{"fit", r.Fit, "clamp", "clamp or empty"},
+		{"cache_hits", string(r.CacheHits), "minimal none full", "minimal, none or full"},
 		{"limit_from", r.LimitFrom, LimitFromProvider, "provider or empty"},
 	} {
 		if f.value != "" && !slices.Contains(strings.Fields(f.choice), f.value) {

@@ -246,6 +246,12 @@ type Request struct {
 	// over several replicas a turn is charged once by each replica it
 	// reaches.
 	Turn string
+	// CacheHit marks a call answered from a cache: no model works for it,
+	// so concurrency rules hold no place for it, rules counting requests
+	// count it, and every other rule charges it what its CacheHits says
+	// (Max being the usage of the call whose answer is replayed). Settle
+	// it with a zero Usage: it is charged what it reserved.
+	CacheHit bool
 	// MaxWait lets the admission wait for rate and concurrency rules (never
 	// budgets), in arrival order per subject. Zero refuses at once.
 	MaxWait time.Duration

@@ -90,6 +90,22 @@ const (
 	ExpiryRelease ExpiryPolicy = "release"
 )
 
+// CacheHitCharge says what a rule charges an answer served from a cache.
+// The empty value is CacheHitsMinimal.
+type CacheHitCharge string
+
+// Cache hit charges.
+const (
+	// CacheHitsMinimal charges a hit 1 (one token, one micro-dollar), so a
+	// spent budget refuses hits too.
+	CacheHitsMinimal CacheHitCharge = "minimal"
+	// CacheHitsNone charges a hit nothing.
+	CacheHitsNone CacheHitCharge = "none"
+	// CacheHitsFull charges a hit the usage of the call whose answer it
+	// replays (Request.Max of a hit), for an operator who bills hits.
+	CacheHitsFull CacheHitCharge = "full"
+)
+
 // StoreErrorPolicy says what the gateway does when the store cannot answer
 // for a rule. The empty policy is StoreErrorClosed.
 type StoreErrorPolicy string
@@ -169,6 +185,10 @@ type Rule struct {
 	// refusals tell a client to wait (the earliest of its calls to end may
 	// be far off: a call's deadline). Zero means Options.BusyRetryAfter.
 	BusyRetryAfter time.Duration `json:"busy_retry_after,omitempty" yaml:"busy_retry_after,omitempty"`
+	// CacheHits is what a token, cost or custom rule charges an answer
+	// served from a cache (Request.CacheHit); empty means CacheHitsMinimal.
+	// A rule counting requests charges a hit 1, as any call.
+	CacheHits CacheHitCharge `json:"cache_hits,omitempty" yaml:"cache_hits,omitempty"`
 	// Classes split a rate or concurrency rule's capacity between priority
 	// classes, each with a floor and a weight (see Class); the floors add
 	// up to at most Limit. Empty: no classes.

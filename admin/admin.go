@@ -53,6 +53,9 @@ type Options struct {
 	// Circuits, when set, lists the gateway's circuits for
 	// GET /admin/v1/circuits; nil lists none.
 	Circuits func() []Circuit
+	// PurgeCache, when set, serves DELETE /admin/v1/cache (the response
+	// cache); nil answers it 501.
+	PurgeCache PurgeCacheFunc
 	// Timeout bounds each request's calls to the catalog and the store:
 	// past it the request is answered 503 with the cause. Zero means
 	// DefaultTimeout.
@@ -158,6 +161,7 @@ func (h *Handler) routes() {
 	m.Handle("GET "+v1+"audit", h.read(h.audit))
 	m.Handle("GET "+v1+"reservations", h.adminRead(h.reservations))
 	m.Handle("GET "+v1+"circuits", h.read(h.circuits))
+	m.Handle("DELETE "+v1+"cache", h.write(h.purgeCache))
 	m.Handle("GET "+v1+"sessions", h.read(h.listSessions))
 	m.Handle("DELETE "+v1+"sessions/{id}", h.write(h.endSession))
 
@@ -167,7 +171,7 @@ func (h *Handler) routes() {
 
 	m.Handle("POST "+v1+"reload", h.write(h.reload))
 	m.Handle(v1, h.read(func(http.ResponseWriter, *http.Request, *principal) error {
-		return errorf(http.StatusNotFound, "not_found", "no such admin route; see /admin/v1/keys, rules, budgets, overrides, effective, usage, calls, audit, reservations, circuits, sessions, tokens, reload, and GET /admin/v1/openapi.json for all of them")
+		return errorf(http.StatusNotFound, "not_found", "no such admin route; see /admin/v1/keys, rules, budgets, overrides, effective, usage, calls, audit, reservations, circuits, cache, sessions, tokens, reload, and GET /admin/v1/openapi.json for all of them")
 	}))
 }
 

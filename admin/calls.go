@@ -177,5 +177,5 @@ func (c *console) callsPage(w http.ResponseWriter, r *http.Request, p *principal
 // knownCallOutcomes are the outcomes the console's filter offers: refused
 // (every refusal), the settled calls', then the refusals' (the outcomes of
 // sluice_requests_total but admitted).
-var knownCallOutcomes = append([]string{catalog.OutcomeRefused, catalog.OutcomeReported, catalog.OutcomeEstimated, catalog.OutcomeSwept},
+var knownCallOutcomes = append([]string{catalog.OutcomeRefused, catalog.OutcomeReported, catalog.OutcomeEstimated, catalog.OutcomeSwept, catalog.OutcomeCacheHit},
 	slices.DeleteFunc(slices.Clone(knownOutcomes), func(o string) bool { return o == "admitted" })...)

@@ -88,6 +88,8 @@ type Metrics struct {
 	sessionTurn prometheus.Histogram
 	ignoredID   *prometheus.CounterVec
 	impossible  prometheus.Counter
+	cache       *prometheus.CounterVec
+	cacheSaved  *prometheus.CounterVec
 
 	seriesCache sync.Map // seriesKey -> *requestSeries
 
@@ -240,6 +242,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(m.requests, m.tokens, m.cost, m.decision, m.attempts, m.attemptsSum, m.storeTime,
 		m.storeErrors, m.overruns, m.sweeps, m.swept, m.sweptBudget, m.sessions, m.sessionCost, m.sessionTurn, m.ignoredID,
 		m.impossible, inFlight, m.duration, m.upstream, m.firstToken, m.failedOpen, m.shadowed, m.classAdmits, m.classRefuse, buildInfo())
+	m.registerCache(reg)
 	return m
 }
 
@@ -398,6 +401,9 @@ func (m *Metrics) Observe(e event.Event) {
 	if e.ImpossibleUsage {
 		m.impossible.Inc()
 	}
+	if e.Cache != "" {
+		m.observeCache(e)
+	}
 	for _, h := range e.IgnoredIdentity {
 		m.ignoredID.WithLabelValues(bounded(h, knownIdentity)).Inc()
 	}
@@ -539,4 +545,29 @@ func (m *Metrics) Ledger(stats func() catalog.LedgerStats) {
 		counter("sluice_ledger_refused_entries_total", "Ledger rows and call records dropped because the database refused them, written alone.",
 			func(s catalog.LedgerStats) int64 { return s.RefusedRows + s.RefusedCalls }),
 	)
+}
+
+// knownCacheResults are the values of Event.Cache.
+var knownCacheResults = []string{"hit", "miss", "bypass"}
+
+// registerCache registers the response cache's series.
+func (m *Metrics) registerCache(reg *prometheus.Registry) {
+	m.cache = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_cache_requests_total",
+		Help: "Calls to models with a response cache, by model and result: hit (answered from the cache), miss (from the provider), bypass (the client's Cache-Control: no-cache).",
+	}, []string{"model", "result"})
+	m.cacheSaved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_cache_saved_microdollars_total",
+		Help: "What the calls answered from the response cache would have cost at the provider, in micro-dollars, by model.",
+	}, []string{"model"})
+	reg.MustRegister(m.cache, m.cacheSaved)
+}
+
+// observeCache counts a call's use of the response cache.
+func (m *Metrics) observeCache(e event.Event) {
+	model := m.model(e.Model)
+	m.cache.WithLabelValues(model, bounded(e.Cache, knownCacheResults)).Inc()
+	if e.CacheSaved > 0 {
+		m.cacheSaved.WithLabelValues(model).Add(float64(e.CacheSaved))
+	}
 }

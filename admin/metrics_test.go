@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/gateway/event"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -276,5 +277,29 @@ func TestMetrics_ClassAdmissionsAndRefusals(t *testing.T) {
 	}
 	if n := len(families["sluice_class_admissions_total"].GetMetric()); n != 2 {
 		t.Errorf("%d series of sluice_class_admissions_total, want 2", n)
+	}
+}
+
+func TestMetrics_ResponseCache(t *testing.T) {
+	m := NewMetrics(MetricsOptions{Models: map[string]string{"mock-small": "mock-small"}, Providers: []string{"mock"}})
+	m.Observe(event.Event{Route: "chat", Model: "mock-small", Outcome: "admitted", Cache: "miss"})
+	m.Observe(event.Event{Route: "chat", Model: "mock-small", Outcome: "admitted", Cache: "hit", CacheSaved: 420})
+	m.Observe(event.Event{Route: "chat", Model: "mock-small", Outcome: "admitted", Cache: "hit", CacheSaved: 420})
+	m.Observe(event.Event{Route: "chat", Model: "mock-small", Outcome: "admitted", Cache: "bypass"})
+	m.Observe(event.Event{Route: "chat", Model: "mock-small", Outcome: "admitted"}) // no cache: not counted
+	families := scrapeHandler(t, m.Handler())
+	for _, w := range []struct {
+		family string
+		labels []string
+		n      float64
+	}{
+		{"sluice_cache_requests_total", []string{"model", "mock-small", "result", "hit"}, 2},
+		{"sluice_cache_requests_total", []string{"model", "mock-small", "result", "miss"}, 1},
+		{"sluice_cache_requests_total", []string{"model", "mock-small", "result", "bypass"}, 1},
+		{"sluice_cache_saved_microdollars_total", []string{"model", "mock-small"}, 840},
+	} {
+		if got := value(families, w.family, w.labels...); got != w.n {
+			t.Errorf("%s%v = %v, want %v", w.family, w.labels, got, w.n)
+		}
 	}
 }

@@ -27,6 +27,10 @@ const (
 	// OutcomeSwept: never settled; the sweep charged the reservation at its
 	// deadline.
 	OutcomeSwept = "swept"
+	// OutcomeCacheHit: answered from the response cache; no model worked,
+	// so no tokens and no cost are recorded (each rule charged it per its
+	// cache_hits).
+	OutcomeCacheHit = "cache_hit"
 	// OutcomeRefused, as CallQuery.Outcome, selects the refused calls:
 	// those recorded with any other outcome (the gateway's names for a
 	// refusal: rate_limited, busy, budget_exceeded, too_large, ...),
@@ -35,10 +39,10 @@ const (
 )
 
 // Settled reports whether outcome is one of a settled call's
-// (OutcomeReported, OutcomeEstimated, OutcomeSwept): any other is a
-// refusal's.
+// (OutcomeReported, OutcomeEstimated, OutcomeSwept, OutcomeCacheHit): any
+// other is a refusal's.
 func Settled(outcome string) bool {
-	return outcome == OutcomeReported || outcome == OutcomeEstimated || outcome == OutcomeSwept
+	return outcome == OutcomeReported || outcome == OutcomeEstimated || outcome == OutcomeSwept || outcome == OutcomeCacheHit
 }
 
 // CallRecord is one call: who made it, what was reserved and what was
@@ -57,9 +61,10 @@ type CallRecord struct {
 	// Provider names the deployment's provider that served the call (or
 	// last failed it); empty when none was tried.
 	Provider string `json:"provider,omitempty"`
-	// Outcome is OutcomeReported, OutcomeEstimated or OutcomeSwept for a
-	// settled call, else the outcome of its refusal as the gateway's
-	// metrics name it (rate_limited, budget_exceeded, too_large, ...).
+	// Outcome is OutcomeReported, OutcomeEstimated, OutcomeSwept or
+	// OutcomeCacheHit for a settled call, else the outcome of its refusal
+	// as the gateway's metrics name it (rate_limited, budget_exceeded,
+	// too_large, ...).
 	Outcome string `json:"outcome"`
 	// ReservedTokens and ReservedCost are what admission reserved.
 	ReservedTokens    int64 `json:"reserved_tokens"`
@@ -240,8 +245,8 @@ func (q *CallQuery) filters() (where []string, args []any) {
 	switch q.Outcome {
 	case "":
 	case OutcomeRefused:
-		where = append(where, "outcome NOT IN (?, ?, ?)")
-		args = append(args, OutcomeReported, OutcomeEstimated, OutcomeSwept)
+		where = append(where, "outcome NOT IN (?, ?, ?, ?)")
+		args = append(args, OutcomeReported, OutcomeEstimated, OutcomeSwept, OutcomeCacheHit)
 	default:
 		where = append(where, "outcome = ?")
 		args = append(args, q.Outcome)

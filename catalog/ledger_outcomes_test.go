@@ -21,6 +21,7 @@ func TestCatalog_RefusedCalls(t *testing.T) {
 			{RequestID: "r3", Org: "acme", Workspace: "w", KeyID: "k1", Outcome: "rate_limited"},
 			{RequestID: "r4", Org: "acme", Workspace: "w", KeyID: "k2", Outcome: "budget_exceeded"},
 			{RequestID: "r5", Org: "acme", Workspace: "v", KeyID: "k3", Outcome: OutcomeSwept},
+			{RequestID: "r6", Org: "acme", Workspace: "v", KeyID: "k3", Outcome: OutcomeCacheHit},
 		} {
 			r.At = start.Add(time.Duration(i) * time.Minute)
 			c.RecordCall(r)
@@ -37,6 +38,7 @@ func TestCatalog_RefusedCalls(t *testing.T) {
 			{"one outcome", CallQuery{Outcome: "rate_limited"}, []string{"r3", "r2"}},
 			{"refused, one key", CallQuery{Outcome: OutcomeRefused, KeyID: "k2"}, []string{"r4"}},
 			{"settled outcome", CallQuery{Outcome: OutcomeSwept}, []string{"r5"}},
+			{"cache hits are settled, not refused", CallQuery{Outcome: OutcomeCacheHit}, []string{"r6"}},
 		} {
 			rs, err := c.Calls(ctx, tc.q)
 			if err != nil {

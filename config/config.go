@@ -124,6 +124,8 @@ type Config struct {
 	// Events says where Sluice's events go besides the log and the audit
 	// log: webhooks.
 	Events Events `yaml:"events,omitempty"`
+	// Cache bounds the response cache (models[].cache turns it on).
+	Cache Cache `yaml:"cache,omitempty"`
 
 	// Knobs holds the quick knobs that were set in the environment, by
 	// variable name (EnvRatePerMinute, ...). Unset knobs are absent.
@@ -259,6 +261,8 @@ type Model struct {
 	Aliases []string `yaml:"aliases,omitempty"`
 	// Fallbacks are the models tried, in order, when this one's rules refuse.
 	Fallbacks []string `yaml:"fallbacks,omitempty"`
+	// Cache, when set, keeps the model's answers in the response cache.
+	Cache *ModelCache `yaml:"cache,omitempty"`
 	// listed is the price list's row whose price the model took, when the
 	// file gave none (see PriceListed).
 	listed *ListedModel
@@ -273,6 +277,22 @@ type Deployment struct {
 	// Weight shares calls among deployments with alike room (1 by
 	// default).
 	Weight int `yaml:"weight,omitempty"`
+}
+
+// ModelCache is a model's use of the response cache: identical requests of
+// one org are answered from it for TTL.
+type ModelCache struct {
+	TTL time.Duration `yaml:"ttl"`
+}
+
+// Cache bounds the response cache. With a redis:// or redis-cluster://
+// store the cache is in Redis, shared by every replica; otherwise it is in
+// each process's memory.
+type Cache struct {
+	// MaxBytes bounds an in-process cache's keys and values (64 MiB).
+	MaxBytes int64 `yaml:"max_bytes,omitempty"`
+	// MaxEntryBytes caps one kept answer (1 MiB): a larger one is not kept.
+	MaxEntryBytes int64 `yaml:"max_entry_bytes,omitempty"`
 }
 
 // Prices are a model's prices in dollars per million tokens.

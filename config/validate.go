@@ -140,6 +140,9 @@ func (v *checker) server() {
 	}
 	v.stateURL(v.top("store"), c.Store, "sqlite", "memory", "redis", "rediss", "redis-cluster", "postgres", "postgresql")
 	v.stateURL(v.top("database"), c.Database, "sqlite", "postgres", "postgresql")
+	if c.Cache.MaxBytes < 0 || c.Cache.MaxEntryBytes < 0 {
+		v.add("cache", "max_bytes and max_entry_bytes must not be negative (0 means the default)")
+	}
 	if c.MaxBodyBytes <= 0 {
 		v.add("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)
 	}
@@ -345,6 +348,9 @@ func (v *checker) models() {
 			v.add(at+".context_window", "must not be negative (0 means unknown), got %d", m.ContextWindow)
 		} else if m.ContextWindow > 0 && m.MaxOutputTokens > m.ContextWindow {
 			v.add(at+".max_output_tokens", "%d is larger than context_window (%d)", m.MaxOutputTokens, m.ContextWindow)
+		}
+		if m.Cache != nil && m.Cache.TTL <= 0 {
+			v.add(at+".cache.ttl", "must be positive, got %v", m.Cache.TTL)
 		}
 		switch m.Tokenizer {
 		case "", TokenizerNone, "o200k_base", "cl100k_base":

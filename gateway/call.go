@@ -99,6 +99,8 @@ type call struct {
 	record   UsageRecord // made by settle
 	usage    llm.Usage
 	reported bool
+	// cache is the call's use of the response cache (cache.go).
+	cache callCache
 }
 
 // serve runs one call down the pipeline and ends it: at once, or, when its
@@ -152,7 +154,7 @@ func (c *call) run() error {
 	if err := c.readAttributes(m); err != nil {
 		return err
 	}
-	return c.tryCandidates(tenant)
+	return c.serveCached(tenant) // the response cache (cache.go), then tryCandidates
 }
 
 // readAttributes reads what the request's headers add to the call: its

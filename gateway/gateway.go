@@ -113,6 +113,11 @@ type UsageRecord struct {
 	Estimated bool
 	// Reserved is what admission reserved for the call.
 	Reserved sluice.Usage
+	// CacheHit marks a call answered from the response cache: its usage
+	// is zero (each rule charged it per its cache_hits), and CacheSaved is
+	// the cost in micro-dollars of the call whose answer it replayed.
+	CacheHit   bool
+	CacheSaved int64
 }
 
 // UsageRecorder receives settled usage. RecordUsage is called on the
@@ -162,6 +167,9 @@ type Model struct {
 	// Fallbacks are tried in order when this model's own rules refuse or its
 	// provider fails before the first byte.
 	Fallbacks []string
+	// CacheTTL, when positive, keeps the model's answers in the response
+	// cache (Options.Cache) that long.
+	CacheTTL time.Duration
 }
 
 // TenantModel is a logical model name served by a different model per
@@ -344,6 +352,11 @@ type Options struct {
 	// time). The Limiter has its own (sluice.Options.Clock): a test that
 	// moves one moves both.
 	Clock Clock
+	// Cache keeps the answers of the models with a CacheTTL (the response
+	// cache, cache.go); nil keeps none. CacheMaxEntryBytes caps one kept
+	// answer (0: DefaultCacheMaxEntryBytes); a larger one is not kept.
+	Cache              CacheStore
+	CacheMaxEntryBytes int
 }
 
 // Event describes one finished client request, for metrics and logs.
@@ -383,6 +396,8 @@ type Gateway struct {
 	streams openStreams
 	// retryPolicy paces the attempts of an upstream call.
 	retryPolicy retry.Policy
+	// flights are the response cache's misses in flight (cache.go).
+	flights flights
 }
 
 // PreAuthRule names the per-address limit checked before authentication.

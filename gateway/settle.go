@@ -92,12 +92,18 @@ func (c *call) settle() {
 		// What the reservation charged: the output cap sent, clamped or not.
 		charged = reserved
 	}
+	if c.cache.hit != nil {
+		// Answered from the response cache (cache.go): no model worked,
+		// and each rule charged what its cache_hits says.
+		charged, estimated, reserved = sluice.Usage{}, false, sluice.Usage{}
+	}
 	// The session's counters are in the catalog, not the limit store.
 	c.settleSession(charged, false)
 	c.trace.startSettle()
 	c.record = UsageRecord{At: c.g.now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: adm.model.Name, Provider: c.event.Provider,
 		InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags,
-		KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: estimated, Reserved: reserved}
+		KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: estimated, Reserved: reserved,
+		CacheHit: c.cache.hit != nil, CacheSaved: c.event.CacheSaved}
 	c.event.Usage = charged
 	ctx, taken := c.g.attach(c.record)
 	adm.res.SettleAsync(ctx, su, func(err error) { c.settled(ctx, su, taken, err) })

@@ -205,6 +205,7 @@ func (s *streamBody) next() {
 		return
 	}
 	s.forwarded++
+	s.c.teeStream(ev.Raw) // kept for the response cache (cache.go)
 	if err != nil {
 		s.ended = true
 	}
@@ -240,6 +241,7 @@ func (s *streamBody) CloseWithError(werr error) error {
 	// the provider was silent.
 	left := s.x.watch.stop()
 	s.mu.Lock()
+	clean := false
 	switch {
 	case left:
 		closeStream(s.upstream, errors.New("client went away"))
@@ -253,6 +255,7 @@ func (s *streamBody) CloseWithError(werr error) error {
 		c.event.Outcome = outcomeClientGone
 	default:
 		_ = s.x.resp.CloseBodyStream()
+		clean = true
 	}
 	s.released = true
 	s.mu.Unlock()
@@ -261,6 +264,7 @@ func (s *streamBody) CloseWithError(werr error) error {
 	upstreamReaders.Put(s.br)
 	s.upstream, s.pending, s.br, s.events = nil, nil, nil, nil
 	u, reported := s.reader.Usage(), s.reader.Reported()
+	c.keepStream(clean && !s.reader.Malformed(), s.adm, u, reported) // the response cache (cache.go)
 	var why error
 	if s.upstreamErr != nil {
 		why = s.upstreamErr

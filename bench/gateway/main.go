@@ -55,6 +55,9 @@ type options struct {
 	noLimits      bool
 	noBare        bool
 	configExtra   string
+	// cacheTTL, when positive, keeps mock-small's answers in the response
+	// cache: the load's identical requests are hits after the first.
+	cacheTTL time.Duration
 }
 
 // The request bodies: 16 output tokens, asked for in the prompt and capped
@@ -83,6 +86,7 @@ func main() {
 	flag.StringVar(&o.store, "store", "", "the gateway's --store URL, for comparisons (default: embedded SQLite under the data directory)")
 	flag.BoolVar(&o.noLimits, "no-limits", false, "for comparisons: turn the three default rules off (their knobs at 0) instead of raising them")
 	flag.BoolVar(&o.noBare, "no-bare", false, "skip the bare fasthttp proxy measured for scale beside the gateway")
+	flag.DurationVar(&o.cacheTTL, "cache-ttl", 0, "keep mock-small's answers in the response cache this long (its cache.ttl): a hit's cost")
 	flag.StringVar(&o.configExtra, "config-extra", "", "YAML appended to the gateway's config, for comparisons (e.g. 'usage: {calls: false}')")
 	flag.Parse()
 	if o.duration <= 0 || o.rounds < 1 || o.conns < 1 || o.chunkInterval <= 0 || o.pacedStreams < 1 {
@@ -168,7 +172,7 @@ func run(ctx context.Context, o options) error {
 	}
 
 	cfgPath := filepath.Join(tmp, "sluice.yaml")
-	if err := writeConfig(cfgPath, gwAddr, adminAddr, filepath.Join(tmp, "data"), mockAddr, pacedAddr, o.configExtra); err != nil {
+	if err := writeConfig(cfgPath, gwAddr, adminAddr, filepath.Join(tmp, "data"), mockAddr, pacedAddr, o.configExtra, o.cacheTTL); err != nil {
 		return err
 	}
 	gwVars := []string{"SLUICE_ADMIN_TOKEN=bench-admin-token"}

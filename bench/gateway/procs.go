@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/bench/internal/proc"
 )
@@ -71,7 +72,11 @@ func exportRev(ctx context.Context, src, rev, dir string) (string, error) {
 // mock-small and mock-large, the paced mock at pacedAddr serving
 // paced-small, state under dataDir, the default store (embedded SQLite),
 // then extra.
-func writeConfig(path, listen, adminListen, dataDir, mockAddr, pacedAddr, extra string) error {
+func writeConfig(path, listen, adminListen, dataDir, mockAddr, pacedAddr, extra string, cacheTTL time.Duration) error {
+	cache := ""
+	if cacheTTL > 0 {
+		cache = fmt.Sprintf("    cache: {ttl: %s}\n", cacheTTL)
+	}
 	cfg := fmt.Sprintf(`# Written by go run ./bench/gateway.
 listen: %s
 admin_listen: %s
@@ -89,7 +94,7 @@ models:
     price: {input: 0.15, output: 0.60}
     max_output_tokens: 4096
     context_window: 128000
-  - name: mock-large
+%s  - name: mock-large
     provider: mock
     price: {input: 3, cached_input: 0.30, output: 15}
     max_output_tokens: 8192
@@ -100,7 +105,7 @@ models:
     price: {input: 0.15, output: 0.60}
     max_output_tokens: 4096
     context_window: 128000
-`, listen, adminListen, dataDir, mockAddr, pacedAddr) + extra + "\n"
+`, listen, adminListen, dataDir, mockAddr, pacedAddr, cache) + extra + "\n"
 	return os.WriteFile(path, []byte(cfg), 0o600)
 }
 

@@ -35,6 +35,9 @@ type observability struct {
 	recordCall func(catalog.CallRecord)
 	// circuits, set by serve once the gateway is made, lists its circuits.
 	circuits func() []admin.Circuit
+	// purgeCache, set by serve once the gateway is made, purges its
+	// response cache; nil when it has none (watchCache).
+	purgeCache admin.PurgeCacheFunc
 }
 
 // newObservability registers the metrics for cfg's models.
@@ -215,8 +218,9 @@ func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *cat
 				log.Error("apply an admin change", "err", err)
 			}
 		},
-		Reload:   r.reload,
-		CheckKey: checkKeyLive(cfg),
+		Reload:     r.reload,
+		CheckKey:   checkKeyLive(cfg),
+		PurgeCache: obs.purgeCache,
 	})
 	if err != nil {
 		return nil, "", err

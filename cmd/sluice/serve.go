@@ -165,12 +165,16 @@ func serve(args []string) error {
 		TracerProvider:   tr.provider,
 		Propagator:       tr.propagator,
 		OnDependency:     obs.events.Dependency,
+		// The response cache (cmd/sluice/cache.go).
+		Cache:              cacheOf(cfg, store, log),
+		CacheMaxEntryBytes: int(cfg.Cache.MaxEntryBytes),
 	})
 	if err != nil {
 		return err
 	}
 	go g.CheckDependencies(ctx, 2*time.Second, time.Second)
 	obs.watchCircuits(g)
+	obs.watchCache(cfg, g)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
@@ -286,6 +290,9 @@ func modelsOf(cfg *config.Config) ([]gateway.Model, error) {
 			Aliases: m.Aliases, Fallbacks: m.Fallbacks}
 		for _, d := range m.Deployments {
 			gm.Deployments = append(gm.Deployments, gateway.Deployment{Provider: d.Provider, UpstreamName: d.UpstreamName, Weight: d.Weight})
+		}
+		if m.Cache != nil {
+			gm.CacheTTL = m.Cache.TTL
 		}
 		if name := tokenizerOf(cfg, &m); name != "" && m.ContextWindow > 0 {
 			enc, err := bpe.Get(name)
@@ -520,7 +527,10 @@ func (l ledger) Attach(ctx context.Context, u gateway.UsageRecord) (context.Cont
 // ledgerRecordOf is what the ledger keeps of a settled call.
 func ledgerRecordOf(u gateway.UsageRecord) catalog.LedgerRecord {
 	outcome := catalog.OutcomeReported
-	if u.Estimated {
+	switch {
+	case u.CacheHit:
+		outcome = catalog.OutcomeCacheHit
+	case u.Estimated:
 		outcome = catalog.OutcomeEstimated
 	}
 	return catalog.LedgerRecord{

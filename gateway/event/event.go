@@ -100,6 +100,11 @@ type Event struct {
 	// RefusedClass is the class of a refusal by a class rule, waited for
 	// or not (the refusal's Refusal.Class); nil for any other answer.
 	RefusedClass *sluice.ClassShare
+	// Cache is how the response cache took part: hit, miss, bypass, or
+	// empty when the call's model keeps no answers. CacheSaved is, for a
+	// hit, the cost in micro-dollars of the call whose answer it replayed.
+	Cache      string
+	CacheSaved int64
 }
 
 // SessionUsage is what a session used.

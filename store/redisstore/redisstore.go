@@ -416,3 +416,8 @@ func (s *Store) scriptNow(now time.Time) string {
 	}
 	return ""
 }
+
+// Client returns the store's Redis client, for another user of the same
+// server (the gateway's response cache); it is closed with the store when
+// the store opened it.
+func (s *Store) Client() rueidis.Client { return s.client }
