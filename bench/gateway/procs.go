@@ -28,10 +28,10 @@ func buildSluice(ctx context.Context, src, dir string) (string, error) {
 	return proc.Build(ctx, src, "./cmd/sluice", filepath.Join(dir, "sluice"))
 }
 
-// buildBareProxy builds the bare fasthttp proxy from the module at src into
-// dir.
+// buildBareProxy builds the bare fasthttp proxy from the bench module at
+// src into dir.
 func buildBareProxy(ctx context.Context, src, dir string) (string, error) {
-	return proc.Build(ctx, src, "./bench/gateway/bareproxy", filepath.Join(dir, "bareproxy"))
+	return proc.Build(ctx, src, "./gateway/bareproxy", filepath.Join(dir, "bareproxy"))
 }
 
 // exportRev writes the tree of git revision rev of the repository at src
@@ -72,7 +72,7 @@ func exportRev(ctx context.Context, src, rev, dir string) (string, error) {
 // paced-small, state under dataDir, the default store (embedded SQLite),
 // then extra.
 func writeConfig(path, listen, adminListen, dataDir, mockAddr, pacedAddr, extra string) error {
-	cfg := fmt.Sprintf(`# Written by go run ./bench/gateway.
+	cfg := fmt.Sprintf(`# Written by go run -C bench ./gateway.
 listen: %s
 admin_listen: %s
 data_dir: %s
