@@ -3,6 +3,7 @@ module github.com/sluicehq/sluice
 go 1.26.0
 
 require (
+	github.com/DataDog/datadog-agent/pkg/template v0.85.4
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
 	github.com/chromedp/chromedp v0.23.1
