@@ -24,9 +24,11 @@ ARG GOPROXY=https://proxy.golang.org,direct
 ARG VERSION=
 ARG REVISION=
 COPY . .
-# modernc's SQLite is pure Go, so the binary needs no C library.
+# modernc's SQLite is pure Go, so the binary needs no C library. -tags grpcnotrace keeps gRPC's
+# golang.org/x/net/trace (and its html/template) out, and so the linker's dead-code elimination of
+# methods in (docs/deploy.md).
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 GOFLAGS= GOPROXY="$GOPROXY" go build -trimpath -buildvcs=false \
+    CGO_ENABLED=0 GOFLAGS= GOPROXY="$GOPROXY" go build -trimpath -buildvcs=false -tags grpcnotrace \
       -ldflags "-s -w -X main.version=$VERSION -X main.revision=$REVISION" \
       -o /out/sluice ./cmd/sluice && \
     mkdir -p /out/data && chmod 0700 /out/data

@@ -6,7 +6,7 @@
 # bench/out/gateway-<stamp>.log (bench/out is gitignored). Takes about 6
 # minutes with the defaults.
 #
-#   bash bench/gateway.sh                          # go run ./bench/gateway (builds the working tree)
+#   bash bench/gateway.sh                          # go run -C bench ./gateway (builds the working tree)
 #   bash bench/gateway.sh -rev HEAD                # builds the last commit only (git archive)
 #   bash bench/gateway.sh -duration 5s -rounds 2   # flags are passed on
 #   PERF=1 bash bench/gateway.sh                   # then a perf profile of one more saturation phase
@@ -20,7 +20,7 @@ log="bench/out/gateway-$stamp.log"
 
 args=("$@")
 if [ "${PERF:-}" = 1 ]; then
-  args+=(-perf "bench/out/gateway-$stamp.perf.data")
+  args+=(-perf "$PWD/bench/out/gateway-$stamp.perf.data") # absolute: go run -C bench reads paths from bench/
 fi
 
 {
@@ -29,9 +29,9 @@ fi
   echo "cpu: $(lscpu | grep 'Model name' | sed 's/Model name: *//')"
   echo "go: $(go version)"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "command: go run ./bench/gateway ${args[*]}"
+  echo "command: go run -C bench ./gateway ${args[*]}"
 } | tee "$log" >&2
 
-go run ./bench/gateway "${args[@]}" 2> >(tee -a "$log" >&2) | tee "$report"
+go run -C bench ./gateway "${args[@]}" 2> >(tee -a "$log" >&2) | tee "$report"
 echo >&2
 echo "report: $report   progress: $log" >&2

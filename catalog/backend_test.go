@@ -31,13 +31,19 @@ type backend struct {
 }
 
 // eachBackend runs fn as a subtest on SQLite and on PostgreSQL. The
-// PostgreSQL variant is gated by testenv.PostgresURL.
+// PostgreSQL variant is gated by testenv.PostgresURL. The test and both
+// subtests run in parallel with the package's other tests that use it:
+// each has its own SQLite file or PostgreSQL schema, and a clock of its
+// own, so they share nothing (a test calls it once, as its whole body).
 func eachBackend(t *testing.T, fn func(t *testing.T, be *backend)) {
 	t.Helper()
+	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
 		fn(t, &backend{name: "sqlite", d: sqliteDialect, path: filepath.Join(t.TempDir(), "catalog.db")})
 	})
 	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
 		fn(t, &backend{name: "postgres", d: postgresDialect, url: testSchemaURL(t)})
 	})
 }

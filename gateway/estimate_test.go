@@ -24,6 +24,7 @@ func TestGateway_ReserveEstimate(t *testing.T) {
 			if r.status != 200 {
 				t.Fatalf("first call: %d %s", r.status, r.body)
 			}
+			h.rec.waitEvents(t, 1) // settled
 			used := h.used("small_budget")
 			r = h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":900,"messages":[{"role":"user","content":"hi"}]}`, nil)
 			if policy == sluice.ReserveWorstCase {
@@ -49,6 +50,7 @@ func TestGateway_ReserveEstimate(t *testing.T) {
 			if out.Usage.Completion != 900 {
 				t.Fatalf("the call was sent with an output cap of %d, want 900 as asked", out.Usage.Completion)
 			}
+			h.rec.waitEvents(t, 2)
 			if got, want := h.used("small_budget"), used+out.Usage.Prompt+out.Usage.Completion; got != want {
 				t.Fatalf("budget used %d, want %d: the settled usage, in full", got, want)
 			}

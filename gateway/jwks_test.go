@@ -133,10 +133,10 @@ func TestJWT_JWKSFile(t *testing.T) {
 // either rule leaves the issuer's tokens answered 503, never verified with
 // keys from elsewhere.
 func TestJWT_JWKSFetchBounded(t *testing.T) {
+	t.Parallel()
 	key := newECKey(t, "ec-1")
 	elsewhere := newJWKSServer(t, key) // a perfectly good set, at another origin
 	big := append([]byte(`{"pad":"`+strings.Repeat("x", 1<<20)+`",`), publicSet(t, key)[1:]...)
-	var jwksURL string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/same":
@@ -149,22 +149,27 @@ func TestJWT_JWKSFetchBounded(t *testing.T) {
 			w.Write(big)
 		}
 	}))
-	t.Cleanup(srv.Close)
 	for _, tc := range []struct {
 		path   string
 		status int
 	}{{"/same", 200}, {"/other", 503}, {"/big", 503}} {
 		t.Run(strings.TrimPrefix(tc.path, "/"), func(t *testing.T) {
-			jwksURL = srv.URL + tc.path
+			// Each case waits out its fetch timeout when the set is refused:
+			// the three run at once.
+			t.Parallel()
 			h := jwtHarness(t, nil, gateway.JWTOptions{FetchTimeout: 2 * time.Second, Issuers: []gateway.JWTIssuer{
-				{Issuer: testIssuer, Audience: []string{testAudience}, JWKSURL: jwksURL},
+				{Issuer: testIssuer, Audience: []string{testAudience}, JWKSURL: srv.URL + tc.path},
 			}})
 			if r := h.post("/v1/chat/completions", jwtChat, bearerHeader(sign(t, key, goodClaims()))); r.status != tc.status {
 				t.Fatalf("JWKS at %s: %d %s, want %d", tc.path, r.status, r.body, tc.status)
 			}
 		})
 	}
-	if n := elsewhere.fetches.Load(); n != 0 {
-		t.Errorf("the other origin was fetched %d times", n)
-	}
+	// After the parallel cases: a Cleanup runs once they are all done.
+	t.Cleanup(func() {
+		srv.Close()
+		if n := elsewhere.fetches.Load(); n != 0 {
+			t.Errorf("the other origin was fetched %d times", n)
+		}
+	})
 }

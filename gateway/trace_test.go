@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/mockprovider"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -238,12 +238,7 @@ func TestGateway_AnthropicRequestID(t *testing.T) {
 // address, the event (and so the log line) keeps the cause.
 func TestGateway_UpstreamCauseLoggedNotSent(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close() // nothing listens there now
+	addr := testenv.RefusedAddr(t) // held, so no other test can listen there
 	h := newHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
 		o.Providers = []gateway.Provider{{Name: "mock", Kind: gateway.KindMock, BaseURL: "http://" + addr}}
 		o.UpstreamRetries = -1

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/retry"
 )
 
@@ -230,9 +231,7 @@ func TestDo_AttemptsCappedAndDiscardedBodiesClosed(t *testing.T) {
 }
 
 func TestDo_ConnectionErrorsAreRetried(t *testing.T) {
-	srv, _ := scriptedServer(t, reply{200, nil, "{}"})
-	url := srv.URL
-	srv.Close() // nothing listens there now
+	url := "http://" + testenv.RefusedAddr(t) // held, so no other test can listen there
 	clock := newFakeClock()
 	calls := 0
 	resp, err := retry.Do(t.Context(), retry.Policy{Clock: clock}, func(ctx context.Context) (*http.Response, error) {

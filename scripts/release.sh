@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the release binaries: static (no cgo), -trimpath, one per platform,
-# with the version stamped, into dist/ with their SHA-256 sums.
+# Builds the release binaries: static (no cgo), -trimpath, stripped (-s -w),
+# -tags grpcnotrace (docs/deploy.md), one per platform, with the version
+# stamped, into dist/ with their SHA-256 sums.
 #
 #   scripts/release.sh v1.2.3            # the three platforms below
 #   PLATFORMS=linux/amd64 scripts/release.sh v1.2.3
@@ -29,7 +30,7 @@ for platform in $platforms; do
   start=$SECONDS
   # GOFLAGS is cleared so that a machine-wide -buildvcs=false cannot drop
   # the commit from the build info.
-  GOFLAGS= CGO_ENABLED=0 GOOS=$goos GOARCH=$goarch go build -trimpath -buildvcs=auto \
+  GOFLAGS= CGO_ENABLED=0 GOOS=$goos GOARCH=$goarch go build -trimpath -buildvcs=auto -tags grpcnotrace \
     -ldflags "-s -w -X main.version=$version -X main.revision=$revision" -o "$bin" ./cmd/sluice
   echo "release: $bin ($((SECONDS - start)) s)"
 done

@@ -38,5 +38,5 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	}
-	t.Log("\n" + markdown(results, o.fault, "go test -race -run TestFaults ./bench/faults"))
+	t.Log("\n" + markdown(results, o.fault, "go test -C bench -race -run TestFaults ./faults"))
 }

@@ -16,8 +16,8 @@
 // server for the run and dropped after it, reached directly; the Redis
 // keys of the run's workspaces are deleted at the end.
 //
-//	go run ./bench/faults                  # every scenario, about 2 minutes
-//	go run ./bench/faults -only postgres   # the scenarios whose name contains it
+//	go run -C bench ./faults                # every scenario, about 2 minutes
+//	go run -C bench ./faults -only postgres # the scenarios whose name contains it
 package main
 
 import (
@@ -48,7 +48,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		os.Exit(1)
 	}
-	command := "go run ./bench/faults"
+	command := "go run -C bench ./faults"
 	if len(os.Args) > 1 {
 		command += " " + strings.Join(os.Args[1:], " ")
 	}

@@ -70,7 +70,7 @@ func newSuite(ctx context.Context, o options, logf func(string, ...any)) (s *sui
 		return nil, err
 	}
 	s.closers = append(s.closers, func() { os.RemoveAll(s.tmp) })
-	src, err := proc.ModuleRoot()
+	src, err := proc.SluiceRoot()
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,8 @@
 // mock directly and through the gateway in alternation, so that both are
 // measured in the same run on the same (possibly busy) machine.
 //
-//	go run ./bench/gateway                        # 3 rounds of 20 s at 32 connections
-//	go run ./bench/gateway -duration 5s -rounds 2 # shorter
+//	go run -C bench ./gateway                        # 3 rounds of 20 s at 32 connections
+//	go run -C bench ./gateway -duration 5s -rounds 2 # shorter
 //
 // Each round measures, direct and through the gateway (their order
 // alternating from round to round): saturation at -conns connections for
@@ -17,7 +17,7 @@
 // their limits raised so that none refuses. It prints a markdown report.
 //
 // For scale, unless -no-bare, a third target is measured in the same rounds
-// and the same way: a bare fasthttp reverse proxy (./bench/gateway/bareproxy,
+// and the same way: a bare fasthttp reverse proxy (bench/gateway/bareproxy,
 // built from this module and run as its own process) in front of the same
 // mock, so that the gateway's added latency can be read against what a
 // proxy that does nothing adds on this machine in the same run.
@@ -81,7 +81,7 @@ func main() {
 	flag.StringVar(&o.perfData, "perf", "", "after the rounds, profile the gateway with perf record during one more saturation phase, into this file")
 	flag.IntVar(&o.perfConns, "perf-conns", 0, "connections of the -perf phase (default -conns); 1 profiles the one-connection path")
 	flag.BoolVar(&o.perfStream, "perf-stream", false, "the -perf phase sends streamed requests instead")
-	flag.StringVar(&o.src, "src", "", "module to build sluice from (default: the current module)")
+	flag.StringVar(&o.src, "src", "", "module to build sluice from (default: the repository root, the module bench/go.mod replaces)")
 	flag.StringVar(&o.rev, "rev", "", "build sluice from this git revision of the module (git archive) instead of the working tree")
 	flag.StringVar(&o.store, "store", "", "the gateway's --store URL, for comparisons (default: embedded SQLite under the data directory)")
 	flag.BoolVar(&o.noLimits, "no-limits", false, "for comparisons: turn the three default rules off (their knobs at 0) instead of raising them")
@@ -107,7 +107,7 @@ func run(ctx context.Context, o options) error {
 	src := o.src
 	if src == "" {
 		var err error
-		if src, err = proc.ModuleRoot(); err != nil {
+		if src, err = proc.SluiceRoot(); err != nil {
 			return err
 		}
 	}
@@ -131,13 +131,11 @@ func run(ctx context.Context, o options) error {
 	}
 	var bareBin string
 	if !o.noBare {
-		// The peer is built from this module (the harness's), not from
-		// -src or -rev: it is not what is measured.
-		root := src
-		if o.src != "" {
-			if root, err = proc.ModuleRoot(); err != nil {
-				return err
-			}
+		// The peer is built from the bench module (the harness's), not
+		// from -src or -rev: it is not what is measured.
+		root, err := proc.BenchRoot()
+		if err != nil {
+			return err
 		}
 		proc.Logf("building the bare proxy from %s", root)
 		if bareBin, err = buildBareProxy(ctx, root, tmp); err != nil {

@@ -29,10 +29,10 @@ func buildSluice(ctx context.Context, src, dir string) (string, error) {
 	return proc.Build(ctx, src, "./cmd/sluice", filepath.Join(dir, "sluice"))
 }
 
-// buildBareProxy builds the bare fasthttp proxy from the module at src into
-// dir.
+// buildBareProxy builds the bare fasthttp proxy from the bench module at
+// src into dir.
 func buildBareProxy(ctx context.Context, src, dir string) (string, error) {
-	return proc.Build(ctx, src, "./bench/gateway/bareproxy", filepath.Join(dir, "bareproxy"))
+	return proc.Build(ctx, src, "./gateway/bareproxy", filepath.Join(dir, "bareproxy"))
 }
 
 // exportRev writes the tree of git revision rev of the repository at src
@@ -77,7 +77,7 @@ func writeConfig(path, listen, adminListen, dataDir, mockAddr, pacedAddr, extra 
 	if cacheTTL > 0 {
 		cache = fmt.Sprintf("    cache: {ttl: %s}\n", cacheTTL)
 	}
-	cfg := fmt.Sprintf(`# Written by go run ./bench/gateway.
+	cfg := fmt.Sprintf(`# Written by go run -C bench ./gateway.
 listen: %s
 admin_listen: %s
 data_dir: %s

@@ -96,7 +96,7 @@ func (b *bench) pairedWith(kind func(*round) map[string]*phase, name string, f f
 }
 
 func (b *bench) command() string {
-	cmd := "go run ./bench/gateway"
+	cmd := "go run -C bench ./gateway"
 	o := b.o
 	if o.duration != 20*time.Second {
 		cmd += " -duration " + o.duration.String()
@@ -149,7 +149,7 @@ func (b *bench) report(w io.Writer) {
 	fmt.Fprintf(w, "\n%d rounds; each: %s at %d connections, %s at 1 connection, %s of streams at 1 connection, %d paced streams, direct and through the gateway, the order alternating.\n",
 		len(b.rounds), b.o.duration, b.o.conns, b.o.duration/2, b.o.duration/2, b.o.pacedStreams)
 	if b.bare != nil {
-		fmt.Fprintf(w, "For scale, the same phases (not the paced streams) through a bare fasthttp reverse proxy in front of the same mock (target \"bare\": ./bench/gateway/bareproxy, its own process; fasthttp.HostClient Do on the server's request and response, response bodies streamed; no auth, no parsing, no limits), in the same rounds, its place in the order rotating.\n")
+		fmt.Fprintf(w, "For scale, the same phases (not the paced streams) through a bare fasthttp reverse proxy in front of the same mock (target \"bare\": bench/gateway/bareproxy, its own process; fasthttp.HostClient Do on the server's request and response, response bodies streamed; no auth, no parsing, no limits), in the same rounds, its place in the order rotating.\n")
 	}
 
 	fmt.Fprintf(w, "\n#### Per round\n\n")

@@ -3,7 +3,7 @@
 // (docs/multi-region.md), under scripted loads, and prints for each the
 // overshoot against its bound.
 //
-//	go run ./bench/multiregion
+//	go run -C bench ./multiregion
 package main
 
 import (

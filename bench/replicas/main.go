@@ -23,8 +23,8 @@
 // its append-only file synced on every write; the PostgreSQL database is
 // created for the run and dropped after it.
 //
-//	go run ./bench/replicas                # 3 replicas, 24 clients, about 90 s
-//	go run ./bench/replicas -replicas 5 -clients 40
+//	go run -C bench ./replicas                # 3 replicas, 24 clients, about 90 s
+//	go run -C bench ./replicas -replicas 5 -clients 40
 package main
 
 import (
@@ -101,7 +101,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	src, err := proc.ModuleRoot()
+	src, err := proc.SluiceRoot()
 	if err != nil {
 		return err
 	}
@@ -720,7 +720,7 @@ func verdict(ok bool) string {
 
 func (p *report) markdown() string {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "### %d replicas, %d clients (`go run ./bench/replicas -replicas %d -clients %d`)\n\n",
+	fmt.Fprintf(&b, "### %d replicas, %d clients (`go run -C bench ./replicas -replicas %d -clients %d`)\n\n",
 		p.o.replicas, p.o.clients, p.o.replicas, p.o.clients)
 	b.WriteString("| property | measured | bound | result |\n| --- | --- | --- | --- |\n")
 	over := p.budgetServed - p.budgetLimit

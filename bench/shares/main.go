@@ -17,9 +17,13 @@
 // server (-redis), the run's keys deleted at the end. Identities are JWTs
 // signed by a key made for the run, their class in a claim.
 //
-//	go run ./bench/shares                          # 3 replicas on Redis
-//	go run ./bench/shares -replicas 1              # one replica on SQLite
-//	go run ./bench/shares -png docs/shares.png     # and draw the samples
+//	go run -C bench ./shares                       # 3 replicas on Redis
+//	go run -C bench ./shares -replicas 1           # one replica on SQLite
+//	go run -C bench ./shares -png ../docs/shares.png # and draw the samples
+//
+// bench is its own module (bench/go.mod), so plotting stays out of
+// sluice's go.mod: run it from bench/ (go run -C bench), and relative
+// paths in flags are read from there.
 package main
 
 import (
@@ -62,7 +66,7 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	command := "go run ./bench/shares"
+	command := "go run -C bench ./shares"
 	if len(os.Args) > 1 {
 		command += " " + strings.Join(os.Args[1:], " ")
 	}

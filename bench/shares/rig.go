@@ -122,7 +122,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*result, er
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	src, err := proc.ModuleRoot()
+	src, err := proc.SluiceRoot()
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ func TestShares(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Log("\n" + r.markdown("go test -run TestShares ./bench/shares"))
+			t.Log("\n" + r.markdown("go test -C bench -run TestShares ./shares"))
 			for _, b := range r.broken() {
 				t.Error(b)
 			}

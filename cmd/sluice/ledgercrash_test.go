@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -187,7 +188,10 @@ func ledgerSurvivesKill9(t *testing.T, stores []string, exact bool) {
 	if inCommit := strings.Contains(serve.Stderr(), inCommitLine); inCommit != exact {
 		t.Errorf("serve wrote the ledger in the commit of each settlement: %v, want %v", inCommit, exact)
 	}
-	get := func(path string) map[string]any {
+	// get answers path's JSON, or why it could not: an answer other than
+	// 200 (a store that timed out on a loaded machine says 503) is read
+	// again until the deadline below.
+	get := func(path string) (map[string]any, error) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://"+admin+path, nil)
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -196,16 +200,31 @@ func ledgerSurvivesKill9(t *testing.T, stores []string, exact bool) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var m map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-			t.Fatal(err)
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: %w", path, err)
 		}
-		return m
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatalf("GET %s: %v: %s", path, err, body)
+		}
+		return m, nil
 	}
 	type sums struct{ budget, reserved, ledger, swept float64 }
-	read := func(ws string) sums {
+	read := func(ws string) (sums, error) {
 		var s sums
-		for _, l := range get("/admin/v1/effective?workspace=" + ws)["limits"].([]any) {
+		effective, err := get("/admin/v1/effective?workspace=" + ws)
+		if err != nil {
+			return s, err
+		}
+		usage, err := get("/admin/v1/usage?workspace=" + ws + "&group_by=kind")
+		if err != nil {
+			return s, err
+		}
+		for _, l := range effective["limits"].([]any) {
 			if m := l.(map[string]any); m["rule"] == "daily_token_budget" {
 				s.budget = m["used"].(float64)
 				if r, ok := m["reserved"].(float64); ok {
@@ -214,23 +233,29 @@ func ledgerSurvivesKill9(t *testing.T, stores []string, exact bool) {
 				}
 			}
 		}
-		for _, r := range get("/admin/v1/usage?workspace=" + ws + "&group_by=kind")["usage"].([]any) {
+		for _, r := range usage["usage"].([]any) {
 			m := r.(map[string]any)
 			s.ledger += m["tokens"].(float64)
 			if m["kind"] == "swept" {
 				s.swept += m["tokens"].(float64)
 			}
 		}
-		return s
+		return s, nil
 	}
 	// The reservations open at the kill (each workspace had two calls in
 	// flight) are swept at their deadline, 3 s after their admission, by
 	// the sweeper's next round (every 5 s), or at the start (SQLite).
 	deadline := time.Now().Add(15 * time.Second)
 	for _, ws := range workspaces {
-		var s sums
 		for {
-			s = read(ws)
+			s, err := read(ws)
+			if err != nil {
+				if time.Now().After(deadline) {
+					t.Fatal(err)
+				}
+				time.Sleep(250 * time.Millisecond)
+				continue
+			}
 			settled := s.ledger == s.budget || s.swept > 0
 			if exact {
 				// Before the sweep, ledger and budget agree on what was
@@ -243,7 +268,10 @@ func ledgerSurvivesKill9(t *testing.T, stores []string, exact bool) {
 			time.Sleep(250 * time.Millisecond)
 		}
 		time.Sleep(200 * time.Millisecond) // the rest of the sweep's ledger write
-		s = read(ws)
+		s, err := read(ws)
+		if err != nil {
+			t.Fatal(err)
+		}
 		gap := s.budget - s.ledger
 		t.Logf("%s after restart and sweep: budget used %v (%v reserved), ledger %v tokens (%v of them swept), gap %v", ws, s.budget, s.reserved, s.ledger, s.swept, gap)
 		if exact {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -66,7 +65,7 @@ func tracingFromEnv(ctx context.Context, getenv func(string) string) (tracing, e
 	if err != nil {
 		return off, err
 	}
-	exp, err := otlptracehttp.New(ctx)
+	exp, err := newOTLPExporter(ctx)
 	if err != nil {
 		return off, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}

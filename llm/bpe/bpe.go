@@ -1,7 +1,7 @@
 // Package bpe counts the tokens of OpenAI's byte-level BPE encodings
-// (o200k_base, cl100k_base) offline, from the vocabularies that
-// github.com/pkoukk/tiktoken-go-loader embeds: the count OpenAI's own
-// tiktoken gives, with no download at run time.
+// (o200k_base, cl100k_base) offline, from the two vocabularies it embeds
+// (vocab/): the count OpenAI's own tiktoken gives, with no download at run
+// time.
 package bpe
 
 import (
@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/pkoukk/tiktoken-go"
-	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 )
 
 // The encodings an Encoding may be.
@@ -38,7 +37,7 @@ func Get(name string) (*Encoding, error) {
 	if name != O200k && name != CL100k {
 		return nil, fmt.Errorf("bpe: unknown encoding %q (want %s or %s)", name, O200k, CL100k)
 	}
-	setLoader.Do(func() { tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader()) })
+	setLoader.Do(func() { tiktoken.SetBpeLoader(vocabLoader{}) })
 	mu.Lock()
 	defer mu.Unlock()
 	if e, ok := loaded[name]; ok {

@@ -1,6 +1,10 @@
 package bpe
 
 import (
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -119,5 +123,31 @@ func BenchmarkCount(b *testing.B) {
 				enc.Count(text)
 			}
 		})
+	}
+}
+
+// TestVocab_AsPublished: each embedded vocabulary, decompressed, is the
+// file OpenAI publishes, by the hash tiktoken checks (vocab/README.md).
+func TestVocab_AsPublished(t *testing.T) {
+	for name, want := range map[string]string{
+		CL100k: "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+		O200k:  "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+	} {
+		f, err := vocabFiles.Open("vocab/" + name + ".tiktoken.gz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		if _, err := io.Copy(h, zr); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if got := hex.EncodeToString(h.Sum(nil)); got != want {
+			t.Errorf("%s: SHA-256 %s, want %s", name, got, want)
+		}
 	}
 }

@@ -17,8 +17,9 @@ import (
 
 // proxy forwards TCP connections from a loopback port to PostgreSQL, and can
 // stall (accept and forward nothing, like a server that stopped answering) or
-// cut (close the port and every connection, like a server that is gone), then
-// come back on the same port.
+// cut (close every connection, and each new one at once, like a server that
+// is gone), then come back on the same port. The port is held from start to
+// cleanup, so that no other test can take it during a cut.
 type proxy struct {
 	target string
 	addr   string
@@ -27,7 +28,7 @@ type proxy struct {
 	delay time.Duration
 
 	mu      sync.Mutex
-	ln      net.Listener
+	down    bool // cut: each connection is closed as it is accepted
 	conns   map[net.Conn]struct{}
 	stalled chan struct{} // closed while forwarding; replaced by stall
 	wg      sync.WaitGroup
@@ -46,18 +47,6 @@ func startDelayProxy(t testing.TB, target string, delay time.Duration) *proxy {
 		t.Fatal(err)
 	}
 	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(func() {
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
 	p.wg.Go(func() {
 		for {
 			c, err := ln.Accept()
@@ -67,12 +56,18 @@ func (p *proxy) serve(ln net.Listener) {
 			p.wg.Go(func() { p.forward(c) })
 		}
 	})
+	t.Cleanup(func() {
+		p.cut()
+		ln.Close()
+		p.wg.Wait()
+	})
+	return p
 }
 
 func (p *proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ln == nil {
+	if p.down {
 		return false
 	}
 	p.conns[c] = struct{}{}
@@ -163,14 +158,12 @@ func (p *proxy) stall() {
 	p.stalled = make(chan struct{})
 }
 
-// cut closes the port and every connection.
+// cut closes every connection, and from now on each new one as it is
+// accepted.
 func (p *proxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
+	p.down = true
 	for c := range p.conns {
 		c.Close()
 	}
@@ -182,14 +175,11 @@ func (p *proxy) cut() {
 	}
 }
 
-// restore listens on the same port again and forwards.
-func (p *proxy) restore(t testing.TB) {
-	t.Helper()
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		t.Fatalf("listen again on %s: %v", p.addr, err)
-	}
-	p.serve(ln)
+// restore forwards new connections again.
+func (p *proxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
 }
 
 // TestOutage_FailsFastAndRecoversWithoutRestart points a Store at a proxy,
@@ -286,7 +276,7 @@ func TestOutage_FailsFastAndRecoversWithoutRestart(t *testing.T) {
 		t.Fatalf("%d goroutines after the outage, %d before:\n%s", after, before, buf[:runtime.Stack(buf, true)])
 	}
 
-	p.restore(t)
+	p.restore()
 	recovered := time.Now()
 	for {
 		err := admitSettle()

@@ -5,7 +5,7 @@
 // gateway, and loads it in the same rounds, so that what the gateway adds can
 // be read against what a proxy that does nothing adds on the same machine.
 //
-//	go run ./bench/gateway/bareproxy -listen 127.0.0.1:9000 -upstream 127.0.0.1:8080
+//	go run -C bench ./gateway/bareproxy -listen 127.0.0.1:9000 -upstream 127.0.0.1:8080
 //
 // The client reads responses as streams (StreamResponseBody), and Do fills
 // the server's own response, which the server then writes from that stream:

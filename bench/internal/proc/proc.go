@@ -53,15 +53,29 @@ type Child struct {
 	done chan struct{}
 }
 
-// ModuleRoot returns the directory of the main module's go.mod.
-func ModuleRoot() (string, error) {
+// SluiceRoot returns the directory of the sluice module the harnesses
+// measure: the repository root, which bench/go.mod's replace points at.
+func SluiceRoot() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/sluicehq/sluice").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m github.com/sluicehq/sluice: %w (run from the bench module: cd bench)", err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", errors.New("the sluice module has no directory: run from the bench module (cd bench)")
+	}
+	return dir, nil
+}
+
+// BenchRoot returns the directory of the bench module, the harnesses' own.
+func BenchRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)
 	}
 	mod := strings.TrimSpace(string(out))
 	if mod == "" || mod == os.DevNull {
-		return "", errors.New("not inside a Go module: run from the repository")
+		return "", errors.New("not inside a Go module: run from the bench module (cd bench)")
 	}
 	return filepath.Dir(mod), nil
 }
