@@ -137,7 +137,7 @@ func TestCatalog_CallRecords(t *testing.T) {
 			{RequestID: "r1", Org: "acme", Workspace: "w", KeyID: "k1", Model: "gpt", Provider: "azure-east", Route: "chat", Outcome: OutcomeReported,
 				ReservedTokens: 100, InputTokens: 10, OutputTokens: 20, CostMicros: 30},
 			{RequestID: "r2", Org: "acme", Workspace: "w", KeyID: "k2", Model: "claude", Route: "messages", Outcome: OutcomeEstimated, ReservedTokens: 50},
-			{RequestID: "r3", Org: "beta", Workspace: "x", KeyID: "k3", Model: "gpt", Outcome: OutcomeSwept, ReservedTokens: 70},
+			{RequestID: "r3", Org: "beta", Workspace: "x", KeyID: "k3", Model: "gpt", Outcome: OutcomeCacheHit, CacheSavedMicros: 1234},
 		} {
 			r.At = start.Add(time.Duration(i) * time.Minute)
 			c.RecordCall(r)
@@ -187,6 +187,9 @@ func TestCatalog_CallRecords(t *testing.T) {
 		rs[0].At = want.At
 		if rs[0] != want {
 			t.Errorf("record %+v\nwant   %+v", rs[0], want)
+		}
+		if hit, err := c.Calls(ctx, CallQuery{KeyID: "k3"}); err != nil || len(hit) != 1 || hit[0].Outcome != OutcomeCacheHit || hit[0].CacheSavedMicros != 1234 {
+			t.Errorf("the cache hit's record %+v (%v), want outcome cache_hit and 1234 saved", hit, err)
 		}
 		for _, q := range []CallQuery{{Limit: -1}, {Limit: MaxCallLimit + 1}, {Since: start, Until: start}} {
 			if _, err := c.Calls(ctx, q); !errors.Is(err, ErrInvalid) {

@@ -73,6 +73,9 @@ type CallRecord struct {
 	OutputTokens      int64 `json:"output_tokens"`
 	CachedInputTokens int64 `json:"cached_input_tokens"`
 	CostMicros        int64 `json:"cost_micros"`
+	// CacheSavedMicros is, for OutcomeCacheHit, what the call the hit
+	// replayed cost: what the response cache saved.
+	CacheSavedMicros int64 `json:"cache_saved_micros,omitempty"`
 }
 
 // RecordCall queues r to be written with the ledger's next write (the same
@@ -136,21 +139,21 @@ const callsPerInsert = 256
 // gateway's records (hundreds a flush) would keep the ledger's write, and
 // so its crash window, long.
 func (c *Catalog) queueCalls(calls []CallRecord, queue func(query string, args ...any)) {
-	const cols = 16
+	const cols = 17
 	for len(calls) > 0 {
 		n := powerOfTwoRows(len(calls), callsPerInsert)
 		var b strings.Builder
 		b.WriteString(`INSERT INTO ` + c.tables + `call_records (at, request_id, org, workspace, key_id, user_id, route, model, provider, outcome,
-			reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros) VALUES `)
+			reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros, cache_saved_micros) VALUES `)
 		args := make([]any, 0, n*cols)
 		for i := range calls[:n] {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 			r := &calls[i]
 			args = append(args, r.At.UnixNano(), r.RequestID, r.Org, r.Workspace, r.KeyID, r.User, r.Route, r.Model, r.Provider, r.Outcome,
-				r.ReservedTokens, r.ReservedCost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CostMicros)
+				r.ReservedTokens, r.ReservedCost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CostMicros, r.CacheSavedMicros)
 		}
 		queue(c.d.q(b.String()), args...)
 		calls = calls[n:]
@@ -205,7 +208,7 @@ func (c *Catalog) Calls(ctx context.Context, q CallQuery) ([]CallRecord, error) 
 		args = append(args, q.BeforeID)
 	}
 	query := `SELECT id, at, request_id, org, workspace, key_id, user_id, route, model, provider, outcome,
-		reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros FROM call_records`
+		reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros, cache_saved_micros FROM call_records`
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -221,7 +224,7 @@ func (c *Catalog) Calls(ctx context.Context, q CallQuery) ([]CallRecord, error) 
 		var r CallRecord
 		var at int64
 		if err := rows.Scan(&r.ID, &at, &r.RequestID, &r.Org, &r.Workspace, &r.KeyID, &r.User, &r.Route, &r.Model, &r.Provider, &r.Outcome,
-			&r.ReservedTokens, &r.ReservedCost, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens, &r.CostMicros); err != nil {
+			&r.ReservedTokens, &r.ReservedCost, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens, &r.CostMicros, &r.CacheSavedMicros); err != nil {
 			return nil, fmt.Errorf("catalog: calls: %w", err)
 		}
 		r.At = time.Unix(0, at).UTC()

@@ -540,7 +540,8 @@ func ledgerRecordOf(u gateway.UsageRecord) catalog.LedgerRecord {
 		Call: catalog.CallRecord{At: u.At, RequestID: u.RequestID, Org: u.Org, Workspace: u.Workspace, KeyID: u.KeyID, User: u.User,
 			Route: u.Route, Model: u.Model, Provider: u.Provider, Outcome: outcome,
 			ReservedTokens: u.Reserved.InputTokens + u.Reserved.OutputTokens, ReservedCost: u.Reserved.Cost,
-			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost},
+			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost,
+			CacheSavedMicros: u.CacheSaved},
 	}
 }
 
