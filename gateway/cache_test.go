@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/mockprovider"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/store/sqlitestore"
 	"github.com/valyala/fasthttp"
 )
 
@@ -429,5 +431,36 @@ func TestCache_KeyNotAllowedTheModelIsRefusedNotServed(t *testing.T) {
 	r := h.post("/v1/chat/completions", large, map[string]string{"Authorization": "Bearer sk-sluice-other"})
 	if r.status != 403 || r.header.Get(gateway.HeaderCache) == "hit" {
 		t.Fatalf("status %d, %s %q: %s", r.status, gateway.HeaderCache, r.header.Get(gateway.HeaderCache), r.body)
+	}
+}
+
+// A restart of the embedded default (its counters in SQLite, the cache in
+// the process's memory) starts cold, never wrong: the first identical call
+// after it is a miss the provider answers, charged as a miss, and the next
+// is a hit again.
+func TestCache_RestartIsColdNeverWrong(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "s.db")
+	run := func(wantFirst string) int64 {
+		store, err := sqlitestore.Open(sqlitestore.Options{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		h := startHarness(t, setup{store: store, rules: []sluice.Rule{dailyTokens}, tweak: []func(*gateway.Options){withCache}})
+		first := h.post("/v1/chat/completions", cachedChat, nil)
+		wantCache(t, first, wantFirst)
+		wantCache(t, h.post("/v1/chat/completions", cachedChat, nil), "hit")
+		h.rec.waitEvents(t, 2)
+		if n := h.mockCalls(); n != 1 {
+			t.Fatalf("the provider was called %d times, want once (the cold miss)", n)
+		}
+		return h.used("daily_tokens")
+	}
+	before := run("miss")
+	// The restarted process: same counters, empty cache.
+	after := run("miss")
+	if after <= before {
+		t.Fatalf("daily_tokens %d after the restart's miss, want more than %d: the miss is charged", after, before)
 	}
 }
