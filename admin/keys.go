@@ -30,6 +30,9 @@ type keyRequest struct {
 	MaxWait json.RawMessage `json:"max_wait"`
 	// Turns lets the key group its calls into turns (catalog.Key.Turns).
 	Turns bool `json:"turns"`
+	// NoCache keeps the key's calls out of the response cache
+	// (catalog.Key.NoCache).
+	NoCache bool `json:"no_cache"`
 }
 
 // maxWaitField reads the max_wait of a key's body: a duration string
@@ -119,7 +122,7 @@ func (h *Handler) createKey(w http.ResponseWriter, r *http.Request, p *principal
 	}
 	k := catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team,
 		User: req.User, Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, ExpiresAt: req.ExpiresAt,
-		Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces, Class: req.Class, Turns: req.Turns}
+		Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces, Class: req.Class, Turns: req.Turns, NoCache: req.NoCache}
 	if maxWait != nil {
 		k.MaxWait = sluice.Duration(*maxWait)
 	}

@@ -60,6 +60,9 @@ type Key struct {
 	// sluice.MaxTurnCalls. False: every call is charged, whatever the key
 	// sends (unless its tier allows turns).
 	Turns bool `json:"turns,omitempty"`
+	// NoCache keeps the key's calls out of the response cache: they never
+	// read nor write it, as with Cache-Control: no-cache, no-store.
+	NoCache bool `json:"no_cache,omitempty"`
 }
 
 // MaxKeyWait bounds a key's MaxWait, as the configuration bounds the
@@ -219,10 +222,10 @@ func (c *Catalog) createKey(ctx context.Context, k Key, actor string, also func(
 	err = c.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, c.d.q(`INSERT INTO api_keys
 			(id, secret_hash, org, workspace, team, user_id, tier, allowed_models, name, expires_at, created_at, revoked_at,
-			may_assert, assert_workspaces, class, max_wait, turns)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)`),
+			may_assert, assert_workspaces, class, max_wait, turns, no_cache)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)`),
 			k.ID, hash[:], k.Org, k.Workspace, k.Team, k.User, k.Tier, string(models), k.Name,
-			dbTime(k.ExpiresAt), dbTime(k.CreatedAt), string(assertJSON), string(workspacesJSON), k.Class, int64(k.MaxWait), k.Turns); err != nil {
+			dbTime(k.ExpiresAt), dbTime(k.CreatedAt), string(assertJSON), string(workspacesJSON), k.Class, int64(k.MaxWait), k.Turns, k.NoCache); err != nil {
 			return err
 		}
 		if err := c.insertAudit(ctx, tx, AuditEntry{Actor: actor, Action: ActionKeyCreate, Target: keyTarget(k.ID), After: k, Workspace: k.Workspace, Org: k.Org}, now); err != nil {
@@ -313,7 +316,7 @@ func unexpired(k Key, now time.Time) (Key, error) {
 }
 
 const keyColumns = `id, org, workspace, team, user_id, tier, allowed_models, name, expires_at, created_at, revoked_at, may_assert, assert_workspaces,
-	class, max_wait, turns`
+	class, max_wait, turns, no_cache`
 
 type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -339,7 +342,7 @@ func scanKey(scan func(...any) error, hash *[]byte, withHash bool) (Key, error) 
 	var expires, created, revoked sql.NullInt64
 	var maxWait int64
 	dest := []any{&k.ID, &k.Org, &k.Workspace, &k.Team, &k.User, &k.Tier, &models, &k.Name, &expires, &created, &revoked, &assert, &workspaces,
-		&k.Class, &maxWait, &k.Turns}
+		&k.Class, &maxWait, &k.Turns, &k.NoCache}
 	if withHash {
 		dest = append(dest, hash)
 	}

@@ -533,7 +533,8 @@ func TestCatalog_RefusedSecretsAnsweredFromMemory(t *testing.T) {
 	})
 }
 
-// A key's permission to group calls into turns is kept and read back.
+// A key's permission to group calls into turns, and its keeping out of
+// the response cache, are kept and read back.
 func TestCatalog_KeyTurns(t *testing.T) {
 	eachBackend(t, func(t *testing.T, be *backend) {
 		c, err := be.open(Options{})
@@ -543,13 +544,13 @@ func TestCatalog_KeyTurns(t *testing.T) {
 		defer c.Close()
 		ctx := context.Background()
 		for _, turns := range []bool{true, false} {
-			secret, _, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u", Turns: turns}, "admin")
+			secret, _, err := c.CreateKey(ctx, Key{Workspace: "w", User: "u", Turns: turns, NoCache: !turns}, "admin")
 			if err != nil {
 				t.Fatal(err)
 			}
 			k, err := c.Authenticate(ctx, secret)
-			if err != nil || k.Turns != turns {
-				t.Fatalf("turns %v read back as %v (%v)", turns, k.Turns, err)
+			if err != nil || k.Turns != turns || k.NoCache != !turns {
+				t.Fatalf("turns %v, no_cache %v read back as %v, %v (%v)", turns, !turns, k.Turns, k.NoCache, err)
 			}
 		}
 	})

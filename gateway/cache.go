@@ -94,6 +94,9 @@ func (c *call) serveCached(tenant bool) error {
 	}
 	cc := &c.cache
 	cc.read, cc.write = cacheControl(&c.ctx.Request.Header)
+	if c.who.NoCache {
+		cc.read, cc.write = false, false // the key's setting
+	}
 	cc.key = c.cacheKey()
 	state := cacheBypass
 	if cc.read {

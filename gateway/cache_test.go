@@ -464,3 +464,21 @@ func TestCache_RestartIsColdNeverWrong(t *testing.T) {
 		t.Fatalf("daily_tokens %d after the restart's miss, want more than %d: the miss is charged", after, before)
 	}
 }
+
+// A key set to keep out of the response cache neither reads nor writes it:
+// its identical calls each go to the provider, marked bypass, and leave
+// nothing another key of the org could hit.
+func TestCache_KeySettingBypasses(t *testing.T) {
+	t.Parallel()
+	h := cacheHarness(t, []sluice.Rule{dailyTokens}, func(o *gateway.Options) {
+		keys := o.Keys.(fakeKeys)
+		keys["sk-no-cache"] = gateway.Principal{KeyID: "k4", Org: "o1", Workspace: "w1", User: "u1", NoCache: true}
+	})
+	noCache := map[string]string{"Authorization": "Bearer sk-no-cache"}
+	wantCache(t, h.post("/v1/chat/completions", cachedChat, noCache), "bypass")
+	wantCache(t, h.post("/v1/chat/completions", cachedChat, noCache), "bypass")
+	wantCache(t, h.post("/v1/chat/completions", cachedChat, nil), "miss")
+	if n := h.mockCalls(); n != 3 {
+		t.Fatalf("the provider was called %d times, want 3: nothing kept for or read by the key", n)
+	}
+}

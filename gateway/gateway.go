@@ -61,6 +61,9 @@ type Principal struct {
 	// every call charged, so that no client can multiply its request rate
 	// by sending one turn id.
 	Turns bool
+	// NoCache keeps the key's calls out of the response cache: they
+	// never read nor write it.
+	NoCache bool
 }
 
 // ErrBadKey is returned by an Authenticator for a key that is unknown,

@@ -326,4 +326,6 @@ type keyRequest struct {
 	MaxWait string `json:"max_wait,omitempty"`
 	// Turns lets the key group its calls into turns (X-Sluice-Turn).
 	Turns bool `json:"turns,omitempty"`
+	// NoCache keeps the key's calls out of the response cache.
+	NoCache bool `json:"no_cache,omitempty"`
 }

@@ -49,6 +49,7 @@ func keysTo(out io.Writer, args []string) error {
 		fs.StringVar(&req.Name, "name", "", "a name to recognise the key by")
 		fs.StringVar(&assert, "assert", "", "make a service key: comma-separated attributes (workspace,user,team) it may assert per request with X-Sluice-Workspace, X-Sluice-User, X-Sluice-Team")
 		fs.StringVar(&assertWorkspaces, "assert-workspaces", "", "comma-separated workspaces a service key may assert, each a name or a prefix ending in * (default: any in its org)")
+		fs.BoolVar(&req.NoCache, "no-cache", false, "keep the key's calls out of the response cache: they never read nor write it")
 		fs.BoolVar(&req.Turns, "turns", false, "let the key group its calls into turns with X-Sluice-Turn: a requests rate rule charges a turn once (up to 64 calls); without it every call is charged")
 	}
 	if sub == "update" {
@@ -132,7 +133,7 @@ func keysTo(out io.Writer, args []string) error {
 		}
 		secret, key, err := cat.CreateKey(ctx, catalog.Key{Org: req.Org, Workspace: req.Workspace, Team: req.Team, User: req.User,
 			Tier: req.Tier, Name: req.Name, AllowedModels: req.AllowedModels, Assert: req.Assert, AssertWorkspaces: req.AssertWorkspaces,
-			Class: req.Class, MaxWait: sluice.Duration(maxWait), Turns: req.Turns}, "cli")
+			Class: req.Class, MaxWait: sluice.Duration(maxWait), Turns: req.Turns, NoCache: req.NoCache}, "cli")
 		if err != nil {
 			return err
 		}

@@ -459,7 +459,7 @@ func (k keyStore) principal(key catalog.Key, err error) (gateway.Principal, erro
 	}
 	return gateway.Principal{KeyID: key.ID, Org: key.Org, Workspace: key.Workspace, Team: key.Team, User: key.User,
 		Tier: tier, AllowedModels: key.AllowedModels, Assert: key.Assert, AssertWorkspaces: key.AssertWorkspaces,
-		Class: key.Class, MaxWait: time.Duration(key.MaxWait), Turns: key.Turns || k.config().TierTurns(tier)}, nil
+		Class: key.Class, MaxWait: time.Duration(key.MaxWait), Turns: key.Turns || k.config().TierTurns(tier), NoCache: key.NoCache}, nil
 }
 
 // limiterOptions are the Limiter's options from cfg, over store. Its

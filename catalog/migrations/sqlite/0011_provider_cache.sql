@@ -5,3 +5,5 @@
 -- it replayed cost, in micro-dollars: what the hit saved.
 ALTER TABLE call_records ADD COLUMN provider TEXT NOT NULL DEFAULT '';
 ALTER TABLE call_records ADD COLUMN cache_saved_micros INTEGER NOT NULL DEFAULT 0;
+-- no_cache: a key whose calls never read nor write the response cache (keys create --no-cache).
+ALTER TABLE api_keys ADD COLUMN no_cache INTEGER NOT NULL DEFAULT 0;

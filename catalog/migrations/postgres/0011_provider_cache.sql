@@ -1,5 +1,6 @@
--- The PostgreSQL translation of migrations/sqlite/0011_call_provider_saved.sql.
+-- The PostgreSQL translation of migrations/sqlite/0011_provider_cache.sql.
 -- provider: the deployment's provider that served a call; cache_saved_micros: what a response cache
--- hit saved, in micro-dollars.
+-- hit saved, in micro-dollars; api_keys.no_cache: a key whose calls never use the response cache.
 ALTER TABLE call_records ADD COLUMN provider TEXT NOT NULL DEFAULT '';
 ALTER TABLE call_records ADD COLUMN cache_saved_micros BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE api_keys ADD COLUMN no_cache BOOLEAN NOT NULL DEFAULT FALSE;
