@@ -72,6 +72,7 @@ func TestConsole_LoginCookieAndPages(t *testing.T) {
 	e.createKey("acme", "ada")
 	e.cat.RecordUsage(catalog.UsageEntry{Workspace: "acme", Route: "chat", Model: "mock-small", Requests: 3, InputTokens: 1200, OutputTokens: 300, CostMicros: 4200})
 	e.cat.RecordUsage(catalog.UsageEntry{Workspace: "acme", Route: "chat", Model: "mock-small", At: time.Now().AddDate(0, 0, -3), Requests: 1, InputTokens: 500})
+	e.cat.RecordUsage(catalog.UsageEntry{Workspace: "acme", Route: "chat", Model: "mock-small", Requests: 1, CacheHit: true, CacheSavedMicros: 1400})
 	if err := e.cat.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestConsole_LoginCookieAndPages(t *testing.T) {
 
 	b.login(rootToken)
 	for path, want := range map[string]string{
-		"/ui/":                "1,500",
+		"/ui/":                `<td class="n">25% <span class="muted">($0.0014 saved)</span></td>`,
 		"/ui/workspaces/acme": `<svg id="cost-chart"`,
 		"/ui/rules":           "daily_token_budget",
 		"/ui/overrides":       "No override",

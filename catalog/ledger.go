@@ -33,6 +33,11 @@ type UsageEntry struct {
 	// Swept marks a charge the sweep made for a reservation that was never
 	// settled (a crash, a settlement that never reached the store).
 	Swept bool
+	// CacheHit marks a call answered from the response cache (its row's
+	// kind is cache_hit), and CacheSavedMicros is what the call it
+	// replayed cost.
+	CacheHit         bool
+	CacheSavedMicros int64
 	// At places the entry on a UTC day; zero means now.
 	At                time.Time
 	Requests          int64
@@ -80,7 +85,7 @@ type UsageRow struct {
 	User      string `json:"user,omitempty"`
 	Team      string `json:"team,omitempty"`
 	Tag       string `json:"tag,omitempty"`
-	// Kind is "settled" or "swept" when grouped by kind.
+	// Kind is "settled", "swept" or "cache_hit" when grouped by kind.
 	Kind              string `json:"kind,omitempty"`
 	Requests          int64  `json:"requests"`
 	InputTokens       int64  `json:"input_tokens"`
@@ -93,6 +98,10 @@ type UsageRow struct {
 	// SweptRequests counts the reservations among Requests that the sweep
 	// charged.
 	SweptRequests int64 `json:"swept_requests"`
+	// CacheHits counts the calls among Requests answered from the
+	// response cache, and CacheSavedMicros what they saved.
+	CacheHits        int64 `json:"cache_hits"`
+	CacheSavedMicros int64 `json:"cache_saved_micros"`
 }
 
 const dayLayout = "2006-01-02"
@@ -101,6 +110,7 @@ const dayLayout = "2006-01-02"
 const (
 	kindSettled = "settled"
 	kindSwept   = "swept"
+	kindHit     = "cache_hit"
 )
 
 type usageKey struct {
@@ -108,7 +118,7 @@ type usageKey struct {
 	key, user, team, tags, kind       string
 }
 
-type usageSums struct{ requests, input, output, cached, tokens, cost int64 }
+type usageSums struct{ requests, input, output, cached, tokens, cost, saved int64 }
 
 func (s *usageSums) add(o usageSums) {
 	s.requests += o.requests
@@ -117,6 +127,7 @@ func (s *usageSums) add(o usageSums) {
 	s.cached += o.cached
 	s.tokens += o.tokens
 	s.cost += o.cost
+	s.saved += o.saved
 }
 
 // ledger sums usage in memory, and queues call records, between flushes.
@@ -188,8 +199,11 @@ func (e *UsageEntry) key(day string) usageKey {
 		org = "default"
 	}
 	kind := kindSettled
-	if e.Swept {
+	switch {
+	case e.Swept:
 		kind = kindSwept
+	case e.CacheHit:
+		kind = kindHit
 	}
 	return usageKey{org, e.Workspace, day, e.Route, e.Model, e.KeyID, e.User, e.Team, tagSet(e.Tags), kind}
 }
@@ -200,7 +214,7 @@ func (e *UsageEntry) sums() usageSums {
 	if tokens == 0 {
 		tokens = satAdd(e.InputTokens, e.OutputTokens)
 	}
-	return usageSums{e.Requests, e.InputTokens, e.OutputTokens, e.CachedInputTokens, tokens, e.CostMicros}
+	return usageSums{e.Requests, e.InputTokens, e.OutputTokens, e.CachedInputTokens, tokens, e.CostMicros, e.CacheSavedMicros}
 }
 
 // add adds sums to the pending row k; l.mu is held. Past maxPendingRows
@@ -319,7 +333,7 @@ func (c *Catalog) writeLedger(ctx context.Context, batch map[usageKey]*usageSums
 	})
 }
 
-// rowsPerUpsert is the most ledger rows one upsert carries (16 parameters
+// rowsPerUpsert is the most ledger rows one upsert carries (17 parameters
 // a row, under either database's limit).
 const rowsPerUpsert = 256
 
@@ -372,28 +386,29 @@ func (l *ledger) closeStmts() {
 func (c *Catalog) queueUsage(batch map[usageKey]*usageSums, queue func(query string, args ...any)) {
 	head := `INSERT INTO ` + c.tables + `usage_ledger
 		(org, workspace, day, route, model, key_id, user_id, team, tags, kind,
-			requests, input_tokens, output_tokens, cached_input_tokens, tokens, cost_micros) VALUES `
+			requests, input_tokens, output_tokens, cached_input_tokens, tokens, cost_micros, cache_saved_micros) VALUES `
 	const tail = ` ON CONFLICT (org, workspace, day, route, model, key_id, user_id, team, tags, kind) DO UPDATE SET
 			requests = usage_ledger.requests + excluded.requests,
 			input_tokens = usage_ledger.input_tokens + excluded.input_tokens,
 			output_tokens = usage_ledger.output_tokens + excluded.output_tokens,
 			cached_input_tokens = usage_ledger.cached_input_tokens + excluded.cached_input_tokens,
 			tokens = usage_ledger.tokens + excluded.tokens,
-			cost_micros = usage_ledger.cost_micros + excluded.cost_micros`
+			cost_micros = usage_ledger.cost_micros + excluded.cost_micros,
+			cache_saved_micros = usage_ledger.cache_saved_micros + excluded.cache_saved_micros`
 	keys := slices.SortedFunc(maps.Keys(batch), compareUsageKeys)
 	for len(keys) > 0 {
 		n := powerOfTwoRows(len(keys), rowsPerUpsert)
 		var b strings.Builder
 		b.WriteString(head)
-		args := make([]any, 0, n*16) // the queued statement keeps its arguments
+		args := make([]any, 0, n*17) // the queued statement keeps its arguments
 		for i, k := range keys[:n] {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 			s := batch[k]
 			args = append(args, k.org, k.workspace, k.day, k.route, k.model, k.key, k.user, k.team, k.tags, k.kind,
-				s.requests, s.input, s.output, s.cached, s.tokens, s.cost)
+				s.requests, s.input, s.output, s.cached, s.tokens, s.cost, s.saved)
 		}
 		b.WriteString(tail)
 		queue(c.d.q(b.String()), args...)

@@ -279,3 +279,30 @@ func TestCatalog_ManyLedgerRowsInOneFlush(t *testing.T) {
 		}
 	})
 }
+
+// Calls answered from the response cache are ledger rows of their own
+// kind: counted among the requests, with what they saved.
+func TestCatalog_UsageCountsCacheHits(t *testing.T) {
+	eachBackend(t, func(t *testing.T, be *backend) {
+		c, _ := be.openTest(t)
+		ctx := context.Background()
+		c.RecordUsage(UsageEntry{Workspace: "w", Model: "gpt", Requests: 1, InputTokens: 10, OutputTokens: 5, CostMicros: 300})
+		for range 2 {
+			c.RecordUsage(UsageEntry{Workspace: "w", Model: "gpt", Requests: 1, CacheHit: true, CacheSavedMicros: 300})
+		}
+		if err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := c.Usage(ctx, UsageQuery{Workspace: "w"})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("usage %+v (%v)", rows, err)
+		}
+		if r := rows[0]; r.Requests != 3 || r.CacheHits != 2 || r.CacheSavedMicros != 600 || r.CostMicros != 300 {
+			t.Fatalf("usage %+v, want 3 requests of which 2 hits that saved 600, and 300 spent", r)
+		}
+		rows, err = c.Usage(ctx, UsageQuery{Workspace: "w", GroupBy: []string{"kind"}})
+		if err != nil || len(rows) != 2 || rows[0].Kind != "cache_hit" || rows[0].Requests != 2 || rows[1].Kind != "settled" {
+			t.Fatalf("usage by kind %+v (%v), want a cache_hit row of 2 and a settled row", rows, err)
+		}
+	})
+}

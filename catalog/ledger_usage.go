@@ -66,7 +66,8 @@ func (c *Catalog) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 		b.WriteString(col + ", ")
 	}
 	for i, col := range []string{"requests", "input_tokens", "output_tokens", "cached_input_tokens", "tokens", "cost_micros",
-		"CASE WHEN kind = '" + kindSwept + "' THEN requests ELSE 0 END"} {
+		"CASE WHEN kind = '" + kindSwept + "' THEN requests ELSE 0 END", "CASE WHEN kind = '" + kindHit + "' THEN requests ELSE 0 END",
+		"cache_saved_micros"} {
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -89,11 +90,12 @@ func (c *Catalog) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	var out []UsageRow
 	for rows.Next() {
 		r := UsageRow{Org: q.Org, Workspace: q.Workspace, Key: q.Key}
-		dest := make([]any, 0, len(groups)+7)
+		dest := make([]any, 0, len(groups)+9)
 		for _, g := range groups {
 			dest = append(dest, r.field(g))
 		}
-		dest = append(dest, &r.Requests, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens, &r.Tokens, &r.CostMicros, &r.SweptRequests)
+		dest = append(dest, &r.Requests, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens, &r.Tokens, &r.CostMicros, &r.SweptRequests,
+			&r.CacheHits, &r.CacheSavedMicros)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("catalog: usage: %w", err)
 		}
@@ -141,6 +143,8 @@ func (r *UsageRow) add(o *UsageRow) {
 	r.Tokens += o.Tokens
 	r.CostMicros += o.CostMicros
 	r.SweptRequests += o.SweptRequests
+	r.CacheHits += o.CacheHits
+	r.CacheSavedMicros += o.CacheSavedMicros
 }
 
 // splitTags turns rows grouped by tag set (in Tag) into rows per tag: a row

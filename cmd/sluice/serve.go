@@ -535,7 +535,7 @@ func ledgerRecordOf(u gateway.UsageRecord) catalog.LedgerRecord {
 	}
 	return catalog.LedgerRecord{
 		Usage: catalog.UsageEntry{Org: u.Org, Workspace: u.Workspace, Route: u.Route, Model: u.Model, At: u.At, Requests: 1,
-			KeyID: u.KeyID, User: u.User, Team: u.Team, Tags: u.Tags,
+			KeyID: u.KeyID, User: u.User, Team: u.Team, Tags: u.Tags, CacheHit: u.CacheHit, CacheSavedMicros: u.CacheSaved,
 			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost},
 		Call: catalog.CallRecord{At: u.At, RequestID: u.RequestID, Org: u.Org, Workspace: u.Workspace, KeyID: u.KeyID, User: u.User,
 			Route: u.Route, Model: u.Model, Provider: u.Provider, Outcome: outcome,

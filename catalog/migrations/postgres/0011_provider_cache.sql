@@ -4,3 +4,5 @@
 ALTER TABLE call_records ADD COLUMN provider TEXT NOT NULL DEFAULT '';
 ALTER TABLE call_records ADD COLUMN cache_saved_micros BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE api_keys ADD COLUMN no_cache BOOLEAN NOT NULL DEFAULT FALSE;
+-- usage_ledger.cache_saved_micros: what the response cache's hits (the rows of kind cache_hit) saved, in micro-dollars.
+ALTER TABLE usage_ledger ADD COLUMN cache_saved_micros BIGINT NOT NULL DEFAULT 0;
