@@ -353,6 +353,9 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" {
 			continue
 		}
+		if req.InFlight && rule.Kind == KindConcurrency {
+			continue // its connection holds the lease
+		}
 		charges = append(charges, rule.charge)
 		c := &charges[len(charges)-1]
 		c.Limit, c.Burst, c.source = limit, burst, source

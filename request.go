@@ -247,6 +247,10 @@ type Request struct {
 	// MaxWait lets the admission wait for rate and concurrency rules (never
 	// budgets), in arrival order per subject. Zero refuses at once.
 	MaxWait time.Duration
+	// InFlight marks a call made inside one already counted in flight (a
+	// response of a live connection, whose connection holds the lease):
+	// concurrency rules do not count it again.
+	InFlight bool
 }
 
 // Price is a model's price list in micro-dollars per million tokens.
