@@ -330,6 +330,15 @@ type Options struct {
 	// time). The Limiter has its own (sluice.Options.Clock): a test that
 	// moves one moves both.
 	Clock Clock
+
+	// LiveMaxDuration is the longest a live connection (GET /v1/realtime)
+	// stays open without a session whose wall clock ends it sooner (60
+	// minutes, the Realtime API's own cap); it then closes with 1000.
+	LiveMaxDuration time.Duration
+	// LiveMaxFrameBytes caps a client event of a live connection (1 MiB,
+	// about 16 s of audio per input_audio_buffer.append); a larger frame
+	// closes the connection with 1009.
+	LiveMaxFrameBytes int
 }
 
 // Event describes one finished client request, for metrics and logs.
@@ -448,6 +457,9 @@ func withDefaults(opts Options) (Options, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 8 << 20
 	}
+	if opts.LiveMaxFrameBytes <= 0 {
+		opts.LiveMaxFrameBytes = 1 << 20
+	}
 	if opts.UpstreamRetries < 0 {
 		opts.UpstreamRetries = 0
 	} else if opts.UpstreamRetries == 0 {
@@ -465,6 +477,7 @@ func withDefaults(opts Options) (Options, error) {
 		{&opts.RetryMax, 2 * time.Second},
 		{&opts.BatchMaxWait, 30 * time.Second},
 		{&opts.PaceMaxWait, 10 * time.Second},
+		{&opts.LiveMaxDuration, 60 * time.Minute},
 	} {
 		if *d.value <= 0 {
 			*d.value = d.def
@@ -556,6 +569,8 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 		g.inFlight.add()
 		defer g.inFlight.done()
 		g.sessions(ctx, path, method)
+	case path == realtimeRoute.path && method == fasthttp.MethodGet:
+		g.realtime(ctx) // a live connection: realtime.go
 	case method != fasthttp.MethodPost:
 		if _, ok := routes[path]; !ok {
 			g.refuseEarly(ctx, path, errNotFound(path))

@@ -1,0 +1,202 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+)
+
+// A live connection (GET /v1/realtime?model=..., the OpenAI Realtime API
+// over WebSocket) goes down the pipeline of a call, once for the
+// connection and once for each response made on it:
+//
+//	realtime.go           connect: authenticate, resolve the model, join
+//	                      the session, admit the connection (its lease), dial
+//	                      the provider, upgrade
+//	realtime_conn.go      relay the events both ways until either side ends
+//	realtime_response.go  admit each response.create before it is
+//	                      forwarded, and end it with its response.done
+//	realtime_close.go     the error events and close codes a limit speaks with
+//
+// The connection is a call in flight for as long as it is open: its lease
+// holds a place on concurrency rules (and counts one request), and is
+// settled at close by end, as every call is. Each response is a call of
+// its own (Request.InFlight: it takes no second place), settled with the
+// usage of its response.done.
+
+// realtimeRoute is the route of a live connection and of its responses,
+// in rules, the ledger and the error shape (OpenAI's).
+var realtimeRoute = &route{path: "/v1/realtime", name: "realtime"}
+
+// realtimeUpgrader upgrades a client connection. Any origin may connect:
+// a connection is authenticated by its key, never by a cookie, so a page
+// of another origin can do nothing its key could not.
+var realtimeUpgrader = websocket.FastHTTPUpgrader{
+	CheckOrigin:  func(*fasthttp.RequestCtx) bool { return true },
+	Subprotocols: []string{"realtime"},
+}
+
+// realtime serves GET /v1/realtime: a refusal is answered before the
+// upgrade, in HTTP, as any call's.
+func (g *Gateway) realtime(ctx *fasthttp.RequestCtx) {
+	now := g.now()
+	c := &call{g: g, ctx: ctx, rt: realtimeRoute, start: now, deadline: now.Add(g.opts.LiveMaxDuration)}
+	c.event.Route, c.event.RequestID = realtimeRoute.name, requestIDOf(ctx)
+	g.inFlight.add() // until the connection's call ends
+	lc, err := c.openLive()
+	if err == nil {
+		c.event.Status = fasthttp.StatusSwitchingProtocols
+		c.ending = endCharge // the lease is settled at close
+		if err = realtimeUpgrader.Upgrade(ctx, lc.run); err != nil {
+			// The upgrader answered the client.
+			lc.upstream.Close()
+			c.ending = endRelease
+			c.event.Status = ctx.Response.StatusCode()
+			c.event.Outcome, c.event.Class = "bad_request", "terminal"
+			c.event.Cause = fmt.Errorf("upgrade: %w", err)
+			c.end()
+		}
+		return
+	}
+	c.refuse(err)
+	c.event.Status = ctx.Response.StatusCode()
+	c.end()
+}
+
+// openLive authenticates the connection, resolves its model and session,
+// admits it and dials the provider. An error returned has not been
+// answered; once the connection was admitted, c ends by releasing it.
+func (c *call) openLive() (*liveConn, error) {
+	g, ctx := c.g, c.ctx
+	if !websocket.FastHTTPIsWebSocketUpgrade(ctx) {
+		ctx.Response.Header.Set("Upgrade", "websocket")
+		return nil, &apiError{status: fasthttp.StatusUpgradeRequired, typ: "invalid_request_error", anthType: "invalid_request_error",
+			code: "upgrade_required", message: "GET /v1/realtime is a WebSocket: send the upgrade headers."}
+	}
+	c.ip = clientIP(ctx, g.opts.TrustedProxies)
+	who, asserted, err := g.authenticate(ctx, c.ip, &c.event)
+	if err != nil {
+		return nil, err
+	}
+	c.who, c.asserted, c.authenticated = who, asserted, true
+	c.event.Org, c.event.Workspace, c.event.KeyID = who.Org, who.Workspace, who.KeyID
+	c.bound.Model, c.bound.NoOutput, c.bound.N = string(ctx.QueryArgs().Peek("model")), true, 1
+	if c.bound.Model == "" {
+		return nil, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "missing_model", param: "model",
+			message: "Name the model in the URL: /v1/realtime?model=..."}
+	}
+	c.event.Model = c.bound.Model
+	m, tenant := g.lookup(c.bound.Model, &who)
+	if m == nil {
+		return nil, errUnknownModel(c.bound.Model)
+	}
+	c.model, c.tried = m, m
+	if err := c.permitted(m, true, tenant); err != nil {
+		return nil, err
+	}
+	if m.provider.Kind == KindAnthropic {
+		return nil, errWrongAPI(c.bound.Model, realtimeRoute)
+	}
+	if err := c.readAttributes(m); err != nil {
+		return nil, err
+	}
+	c.maxWait = 0 // a live connection is answered at once
+	c.event.Model = m.Name
+	if err := c.admitConnection(m); err != nil {
+		return nil, err
+	}
+	c.adm, c.ending = &c.held, endRelease
+	up, err := g.dialLive(m, c.ownKey, &ctx.Request.Header)
+	if err != nil {
+		return nil, err
+	}
+	return newLiveConn(c, m, up), nil
+}
+
+// admitConnection admits the connection on m: its lease on concurrency
+// rules, one request, no tokens, for as long as it may stay open.
+func (c *call) admitConnection(m *model) error {
+	req := c.request(m, 0)
+	req.Timeout = c.deadline.Sub(c.g.now())
+	t0 := c.g.now()
+	res, err := c.g.limiter.Admit(context.Background(), req)
+	c.event.Decision += c.g.since(t0)
+	if err != nil {
+		return err
+	}
+	c.held = admission{model: m, res: res}
+	c.event.Classes = res.Result().Classes
+	return nil
+}
+
+// liveDialer dials providers' realtime endpoints.
+var liveDialer = websocket.Dialer{HandshakeTimeout: 10 * time.Second, Proxy: http.ProxyFromEnvironment}
+
+// dialLive opens the provider's side of a live connection on m,
+// authenticated with its key (or the client's own, ownKey), passing on the
+// client's headers that select API behaviour.
+func (g *Gateway) dialLive(m *model, ownKey string, client *fasthttp.RequestHeader) (*websocket.Conn, error) {
+	p := m.provider
+	u := url.URL{Scheme: "ws", Host: p.host}
+	if p.tls {
+		u.Scheme = "wss"
+	}
+	q := url.Values{}
+	switch {
+	case p.Kind == KindMock:
+		u.Path = p.prefix + realtimeRoute.path
+		q.Set("model", m.UpstreamName)
+	case p.Kind == KindAzure && p.APIVersion != "":
+		u.Path = p.prefix + "/openai/realtime"
+		q.Set("api-version", p.APIVersion)
+		q.Set("deployment", m.UpstreamName)
+	default: // the base URL ends with the version, as in the SDKs
+		u.Path = p.prefix + strings.TrimPrefix(realtimeRoute.path, "/v1")
+		q.Set("model", m.UpstreamName)
+	}
+	u.RawQuery = q.Encode()
+	h := http.Header{}
+	key := p.APIKey
+	if ownKey != "" {
+		key = ownKey
+	}
+	switch {
+	case key == "":
+	case p.Kind == KindAzure:
+		h.Set("api-key", key)
+	default:
+		h.Set("Authorization", "Bearer "+key)
+	}
+	if p.Organization != "" {
+		h.Set("OpenAI-Organization", p.Organization)
+	}
+	if p.Project != "" {
+		h.Set("OpenAI-Project", p.Project)
+	}
+	for _, name := range []string{"OpenAI-Beta", "traceparent", "tracestate"} {
+		if v := client.Peek(name); len(v) > 0 {
+			h.Set(name, string(v))
+		}
+	}
+	conn, resp, err := liveDialer.Dial(u.String(), h)
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		if resp != nil && (resp.StatusCode == 401 || resp.StatusCode == 403) {
+			return nil, errProviderAuth(p.Name, resp.StatusCode)
+		}
+		if errors.Is(err, websocket.ErrBadHandshake) && resp != nil {
+			err = fmt.Errorf("%w: status %d", err, resp.StatusCode)
+		}
+		return nil, errUpstream(502, fmt.Errorf("realtime dial %s: %w", p.Name, err))
+	}
+	return conn, nil
+}
