@@ -92,6 +92,10 @@ func (lc *liveConn) errorEvent(err error, eventID string) ([]byte, int) {
 		if !hr.Terminal && hr.RetryAfter > 0 {
 			e.RetryAfterMS = max(1, hr.RetryAfter.Milliseconds())
 		}
+		var fh *fitHint
+		if errors.As(err, &fh) {
+			e.Message += fmt.Sprintf(" The largest max_output_tokens that fits now is %d.", fh.maxTokens)
+		}
 	} else if errors.As(err, &ae) {
 		status, e.Type, e.Code, e.Message = ae.status, ae.typ, ae.code, ae.message
 		if ae.limit != nil {
@@ -110,15 +114,27 @@ func (lc *liveConn) errorEvent(err error, eventID string) ([]byte, int) {
 const maxCloseReason = 123
 
 // limitClose is the close a refusal ends the session with; code 0 when it
-// refuses one response only.
-func limitClose(err error) (code int, reason string) {
+// refuses one response only. least is the smallest response the session
+// could still make (its conversation, and one output token): a budget or
+// a rule that cannot hold even that is reached for the session, whatever
+// the client lowers.
+func limitClose(err error, least sluice.Usage) (code int, reason string) {
 	var ae *apiError
 	var bu *sluice.BudgetError
+	var tl *sluice.TooLargeError
 	switch {
 	case errors.Is(err, sluice.ErrStoreUnavailable):
 		return websocket.CloseTryAgainLater, "limit store unavailable; retry later"
-	case errors.As(err, &bu) && !bu.Insufficient():
-		return websocket.CloseInternalServerErr, closeReason("quota exceeded: budget " + bu.Rule + " reached")
+	case errors.As(err, &bu):
+		if n, ok := amountOf(least, bu.Metric); ok && bu.Remaining < n {
+			return websocket.CloseInternalServerErr, closeReason("quota exceeded: budget " + bu.Rule + " reached")
+		}
+		return 0, ""
+	case errors.As(err, &tl):
+		if n, ok := amountOf(least, tl.Metric); ok && tl.Limit < n {
+			return websocket.CloseInternalServerErr, closeReason("quota exceeded: the conversation outgrew " + tl.Rule)
+		}
+		return 0, ""
 	case !errors.As(err, &ae):
 		return 0, ""
 	case ae.code == "session_ceiling_reached":
@@ -133,6 +149,26 @@ func limitClose(err error) (code int, reason string) {
 		return websocket.CloseNormalClosure, "session closed"
 	}
 	return 0, ""
+}
+
+// amountOf is how much of metric u holds, for the metrics a response
+// charges by its size; false for the others.
+func amountOf(u sluice.Usage, metric sluice.Metric) (int64, bool) {
+	switch metric {
+	case sluice.MetricTokens:
+		return u.InputTokens + u.OutputTokens, true
+	case sluice.MetricInputTokens:
+		return u.InputTokens, true
+	case sluice.MetricUncachedInputTokens:
+		return u.InputTokens - u.CachedInputTokens, true
+	case sluice.MetricOutputTokens:
+		return u.OutputTokens, true
+	case sluice.MetricCost:
+		return u.Cost, true
+	case sluice.MetricRequests:
+		return 1, true
+	}
+	return 0, false
 }
 
 // closeReason cuts a reason to what a close frame holds, on a rune's

@@ -117,13 +117,15 @@ func (r *liveResponse) admit() error {
 // close when the limit ends the session (see limitClose).
 func (lc *liveConn) refuseResponse(r *liveResponse, err error, eventID string) {
 	c := r.c
+	err = c.withFitHint(err)
 	c.event.Outcome, c.event.Class = outcomeOf(err)
 	c.event.RefusedClass = refusedClass(err)
 	c.event.Cause = causeOf(err)
 	ev, status := lc.errorEvent(err, eventID)
 	c.event.Status = status
 	c.end()
-	code, reason := limitClose(err)
+	least := c.request(lc.model, 1).Max
+	code, reason := limitClose(err, least)
 	if code == 0 {
 		lc.sendError(ev)
 		return
