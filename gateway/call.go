@@ -96,6 +96,9 @@ type call struct {
 	record   UsageRecord // made by settle
 	usage    llm.Usage
 	reported bool
+	// custom are the custom metrics the call used, settled with usage (a
+	// live connection's seconds: realtime_seconds.go); nil for the others.
+	custom map[string]int64
 }
 
 // serve runs one call down the pipeline and ends it: at once, or, when its

@@ -98,6 +98,7 @@ func (c *call) openLive() (*liveConn, error) {
 		return nil, errUnknownModel(c.bound.Model)
 	}
 	c.model, c.tried = m, m
+	c.event.Provider = m.provider.Name
 	if err := c.permitted(m, true, tenant); err != nil {
 		return nil, err
 	}
@@ -109,7 +110,8 @@ func (c *call) openLive() (*liveConn, error) {
 	}
 	c.maxWait = 0 // a live connection is answered at once
 	c.event.Model = m.Name
-	if err := c.admitConnection(m); err != nil {
+	secs, bound, err := c.admitConnection(m)
+	if err != nil {
 		return nil, err
 	}
 	c.adm, c.ending = &c.held, endRelease
@@ -117,23 +119,30 @@ func (c *call) openLive() (*liveConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newLiveConn(c, m, up), nil
+	lc := newLiveConn(c, m, up)
+	lc.seconds, lc.secondsRule = secs, bound
+	return lc, nil
 }
 
 // admitConnection admits the connection on m: its lease on concurrency
-// rules, one request, no tokens, for as long as it may stay open.
-func (c *call) admitConnection(m *model) error {
-	req := c.request(m, 0)
-	req.Timeout = c.deadline.Sub(c.g.now())
+// rules, one request, no tokens, and the seconds it may stay open (see
+// reserveSeconds).
+func (c *call) admitConnection(m *model) (secs int64, bound string, err error) {
 	t0 := c.g.now()
-	res, err := c.g.limiter.Admit(context.Background(), req)
-	c.event.Decision += c.g.since(t0)
+	defer func() { c.event.Decision += c.g.since(t0) }()
+	room, err := c.secondsLeft(m)
 	if err != nil {
-		return err
+		return 0, "", err
+	}
+	req := c.request(m, 0)
+	secs, bound = c.reserveSeconds(&req, room)
+	res, err := c.g.limiter.Admit(context.Background(), req)
+	if err != nil {
+		return 0, "", err
 	}
 	c.held = admission{model: m, res: res}
 	c.event.Classes = res.Result().Classes
-	return nil
+	return secs, bound, nil
 }
 
 // liveDialer dials providers' realtime endpoints.

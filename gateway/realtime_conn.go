@@ -51,6 +51,10 @@ type liveConn struct {
 	pending []*liveResponse
 	// responses counts the responses made on the connection.
 	responses int
+	// seconds is what the connection reserved of MetricSeconds;
+	// secondsRule names the seconds rule whose room set its deadline.
+	seconds     int64
+	secondsRule string
 }
 
 func newLiveConn(c *call, m *model, up *websocket.Conn) *liveConn {
@@ -244,7 +248,8 @@ func (lc *liveConn) finish() {
 		r.abandon()
 	}
 	c := lc.c
-	c.reported = true // no tokens: the lease is settled as it was reserved
+	c.reported = true // no tokens, and the seconds it was open
+	lc.chargeSeconds()
 	c.event.Outcome = outcomeAdmitted
 	lc.g.log.Info("live connection closed", "request_id", c.event.RequestID, "model", lc.model.Name, "session", c.session.id,
 		"close_code", lc.closeCode, "close_reason", lc.closeReason, "responses", lc.responses, "seconds", lc.g.since(c.start).Seconds())

@@ -179,3 +179,33 @@ func TestRealtime_ProviderDropIsATransientClose(t *testing.T) {
 		t.Fatalf("the dropped response was charged %+v, want its 2 deltas of output", r)
 	}
 }
+
+func TestRealtime_SecondsAreReservedAndChargedAtClose(t *testing.T) {
+	clock := clocktest.New(time.Now())
+	h := startHarness(t, setup{clock: clock, rules: []sluice.Rule{{Name: "live_seconds", Kind: sluice.KindBudget, Subject: "user",
+		Metric: gateway.MetricSeconds, Limit: 60, Period: sluice.PeriodDay}}})
+	first := h.mustDialLive(t, nil)
+	if got := h.used("live_seconds"); got != 60 {
+		t.Fatalf("reserved %d seconds, want the 60 the budget has", got)
+	}
+	clock.Advance(40 * time.Second)
+	_ = first.conn.Close(websocket.StatusNormalClosure, "")
+	eventually(t, "the first connection charged its 40 s", func() bool { return h.used("live_seconds") == 40 })
+
+	second := h.mustDialLive(t, nil)
+	clock.Advance(19 * time.Second)
+	second.send(`{"type":"session.update","session":{"instructions":"19 s in"}}`)
+	second.next("session.updated")
+	clock.Advance(time.Second)
+	e := errorOf(second.next("error"))
+	if e["code"] != "seconds_exceeded" || e["limit"].(map[string]any)["rule"] != "live_seconds" {
+		t.Fatalf("error %v, want the seconds budget named", e)
+	}
+	ce := second.closed()
+	quotaClose(t, ce)
+	eventually(t, "the second connection charged its 20 s", func() bool { return h.used("live_seconds") == 60 })
+
+	if _, resp, err := h.dialLive(t, "mock-small", nil); err == nil || resp == nil || resp.StatusCode == 101 {
+		t.Fatalf("a third connection with no seconds left: %v, %v; want a refusal", err, resp)
+	}
+}

@@ -81,7 +81,7 @@ func (lc *liveConn) newResponse(input, capPer int64) *liveResponse {
 		tags: base.tags, start: g.now(), deadline: base.deadline, authenticated: true, tried: m}
 	c.session.id, c.session.endsCall = base.session.id, base.session.endsCall
 	c.bound = llm.Bound{Model: base.bound.Model, N: 1, InputTokens: input, HasMaxOutput: true, MaxOutputTokens: capPer, MinOutputTokens: 1}
-	c.event = Event{Route: realtimeRoute.name, RequestID: base.event.RequestID + "/" + strconv.Itoa(lc.responses), Model: m.Name,
+	c.event = Event{Route: realtimeRoute.name, RequestID: base.event.RequestID + "/" + strconv.Itoa(lc.responses), Model: m.Name, Provider: m.provider.Name,
 		Org: base.who.Org, Workspace: base.who.Workspace, KeyID: base.who.KeyID, SessionID: base.session.id, Tags: base.tags}
 	return &liveResponse{lc: lc, c: c, input: input}
 }

@@ -175,7 +175,7 @@ func (c *call) impossible(adm *admission, u llm.Usage) bool {
 // settleUsage turns reported usage into what the limiter charges.
 func (c *call) settleUsage(cand *model, u llm.Usage) sluice.Usage {
 	su := sluice.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-		CachedInputTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteTokens}
+		CachedInputTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteTokens, Custom: c.custom}
 	if c.ownKey == "" {
 		su.Cost = cand.Price.Cost(su)
 	}
