@@ -18,9 +18,11 @@ import (
 // (its error object carries Sluice's limit object and, for a throttle, the
 // retry hint), and, when the limit ends the session, a close:
 //
-//   - a session ceiling (wall clock, turns, tokens, cost) or a spent
-//     budget: 1011 with "quota exceeded" in the reason, which clients
-//     (the seed's close handler, retry.ClassifyClose) take as terminal;
+//   - a session ceiling reached (wall clock, turns, context; tokens or
+//     cost without room for the smallest response the conversation
+//     allows), a spent budget, or a rule the conversation outgrew: 1011
+//     with "quota exceeded" in the reason, which clients (the seed's
+//     close handler, retry.ClassifyClose) take as terminal;
 //   - the limit or session store unavailable: 1013, without those words
 //     (a reconnect may work);
 //   - a closed session: 1000.
@@ -139,8 +141,13 @@ func limitClose(err error, least sluice.Usage) (code int, reason string) {
 		return 0, ""
 	case ae.code == "session_ceiling_reached":
 		ceiling := "session"
-		if ae.limit != nil {
-			ceiling = ceilingWords(strings.TrimPrefix(ae.limit.Rule, "session_"))
+		if l := ae.limit; l != nil {
+			// A token or cost ceiling with room for a smaller response
+			// refuses this one only.
+			if n, ok := amountOf(least, sluice.Metric(l.Metric)); ok && (l.Metric == "tokens" || l.Metric == "cost") && l.Remaining >= n {
+				return 0, ""
+			}
+			ceiling = ceilingWords(strings.TrimPrefix(l.Rule, "session_"))
 		}
 		return websocket.CloseInternalServerErr, closeReason("quota exceeded: session " + ceiling + " ceiling reached")
 	case ae.code == "session_store_unavailable":

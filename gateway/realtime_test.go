@@ -213,12 +213,21 @@ func TestRealtime_ThrottledResponseKeepsTheConnection(t *testing.T) {
 
 func TestRealtime_TokenCeilingClosesWithQuotaExceeded(t *testing.T) {
 	h := sessionHarness(t, nil)
-	_, s := h.sessionCall("POST", "/v1/sessions", `{"max_tokens":1000}`, nil)
+	_, s := h.sessionCall("POST", "/v1/sessions", `{"max_tokens":600}`, nil)
 	c := h.mustDialLive(t, map[string]string{gateway.HeaderSession: s.ID})
-	c.send(`{"type":"response.create","response":{"max_output_tokens":500}}`)
-	c.next("response.done")
-	// 256 used: a response that may use 900 more does not fit.
-	c.send(`{"type":"response.create","response":{"max_output_tokens":900}}`)
+	c.send(`{"type":"response.create","response":{"max_output_tokens":256}}`)
+	c.next("response.done") // 257 used
+	// With room for a smaller response, a large one is refused alone.
+	c.send(`{"type":"response.create","response":{"max_output_tokens":400}}`)
+	if e := errorOf(c.next("error")); e["code"] != "session_ceiling_reached" {
+		t.Fatalf("error %v, want the session's token ceiling", e)
+	}
+	c.send(`{"type":"response.create","response":{"max_output_tokens":50}}`)
+	if in, out := usageOf(c.next("response.done")); in != 256 || out != 50 {
+		t.Fatalf("second response used %d+%d, want the first's 256 answered tokens and 50", in, out)
+	}
+	// 563 used, 37 left: less than the conversation alone (306).
+	c.send(`{"type":"response.create","response":{"max_output_tokens":1}}`)
 	e := errorOf(c.next("error"))
 	if e["code"] != "session_ceiling_reached" || e["limit"].(map[string]any)["rule"] != "session_tokens" {
 		t.Fatalf("error %v, want the session's token ceiling named", e)

@@ -28,12 +28,12 @@ import (
 //   - any other event type is answered with an error event.
 //
 // Usage is exact: a response's input tokens are its conversation's text
-// bytes (instructions, the items' text, earlier answers' text) divided by
-// 4, rounded up, plus its audio tokens (RealtimeAudioInputTokensPerSecond
-// of 24 kHz 16-bit audio), at least 1; its output is min(cap, [mock
-// tokens=N] or DefaultMaxTokens), the cap being the response's or the
-// session's max_output_tokens ("inf": none). The answer joins the
-// conversation. Directives in any text of the session: [mock tokens=N],
+// bytes (instructions, the items' text) divided by 4, rounded up, plus its
+// audio tokens (RealtimeAudioInputTokensPerSecond of 24 kHz 16-bit audio)
+// and the output tokens of its earlier responses, at least 1; its output
+// is min(cap, [mock tokens=N] or DefaultMaxTokens), the cap being the
+// response's or the session's max_output_tokens ("inf": none). The answer
+// joins the conversation (unless the response was out of band). Directives in any text of the session: [mock tokens=N],
 // [mock cut=K] (send K deltas, then drop the connection with no close
 // frame and no usage) and [mock close=CODE] (answer the next
 // response.create by closing with CODE).
@@ -111,8 +111,9 @@ type realtimeSession struct {
 	// maxOutput is the session's max_output_tokens; -1 is "inf".
 	maxOutput  int64
 	modalities []string
-	// textBytes and audioTokens are the conversation's input so far.
-	textBytes, audioTokens int64
+	// textBytes, audioTokens and answered (the output of its responses)
+	// are the conversation's input so far.
+	textBytes, audioTokens, answered int64
 	// buffered is the audio appended and not yet committed, in bytes.
 	buffered   int64
 	directives directives

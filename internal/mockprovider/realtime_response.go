@@ -34,7 +34,7 @@ func (rs *realtimeSession) respond(ev *realtimeEvent) bool {
 		return false
 	}
 	textIn := rs.textBytes + int64(len(instructions))
-	input := max(1, ceilDiv(textIn, 4)+rs.audioTokens)
+	input := max(1, ceilDiv(textIn, 4)+rs.audioTokens+rs.answered)
 	output := rs.s.opts.DefaultMaxTokens
 	if rs.directives.tokens >= 0 {
 		output = rs.directives.tokens
@@ -53,7 +53,7 @@ func (rs *realtimeSession) respond(ev *realtimeEvent) bool {
 		return false
 	}
 	if !outOfBand {
-		rs.textBytes += int64(len(appendTokens(nil, 0, output)))
+		rs.answered += output // read again as input, token for token
 	}
 	rs.s.live.completed.Add(1)
 	return rs.send(map[string]any{"type": "response.done", "response": map[string]any{"id": id, "object": "realtime.response",

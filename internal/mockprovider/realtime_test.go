@@ -68,12 +68,11 @@ func TestRealtime_ResponseUsageIsExact(t *testing.T) {
 	if u["input_tokens"] != 3.0 || u["output_tokens"] != 7.0 || u["total_tokens"] != 10.0 {
 		t.Fatalf("usage %v", u)
 	}
-	// The answer joins the conversation: its 7 words' bytes count next time.
+	// The answer joins the conversation: its 7 tokens are input next time.
 	send(t, c, `{"type":"response.create","response":{"max_output_tokens":2}}`)
 	u = next(t, c, "response.done")["response"].(map[string]any)["usage"].(map[string]any)
-	answer := int64(len(appendTokens(nil, 0, 7)))
-	if want := float64((12 + answer + 3) / 4); u["input_tokens"] != want || u["output_tokens"] != 2.0 {
-		t.Fatalf("second usage %v, want input %v", u, want)
+	if u["input_tokens"] != 10.0 || u["output_tokens"] != 2.0 {
+		t.Fatalf("second usage %v, want input 3 + 7", u)
 	}
 	if st := s.RealtimeStats(); st.Responses != 2 || st.Completed != 2 || st.Connections != 1 {
 		t.Fatalf("stats %+v", st)
