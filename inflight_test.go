@@ -19,3 +19,17 @@ func TestLimiter_InFlightCallTakesNoSecondLease(t *testing.T) {
 	settle(t, conn, sluice.Usage{})
 	admit(t, l, byKey("k"))
 }
+
+// A budget on a custom metric neither charges nor refuses a call that does
+// not name the metric: a user whose live seconds are spent may still chat.
+func TestLimiter_CustomMetricRuleAppliesToCallsThatNameIt(t *testing.T) {
+	l, _ := withRules(t, named(daily("seconds", 60), "live"))
+	live := byKey("k")
+	live.Max.Custom = map[string]int64{"seconds": 60}
+	admit(t, l, live)
+	admit(t, l, byKey("k")) // names no seconds
+	refuse(t, l, live, sluice.ErrBudgetExhausted)
+	later := byKey("k")
+	later.Max.Custom = map[string]int64{"seconds": 0} // reports them at settlement
+	refuse(t, l, later, sluice.ErrBudgetExhausted)
+}

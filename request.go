@@ -140,6 +140,8 @@ type Usage struct {
 	// Cost is the price of the call in micro-dollars.
 	Cost int64
 	// Custom holds custom metrics by name (audio seconds, sandbox seconds).
+	// A rule on a custom metric applies only to requests whose Max (or
+	// Expected) names it, if only with 0.
 	Custom map[string]int64
 }
 
@@ -251,6 +253,30 @@ type Request struct {
 	// response of a live connection, whose connection holds the lease):
 	// concurrency rules do not count it again.
 	InFlight bool
+}
+
+// usesMetric reports whether an admission of req is charged by rule: every
+// rule but one on a custom metric that req does not name in Max.Custom
+// (nor Expected.Custom), which neither charges nor refuses a call that
+// does not meter it (a chat call, by a budget of a live connection's
+// seconds). A call that reports a custom metric only at settlement names
+// it with 0 to be counted.
+func (req *Request) usesMetric(rule *compiledRule) bool {
+	if !rule.amountOfRequest || rule.metric.builtin() {
+		return true
+	}
+	_, inMax := req.Max.Custom[string(rule.metric)]
+	_, inExpected := req.Expected.Custom[string(rule.metric)]
+	return inMax || inExpected
+}
+
+// builtin reports a metric the library counts from Usage's own fields.
+func (m Metric) builtin() bool {
+	switch m {
+	case MetricRequests, MetricConcurrency, MetricInputTokens, MetricUncachedInputTokens, MetricOutputTokens, MetricTokens, MetricCost:
+		return true
+	}
+	return false
 }
 
 // Price is a model's price list in micro-dollars per million tokens.

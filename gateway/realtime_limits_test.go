@@ -188,6 +188,13 @@ func TestRealtime_SecondsAreReservedAndChargedAtClose(t *testing.T) {
 	if got := h.used("live_seconds"); got != 60 {
 		t.Fatalf("reserved %d seconds, want the 60 the budget has", got)
 	}
+	// Its responses, and the key's other calls, use no seconds: the
+	// budget the connection holds does not refuse them.
+	first.send(`{"type":"response.create","response":{"max_output_tokens":3}}`)
+	first.next("response.done")
+	if r := h.post("/v1/chat/completions", `{"model":"mock-small","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil); r.status != 200 {
+		t.Fatalf("a chat call while the seconds are held: %d %s", r.status, r.body)
+	}
 	clock.Advance(40 * time.Second)
 	_ = first.conn.Close(websocket.StatusNormalClosure, "")
 	eventually(t, "the first connection charged its 40 s", func() bool { return h.used("live_seconds") == 40 })
