@@ -12,6 +12,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -339,6 +340,10 @@ type Options struct {
 	// about 16 s of audio per input_audio_buffer.append); a larger frame
 	// closes the connection with 1009.
 	LiveMaxFrameBytes int
+	// LiveSecretKey signs the client secrets of POST
+	// /v1/realtime/client_secrets; replicas must share it (empty: a
+	// random key of this process, whose secrets no other replica takes).
+	LiveSecretKey []byte
 }
 
 // Event describes one finished client request, for metrics and logs.
@@ -460,6 +465,10 @@ func withDefaults(opts Options) (Options, error) {
 	if opts.LiveMaxFrameBytes <= 0 {
 		opts.LiveMaxFrameBytes = 1 << 20
 	}
+	if len(opts.LiveSecretKey) == 0 {
+		opts.LiveSecretKey = make([]byte, 32)
+		_, _ = rand.Read(opts.LiveSecretKey) // never fails (crypto/rand)
+	}
 	if opts.UpstreamRetries < 0 {
 		opts.UpstreamRetries = 0
 	} else if opts.UpstreamRetries == 0 {
@@ -571,6 +580,10 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 		g.sessions(ctx, path, method)
 	case path == realtimeRoute.path && method == fasthttp.MethodGet:
 		g.realtime(ctx) // a live connection: realtime.go
+	case path == "/v1/realtime/client_secrets" && method == fasthttp.MethodPost:
+		g.inFlight.add()
+		defer g.inFlight.done()
+		g.clientSecrets(ctx) // realtime_secrets.go
 	case method != fasthttp.MethodPost:
 		if _, ok := routes[path]; !ok {
 			g.refuseEarly(ctx, path, errNotFound(path))

@@ -81,12 +81,11 @@ func (c *call) openLive() (*liveConn, error) {
 			code: "upgrade_required", message: "GET /v1/realtime is a WebSocket: send the upgrade headers."}
 	}
 	c.ip = clientIP(ctx, g.opts.TrustedProxies)
-	who, asserted, err := g.authenticate(ctx, c.ip, &c.event)
+	minted, err := c.authenticateLive()
 	if err != nil {
 		return nil, err
 	}
-	c.who, c.asserted, c.authenticated = who, asserted, true
-	c.event.Org, c.event.Workspace, c.event.KeyID = who.Org, who.Workspace, who.KeyID
+	who := c.who
 	c.bound.Model, c.bound.NoOutput, c.bound.N = string(ctx.QueryArgs().Peek("model")), true, 1
 	if c.bound.Model == "" {
 		return nil, &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "missing_model", param: "model",
@@ -108,6 +107,9 @@ func (c *call) openLive() (*liveConn, error) {
 	if err := c.readAttributes(m); err != nil {
 		return nil, err
 	}
+	if err := c.joinMinted(minted, m); err != nil {
+		return nil, err
+	}
 	c.maxWait = 0 // a live connection is answered at once
 	c.event.Model = m.Name
 	secs, bound, err := c.admitConnection(m)
@@ -122,6 +124,50 @@ func (c *call) openLive() (*liveConn, error) {
 	lc := newLiveConn(c, m, up)
 	lc.seconds, lc.secondsRule = secs, bound
 	return lc, nil
+}
+
+// authenticateLive authenticates the connection: by a client secret of
+// POST /v1/realtime/client_secrets (returning the session it was minted
+// with), or as any call, by its key.
+func (c *call) authenticateLive() (minted string, err error) {
+	g, ctx := c.g, c.ctx
+	secret := liveBearer(&ctx.Request.Header)
+	if !strings.HasPrefix(secret, liveSecretPrefix) {
+		who, asserted, err := g.authenticate(ctx, c.ip, &c.event)
+		if err != nil {
+			return "", err
+		}
+		c.who, c.asserted, c.authenticated = who, asserted, true
+		c.event.Org, c.event.Workspace, c.event.KeyID = who.Org, who.Workspace, who.KeyID
+		return "", nil
+	}
+	if g.preAuth != nil {
+		if _, err := g.admitAddress(c.ip); err != nil {
+			return "", err
+		}
+	}
+	s, err := g.verifyLiveSecret(secret)
+	if err != nil {
+		return "", errBadToken("the client secret is invalid or has expired")
+	}
+	c.who, c.authenticated = s.Who, true
+	c.event.Org, c.event.Workspace, c.event.KeyID = s.Who.Org, s.Who.Workspace, s.Who.KeyID
+	return s.Session, nil
+}
+
+// joinMinted charges the connection to the session its client secret was
+// minted with; a session header naming another is refused.
+func (c *call) joinMinted(minted string, m *model) error {
+	switch {
+	case minted == "":
+		return nil
+	case c.session.id != "" && c.session.id != minted:
+		return &apiError{status: 400, typ: "invalid_request_error", anthType: "invalid_request_error", code: "session_mismatch", param: HeaderSession,
+			message: "The client secret was minted for another session than " + HeaderSession + " names; send one or the other."}
+	case c.session.id == minted:
+		return nil
+	}
+	return c.joinSession(minted, m)
 }
 
 // admitConnection admits the connection on m: its lease on concurrency
