@@ -381,6 +381,8 @@ type Gateway struct {
 	clock    Clock
 	// streams are the streams being answered (CutStreams).
 	streams openStreams
+	// live are the live connections open (CutStreams).
+	live liveConns
 	// retryPolicy paces the attempts of an upstream call.
 	retryPolicy retry.Policy
 }

@@ -69,6 +69,8 @@ func (lc *liveConn) run(client *websocket.Conn) {
 	lc.client = client
 	client.SetReadLimit(int64(g.opts.LiveMaxFrameBytes))
 	lc.upstream.SetReadLimit(int64(g.opts.LiveMaxFrameBytes) * 4)
+	g.live.add(lc)
+	defer g.live.remove(lc)
 	stop := g.clock.AfterFunc(lc.c.deadline.Sub(g.now()), lc.timeUp)
 	go lc.fromUpstream()
 	lc.fromClient()
@@ -254,4 +256,41 @@ func (lc *liveConn) finish() {
 	lc.g.log.Info("live connection closed", "request_id", c.event.RequestID, "model", lc.model.Name, "session", c.session.id,
 		"close_code", lc.closeCode, "close_reason", lc.closeReason, "responses", lc.responses, "seconds", lc.g.since(c.start).Seconds())
 	c.end()
+}
+
+// liveConns are the live connections open, for CutStreams.
+type liveConns struct {
+	mu   sync.Mutex
+	open map[*liveConn]struct{}
+}
+
+func (l *liveConns) add(lc *liveConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open == nil {
+		l.open = map[*liveConn]struct{}{}
+	}
+	l.open[lc] = struct{}{}
+}
+
+func (l *liveConns) remove(lc *liveConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.open, lc)
+}
+
+// cutLive ends the live connections still open, as a shutdown whose drain
+// deadline has passed must: each closes with 1012 (service restart: a
+// client reconnects, to another replica), its responses in progress
+// charged what they produced so far, and Drain then waits for their ends.
+func (g *Gateway) cutLive() {
+	g.live.mu.Lock()
+	open := make([]*liveConn, 0, len(g.live.open))
+	for lc := range g.live.open {
+		open = append(open, lc)
+	}
+	g.live.mu.Unlock()
+	for _, lc := range open {
+		lc.end(websocket.CloseServiceRestart, "the gateway is shutting down; reconnect", nil)
+	}
 }

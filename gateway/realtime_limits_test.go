@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +215,28 @@ func TestRealtime_SecondsAreReservedAndChargedAtClose(t *testing.T) {
 
 	if _, resp, err := h.dialLive(t, "mock-small", nil); err == nil || resp == nil || resp.StatusCode == 101 {
 		t.Fatalf("a third connection with no seconds left: %v, %v; want a refusal", err, resp)
+	}
+}
+
+func TestRealtime_ShutdownCutsLiveConnections(t *testing.T) {
+	h := startHarness(t, setup{rules: liveRules, mock: mockOptions(5 * time.Millisecond)})
+	c := h.mustDialLive(t, nil)
+	c.send(`{"type":"response.create","response":{"max_output_tokens":200}}`)
+	c.next("response.output_text.delta")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.gw.Drain(ctx); err == nil {
+		t.Fatal("Drain returned while a live connection was open")
+	}
+	h.gw.CutStreams()
+	ce := c.closed()
+	if ce.Code != websocket.StatusServiceRestart || !retry.ClassifyClose(int(ce.Code), ce.Reason).Retryable() {
+		t.Fatalf("closed %d %q, want 1012, reconnectable", ce.Code, ce.Reason)
+	}
+	if err := h.gw.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if recs := h.rec.usage(); len(recs) != 2 || recs[0].OutputTokens == 0 {
+		t.Fatalf("records %+v: want the cut response charged its output so far, then the connection", recs)
 	}
 }
