@@ -241,3 +241,21 @@ func TestRealtime_TokenCeilingClosesWithQuotaExceeded(t *testing.T) {
 	}
 	eventually(t, "the mock's side closed", func() bool { return h.mock.RealtimeStats().Open == 0 })
 }
+
+func TestRealtime_ResponseTheProviderStartsIsAdmittedAndSettled(t *testing.T) {
+	h := newHarness(t, liveRules)
+	c := h.mustDialLive(t, nil)
+	c.send(`{"type":"session.update","session":{"type":"realtime","max_output_tokens":4,"audio":{"input":{"turn_detection":{"type":"server_vad"}}}}}`)
+	c.next("session.updated")
+	second := strings.Repeat("A", 64_000) // a second of 24 kHz audio, base64
+	c.send(`{"type":"input_audio_buffer.append","audio":"` + second + `"}`)
+	c.send(`{"type":"input_audio_buffer.commit"}`)
+	in, out := usageOf(c.next("response.done"))
+	recs := h.rec.usage()
+	if len(recs) != 1 || recs[0].InputTokens != in || recs[0].OutputTokens != out || in != 10 || out != 4 {
+		t.Fatalf("records %+v: want the response no response.create asked for charged its 10+4 tokens", recs)
+	}
+	if recs[0].Reserved.InputTokens < 10 {
+		t.Fatalf("reserved %+v: want the second of audio appended (10 tokens) in the worst case", recs[0].Reserved)
+	}
+}

@@ -19,7 +19,9 @@ import (
 //     output_modalities, answered session.updated;
 //   - conversation.item.create adds an item (conversation.item.added and
 //     conversation.item.done); input_audio_buffer.append and .commit add
-//     an audio item;
+//     an audio item, and with turn detection on (session.update's
+//     audio.input.turn_detection not null) a commit starts a response, as
+//     the provider's voice activity detection does;
 //   - response.create answers response.created, one delta per
 //     TokensPerChunk tokens (response.output_text.delta, or with audio
 //     output response.output_audio.delta and
@@ -119,6 +121,9 @@ type realtimeSession struct {
 	directives directives
 	closeCode  int
 	seq        int64
+	// turnDetection is set by session.update's
+	// audio.input.turn_detection: a commit starts a response by itself.
+	turnDetection bool
 }
 
 // realtimeEvent is what the mock reads of a client event.
@@ -129,6 +134,11 @@ type realtimeEvent struct {
 		Instructions     *string         `json:"instructions"`
 		MaxOutputTokens  json.RawMessage `json:"max_output_tokens"`
 		OutputModalities []string        `json:"output_modalities"`
+		Audio            *struct {
+			Input *struct {
+				TurnDetection json.RawMessage `json:"turn_detection"`
+			} `json:"input"`
+		} `json:"audio"`
 	} `json:"session"`
 	Item     json.RawMessage `json:"item"`
 	Audio    string          `json:"audio"`
@@ -162,7 +172,14 @@ func (rs *realtimeSession) handle(frame []byte) bool {
 		rs.audioTokens += ceilDiv(rs.buffered*RealtimeAudioInputTokensPerSecond, realtimeAudioBytesPerSecond)
 		rs.buffered = 0
 		item := rs.nextID("item")
-		return rs.send(map[string]any{"type": "input_audio_buffer.committed", "item_id": item})
+		if !rs.send(map[string]any{"type": "input_audio_buffer.committed", "item_id": item}) {
+			return false
+		}
+		if rs.turnDetection {
+			// The provider's turn detection answers a turn by itself.
+			return rs.respond(&realtimeEvent{Type: "response.create"})
+		}
+		return true
 	case "input_audio_buffer.clear":
 		rs.buffered = 0
 		return rs.send(map[string]any{"type": "input_audio_buffer.cleared"})
@@ -186,6 +203,9 @@ func (rs *realtimeSession) update(ev *realtimeEvent) bool {
 		}
 		if len(u.OutputModalities) > 0 {
 			rs.modalities = u.OutputModalities
+		}
+		if a := u.Audio; a != nil && a.Input != nil && len(a.Input.TurnDetection) > 0 {
+			rs.turnDetection = string(a.Input.TurnDetection) != "null"
 		}
 	}
 	return rs.send(map[string]any{"type": "session.updated", "session": rs.session()})
