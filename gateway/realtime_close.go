@@ -115,48 +115,63 @@ func (lc *liveConn) errorEvent(err error, eventID string) ([]byte, int) {
 // maxCloseReason is the most bytes a close frame's reason may hold.
 const maxCloseReason = 123
 
-// limitClose is the close a refusal ends the session with; code 0 when it
-// refuses one response only. least is the smallest response the session
+// limitClose is the close a refusal ends the session with, and its cause
+// (for metrics); code 0 when it refuses one response only. least is the smallest response the session
 // could still make (its conversation, and one output token): a budget or
 // a rule that cannot hold even that is reached for the session, whatever
 // the client lowers.
-func limitClose(err error, least sluice.Usage) (code int, reason string) {
+func limitClose(err error, least sluice.Usage) (code int, reason, cause string) {
 	var ae *apiError
 	var bu *sluice.BudgetError
 	var tl *sluice.TooLargeError
 	switch {
 	case errors.Is(err, sluice.ErrStoreUnavailable):
-		return websocket.CloseTryAgainLater, "limit store unavailable; retry later"
+		return websocket.CloseTryAgainLater, "limit store unavailable; retry later", causeStore
 	case errors.As(err, &bu):
 		if n, ok := amountOf(least, bu.Metric); ok && bu.Remaining < n {
-			return websocket.CloseInternalServerErr, closeReason("quota exceeded: budget " + bu.Rule + " reached")
+			return websocket.CloseInternalServerErr, closeReason("quota exceeded: budget " + bu.Rule + " reached"), causeBudget
 		}
-		return 0, ""
+		return 0, "", ""
 	case errors.As(err, &tl):
 		if n, ok := amountOf(least, tl.Metric); ok && tl.Limit < n {
-			return websocket.CloseInternalServerErr, closeReason("quota exceeded: the conversation outgrew " + tl.Rule)
+			return websocket.CloseInternalServerErr, closeReason("quota exceeded: the conversation outgrew " + tl.Rule), causeBudget
 		}
-		return 0, ""
+		return 0, "", ""
 	case !errors.As(err, &ae):
-		return 0, ""
+		return 0, "", ""
 	case ae.code == "session_ceiling_reached":
 		ceiling := "session"
 		if l := ae.limit; l != nil {
 			// A token or cost ceiling with room for a smaller response
 			// refuses this one only.
 			if n, ok := amountOf(least, sluice.Metric(l.Metric)); ok && (l.Metric == "tokens" || l.Metric == "cost") && l.Remaining >= n {
-				return 0, ""
+				return 0, "", ""
 			}
 			ceiling = ceilingWords(strings.TrimPrefix(l.Rule, "session_"))
 		}
-		return websocket.CloseInternalServerErr, closeReason("quota exceeded: session " + ceiling + " ceiling reached")
+		return websocket.CloseInternalServerErr, closeReason("quota exceeded: session " + ceiling + " ceiling reached"), causeCeiling
 	case ae.code == "session_store_unavailable":
-		return websocket.CloseTryAgainLater, "session store unavailable; retry later"
+		return websocket.CloseTryAgainLater, "session store unavailable; retry later", causeStore
 	case ae.code == "session_closed":
-		return websocket.CloseNormalClosure, "session closed"
+		return websocket.CloseNormalClosure, "session closed", causeSessionClosed
 	}
-	return 0, ""
+	return 0, "", ""
 }
+
+// Why a live connection ended (Event.LiveCause).
+const (
+	causeClientGone    = "client_gone"
+	causeProviderGone  = "provider_gone"
+	causeProviderClose = "provider_close"
+	causeCeiling       = "ceiling"
+	causeBudget        = "budget"
+	causeSeconds       = "seconds"
+	causeStore         = "store_unavailable"
+	causeSessionClosed = "session_closed"
+	causeMaxDuration   = "max_duration"
+	causeFrameTooLarge = "frame_too_large"
+	causeShutdown      = "shutdown"
+)
 
 // amountOf is how much of metric u holds, for the metrics a response
 // charges by its size; false for the others.
@@ -203,14 +218,14 @@ func (lc *liveConn) timeUp() {
 		return
 	}
 	if !c.session.endsCall {
-		lc.end(websocket.CloseNormalClosure, "maximum connection duration reached", errorEventOf(liveError{Type: "invalid_request_error",
+		lc.end(websocket.CloseNormalClosure, "maximum connection duration reached", causeMaxDuration, errorEventOf(liveError{Type: "invalid_request_error",
 			Code: "max_duration_reached", Message: fmt.Sprintf("This gateway closes live connections after %s; open a new one.", lc.g.opts.LiveMaxDuration)}))
 		return
 	}
 	err := errWallClockReached(c.session.id).(*apiError)
 	err.message = fmt.Sprintf("Session %s reached its wall-clock ceiling; the connection is closed. Open a new session.", c.session.id)
 	ev, _ := lc.errorEvent(err, "")
-	lc.end(websocket.CloseInternalServerErr, "quota exceeded: session wall-clock ceiling reached", ev)
+	lc.end(websocket.CloseInternalServerErr, "quota exceeded: session wall-clock ceiling reached", causeCeiling, ev)
 }
 
 // quote quotes a client's event type for a message, cut to 64 bytes.

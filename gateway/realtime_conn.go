@@ -33,11 +33,11 @@ type liveConn struct {
 	upstreamDone chan struct{}
 
 	endOnce sync.Once
-	// closeCode and closeReason are how the connection ended; clientGone
-	// is set when the client left first.
-	closeCode   int
-	closeReason string
-	clientGone  bool
+	// closeCode, closeReason and closeCause are how the connection
+	// ended; clientGone is set when the client left first.
+	closeCode               int
+	closeReason, closeCause string
+	clientGone              bool
 
 	mu sync.Mutex
 	// lastInput is the conversation's size as the provider last reported
@@ -88,7 +88,7 @@ func (lc *liveConn) fromClient() {
 		typ, frame, err := lc.client.ReadMessage()
 		if err != nil {
 			if errors.Is(err, websocket.ErrReadLimit) {
-				lc.end(websocket.CloseMessageTooBig, "frame over the gateway's size cap", nil)
+				lc.end(websocket.CloseMessageTooBig, "frame over the gateway's size cap", causeFrameTooLarge, nil)
 			}
 			lc.endClientGone()
 			return
@@ -154,7 +154,7 @@ func (lc *liveConn) forward(frame []byte) bool {
 	defer lc.upstreamMu.Unlock()
 	_ = lc.upstream.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
 	if err := lc.upstream.WriteMessage(websocket.TextMessage, frame); err != nil {
-		lc.end(websocket.CloseInternalServerErr, "provider connection lost", nil)
+		lc.end(websocket.CloseInternalServerErr, "provider connection lost", causeProviderGone, nil)
 		return false
 	}
 	return true
@@ -198,10 +198,10 @@ func (lc *liveConn) send(typ int, frame []byte) bool {
 func (lc *liveConn) endUpstream(err error) {
 	var ce *websocket.CloseError
 	if errors.As(err, &ce) && ce.Code != websocket.CloseNoStatusReceived && ce.Code != websocket.CloseAbnormalClosure && ce.Code != websocket.CloseTLSHandshake {
-		lc.end(ce.Code, ce.Text, nil)
+		lc.end(ce.Code, ce.Text, causeProviderClose, nil)
 		return
 	}
-	lc.end(websocket.CloseInternalServerErr, "provider connection lost", nil)
+	lc.end(websocket.CloseInternalServerErr, "provider connection lost", causeProviderGone, nil)
 }
 
 // endClientGone ends a connection whose client left (or stopped reading):
@@ -209,19 +209,19 @@ func (lc *liveConn) endUpstream(err error) {
 func (lc *liveConn) endClientGone() {
 	lc.endOnce.Do(func() {
 		lc.clientGone = true
-		lc.closeCode, lc.closeReason = websocket.CloseGoingAway, "client gone"
+		lc.closeCode, lc.closeReason, lc.closeCause = websocket.CloseGoingAway, "client gone", causeClientGone
 		lc.closeUpstream()
 		_ = lc.client.NetConn().Close()
 	})
 }
 
-// end ends the connection from the gateway: the error event ev (nil:
-// none) and a close frame with code and reason go to the client, whose
-// own close is awaited for liveCloseWait; the provider's side is closed
-// at once.
-func (lc *liveConn) end(code int, reason string, ev []byte) {
+// end ends the connection from the gateway, for cause: the error event ev
+// (nil: none) and a close frame with code and reason go to the client,
+// whose own close is awaited for liveCloseWait; the provider's side is
+// closed at once.
+func (lc *liveConn) end(code int, reason, cause string, ev []byte) {
 	lc.endOnce.Do(func() {
-		lc.closeCode, lc.closeReason = code, reason
+		lc.closeCode, lc.closeReason, lc.closeCause = code, reason, cause
 		lc.closeUpstream()
 		if ev != nil {
 			lc.send(websocket.TextMessage, ev)
@@ -253,6 +253,7 @@ func (lc *liveConn) finish() {
 	c.reported = true // no tokens, and the seconds it was open
 	lc.chargeSeconds()
 	c.event.Outcome = outcomeAdmitted
+	c.event.LiveClose, c.event.LiveCause, c.event.LiveSeconds = lc.closeCode, lc.closeCause, lc.g.since(c.start)
 	lc.g.log.Info("live connection closed", "request_id", c.event.RequestID, "model", lc.model.Name, "session", c.session.id,
 		"close_code", lc.closeCode, "close_reason", lc.closeReason, "responses", lc.responses, "seconds", lc.g.since(c.start).Seconds())
 	c.end()
@@ -291,6 +292,13 @@ func (g *Gateway) cutLive() {
 	}
 	g.live.mu.Unlock()
 	for _, lc := range open {
-		lc.end(websocket.CloseServiceRestart, "the gateway is shutting down; reconnect", nil)
+		lc.end(websocket.CloseServiceRestart, "the gateway is shutting down; reconnect", causeShutdown, nil)
 	}
+}
+
+// LiveConnections is how many live connections are open.
+func (g *Gateway) LiveConnections() int {
+	g.live.mu.Lock()
+	defer g.live.mu.Unlock()
+	return len(g.live.open)
 }

@@ -125,12 +125,12 @@ func (lc *liveConn) refuseResponse(r *liveResponse, err error, eventID string) {
 	c.event.Status = status
 	c.end()
 	least := c.request(lc.model, 1).Max
-	code, reason := limitClose(err, least)
+	code, reason, cause := limitClose(err, least)
 	if code == 0 {
 		lc.sendError(ev)
 		return
 	}
-	lc.end(code, reason, ev)
+	lc.end(code, reason, cause, ev)
 }
 
 // account follows a provider event: a response's id, its output so far,

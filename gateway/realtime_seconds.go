@@ -77,5 +77,5 @@ func (lc *liveConn) secondsSpent() {
 	ev := errorEventOf(liveError{Type: "budget_exceeded", Code: "seconds_exceeded",
 		Message: fmt.Sprintf("Rule %q allows no more live-connection seconds now; the connection is closed.", rule),
 		Limit:   &sluice.RefusalLimit{Rule: rule, Metric: MetricSeconds, Limit: lc.seconds, Used: lc.seconds}})
-	lc.end(websocket.CloseInternalServerErr, closeReason("quota exceeded: "+rule+" seconds reached"), ev)
+	lc.end(websocket.CloseInternalServerErr, closeReason("quota exceeded: "+rule+" seconds reached"), causeSeconds, ev)
 }

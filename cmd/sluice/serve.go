@@ -166,12 +166,15 @@ func serve(args []string) error {
 		TracerProvider:   tr.provider,
 		Propagator:       tr.propagator,
 		OnDependency:     obs.events.Dependency,
+		// Replicas must share it to take each other's client secrets.
+		LiveSecretKey: []byte(os.Getenv("SLUICE_LIVE_SECRET_KEY")),
 	})
 	if err != nil {
 		return err
 	}
 	go g.CheckDependencies(ctx, 2*time.Second, time.Second)
 	obs.watchCircuits(g)
+	obs.metrics.LiveConnections(g.LiveConnections)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
