@@ -344,6 +344,11 @@ type Options struct {
 	// /v1/realtime/client_secrets; replicas must share it (empty: a
 	// random key of this process, whose secrets no other replica takes).
 	LiveSecretKey []byte
+	// LiveWriteTimeout is how long a write to either side of a live
+	// connection may wait for its peer to read (10 s): a peer that does
+	// not read is closed, so a connection buffers at most one frame on its
+	// way, never an unbounded queue.
+	LiveWriteTimeout time.Duration
 }
 
 // Event describes one finished client request, for metrics and logs.
@@ -489,6 +494,7 @@ func withDefaults(opts Options) (Options, error) {
 		{&opts.BatchMaxWait, 30 * time.Second},
 		{&opts.PaceMaxWait, 10 * time.Second},
 		{&opts.LiveMaxDuration, 60 * time.Minute},
+		{&opts.LiveWriteTimeout, 10 * time.Second},
 	} {
 		if *d.value <= 0 {
 			*d.value = d.def

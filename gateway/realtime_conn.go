@@ -9,11 +9,6 @@ import (
 	"github.com/sluicehq/sluice/llm/openai"
 )
 
-// liveWriteTimeout bounds a write to either side: a peer that does not
-// read for this long is closed, so a connection buffers at most one frame
-// on its way (never an unbounded queue).
-const liveWriteTimeout = 10 * time.Second
-
 // liveCloseWait is how long, once the gateway closed a connection, it
 // waits for the client's own close frame, so that the error event and
 // the close it sent are read before the socket goes.
@@ -76,7 +71,7 @@ func (lc *liveConn) run(client *websocket.Conn) {
 	lc.fromClient()
 	<-lc.upstreamDone
 	stop()
-	client.NetConn().Close()
+	lc.cutClient()
 	lc.finish()
 }
 
@@ -152,7 +147,7 @@ func (lc *liveConn) note(ev *openai.RealtimeClientEvent) error {
 func (lc *liveConn) forward(frame []byte) bool {
 	lc.upstreamMu.Lock()
 	defer lc.upstreamMu.Unlock()
-	_ = lc.upstream.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
+	_ = lc.upstream.SetWriteDeadline(time.Now().Add(lc.g.opts.LiveWriteTimeout))
 	if err := lc.upstream.WriteMessage(websocket.TextMessage, frame); err != nil {
 		lc.end(websocket.CloseInternalServerErr, "provider connection lost", causeProviderGone, nil)
 		return false
@@ -188,7 +183,7 @@ func (lc *liveConn) fromUpstream() {
 func (lc *liveConn) send(typ int, frame []byte) bool {
 	lc.clientMu.Lock()
 	defer lc.clientMu.Unlock()
-	_ = lc.client.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
+	_ = lc.client.SetWriteDeadline(time.Now().Add(lc.g.opts.LiveWriteTimeout))
 	return lc.client.WriteMessage(typ, frame) == nil
 }
 
@@ -211,8 +206,16 @@ func (lc *liveConn) endClientGone() {
 		lc.clientGone = true
 		lc.closeCode, lc.closeReason, lc.closeCause = websocket.CloseGoingAway, "client gone", causeClientGone
 		lc.closeUpstream()
-		_ = lc.client.NetConn().Close()
+		lc.cutClient()
 	})
+}
+
+// cutClient ends the client's socket: its deadline passed at once, which
+// ends a read or a write in progress (closing a connection fasthttp
+// hijacked does nothing until its handler returns: then fasthttp does).
+func (lc *liveConn) cutClient() {
+	_ = lc.client.NetConn().SetDeadline(time.Now())
+	_ = lc.client.NetConn().Close()
 }
 
 // end ends the connection from the gateway, for cause: the error event ev
