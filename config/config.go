@@ -104,6 +104,8 @@ type Config struct {
 	Tiers     []Tier     `yaml:"tiers,omitempty"`
 	// Sessions are the terms of POST /v1/sessions.
 	Sessions Sessions `yaml:"sessions,omitempty"`
+	// Live configures live connections (GET /v1/realtime): live.go.
+	Live Live `yaml:"live,omitempty"`
 	// TenantModels are logical model names that serve a different model
 	// per org, workspace or tier (see TenantModel).
 	TenantModels []TenantModel `yaml:"tenant_models,omitempty"`

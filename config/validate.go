@@ -99,6 +99,7 @@ func (c *Config) problems() []*FieldError {
 	v.rules()
 	v.tiers()
 	v.sessions()
+	v.live()
 	v.tenantModels()
 	v.auth()
 	v.metrics()
