@@ -46,6 +46,9 @@ type liveConn struct {
 	pending []*liveResponse
 	// responses counts the responses made on the connection.
 	responses int
+	// cancelled are the responses the provider started by itself that
+	// the rules refused, by id: cancelled, and charged nothing.
+	cancelled map[string]bool
 	// seconds is what the connection reserved of MetricSeconds;
 	// secondsRule names the seconds rule whose room set its deadline.
 	seconds     int64

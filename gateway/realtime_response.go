@@ -175,6 +175,12 @@ func (lc *liveConn) created(id string) {
 	r.id, r.appendedAt = id, lc.appended
 	lc.mu.Unlock()
 	if err := r.admit(); err != nil {
+		lc.mu.Lock()
+		if lc.cancelled == nil {
+			lc.cancelled = map[string]bool{}
+		}
+		lc.cancelled[id] = true
+		lc.mu.Unlock()
 		lc.forward([]byte(`{"type":"response.cancel","response_id":` + strconv.Quote(id) + `}`))
 		lc.refuseResponse(r, err, "")
 		return
@@ -191,7 +197,17 @@ func (lc *liveConn) done(ev *openai.RealtimeServerEvent) {
 	lc.mu.Lock()
 	r := lc.byID(ev.Response.ID)
 	if r == nil {
+		cancelled := lc.cancelled[ev.Response.ID]
+		delete(lc.cancelled, ev.Response.ID)
 		lc.mu.Unlock()
+		if cancelled && ev.Response.Usage != nil {
+			// What the provider did before the cancel landed: no
+			// admission holds it, so nothing can be charged. Said, so
+			// that it is seen.
+			u := ev.Response.Usage
+			lc.g.log.Warn("a refused response the provider started by itself used tokens before its cancel; not charged",
+				"request_id", lc.c.event.RequestID, "response_id", ev.Response.ID, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens)
+		}
 		return
 	}
 	lc.pending = slices.DeleteFunc(lc.pending, func(p *liveResponse) bool { return p == r })

@@ -259,3 +259,24 @@ func TestRealtime_ResponseTheProviderStartsIsAdmittedAndSettled(t *testing.T) {
 		t.Fatalf("reserved %+v: want the second of audio appended (10 tokens) in the worst case", recs[0].Reserved)
 	}
 }
+
+func TestRealtime_RefusedResponseTheProviderStartsIsCancelled(t *testing.T) {
+	// The connection takes the one request a minute.
+	h := newHarness(t, []sluice.Rule{{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}})
+	c := h.mustDialLive(t, nil)
+	c.send(`{"type":"session.update","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad"}}}}}`)
+	c.next("session.updated")
+	c.send(`{"type":"input_audio_buffer.append","audio":"AAAA"}`)
+	c.send(`{"type":"input_audio_buffer.commit"}`)
+	if e := errorOf(c.next("error")); e["code"] != "rate_limit_exceeded" {
+		t.Fatalf("error %v, want the rate limit", e)
+	}
+	// The mock answers whole before it reads the cancel: the response
+	// ends, charged nothing (no admission holds it), and the connection
+	// goes on.
+	c.next("response.done")
+	eventually(t, "the cancel sent to the provider", func() bool { return h.mock.RealtimeStats().ClientEvents == 5 })
+	if recs := h.rec.usage(); len(recs) != 0 {
+		t.Fatalf("records %+v, want none", recs)
+	}
+}
