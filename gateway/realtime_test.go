@@ -275,7 +275,7 @@ func TestRealtime_RefusedResponseTheProviderStartsIsCancelled(t *testing.T) {
 	// ends, charged nothing (no admission holds it), and the connection
 	// goes on.
 	c.next("response.done")
-	eventually(t, "the cancel sent to the provider", func() bool { return h.mock.RealtimeStats().ClientEvents == 5 })
+	eventually(t, "the cancel sent to the provider", func() bool { return h.mock.RealtimeStats().ClientEvents == 4 })
 	if recs := h.rec.usage(); len(recs) != 0 {
 		t.Fatalf("records %+v, want none", recs)
 	}
