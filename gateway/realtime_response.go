@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/openai"
 )
@@ -93,6 +94,7 @@ func (r *liveResponse) admit() error {
 	c.g.inFlight.add() // until c ends
 	req := c.request(m, c.bound.MaxOutputTokens)
 	req.InFlight = true
+	req.Max.Cost = worstCost(c, m, req.Max)
 	req.Timeout = max(c.deadline.Sub(c.g.now()), c.g.opts.RequestTimeout)
 	t0 := c.g.now()
 	res, err := c.g.limiter.Admit(context.Background(), req)
@@ -111,6 +113,22 @@ func (r *liveResponse) admit() error {
 	c.event.Classes = res.Result().Classes
 	c.event.Outcome, c.event.Status = outcomeAdmitted, 200
 	return nil
+}
+
+// worstCost is the most bound may cost on m: every token priced at the
+// higher of its text and audio rates (a response may hear and speak).
+func worstCost(c *call, m *model, bound sluice.Usage) int64 {
+	if c.ownKey != "" {
+		return 0
+	}
+	p := m.Price
+	if p.AudioInput > p.Input {
+		bound.AudioInputTokens = bound.InputTokens
+	}
+	if p.AudioOutput > p.Output {
+		bound.AudioOutputTokens = bound.OutputTokens
+	}
+	return p.Cost(bound)
 }
 
 // refuseResponse answers a refused response.create: an error event, and a

@@ -280,3 +280,38 @@ func TestRealtime_RefusedResponseTheProviderStartsIsCancelled(t *testing.T) {
 		t.Fatalf("records %+v, want none", recs)
 	}
 }
+
+func TestRealtime_AudioIsPricedAtItsOwnRates(t *testing.T) {
+	h := newHarness(t, nil, func(o *gateway.Options) {
+		o.Models[0].Price = sluice.Price{Input: 4_000_000, CachedInput: 400_000, Output: 16_000_000, AudioInput: 32_000_000, AudioOutput: 64_000_000}
+	})
+	c := h.mustDialLive(t, nil)
+	c.send(`{"type":"session.update","session":{"type":"realtime","output_modalities":["audio"]}}`)
+	c.next("session.updated")
+	c.send(`{"type":"input_audio_buffer.append","audio":"` + strings.Repeat("A", 64_000) + `"}`) // one second
+	c.send(`{"type":"input_audio_buffer.commit"}`)
+	c.send(`{"type":"response.create","response":{"max_output_tokens":10}}`)
+	in, out := usageOf(c.next("response.done"))
+	r := h.rec.usage()[0]
+	// 10 tokens of audio in, 10 out.
+	if in != 10 || out != 10 || r.Cost != 10*32+10*64 {
+		t.Fatalf("usage %d+%d, cost %d: want 10 audio tokens each way at the audio rates (960)", in, out, r.Cost)
+	}
+}
+
+func TestRealtime_AudioRatesBoundTheReservation(t *testing.T) {
+	// 10 tokens in (a second of audio) and 10 out cost 200 micro-dollars
+	// as text, 960 as audio: a response that may be all audio does not fit
+	// a budget of 500.
+	h := newHarness(t, []sluice.Rule{{Name: "cost_daily", Kind: sluice.KindBudget, Subject: "key", Metric: sluice.MetricCost, Limit: 500, Period: sluice.PeriodDay}},
+		func(o *gateway.Options) {
+			o.Models[0].Price = sluice.Price{Input: 4_000_000, Output: 16_000_000, AudioInput: 32_000_000, AudioOutput: 64_000_000}
+		})
+	c := h.mustDialLive(t, nil)
+	c.send(`{"type":"input_audio_buffer.append","audio":"` + strings.Repeat("A", 64_000) + `"}`)
+	c.send(`{"type":"response.create","response":{"max_output_tokens":10}}`)
+	e := errorOf(c.next("error"))
+	if l := e["limit"].(map[string]any); l["rule"] != "cost_daily" || l["requested"] != 960.0 {
+		t.Fatalf("error %v, want the cost budget refusing 960", e)
+	}
+}

@@ -149,9 +149,12 @@ type RealtimeUsage struct {
 	InputTokens       int64 `json:"input_tokens"`
 	OutputTokens      int64 `json:"output_tokens"`
 	InputTokenDetails struct {
-		CachedTokens int64 `json:"cached_tokens"`
-		TextTokens   int64 `json:"text_tokens"`
-		AudioTokens  int64 `json:"audio_tokens"`
+		CachedTokens        int64 `json:"cached_tokens"`
+		TextTokens          int64 `json:"text_tokens"`
+		AudioTokens         int64 `json:"audio_tokens"`
+		CachedTokensDetails struct {
+			AudioTokens int64 `json:"audio_tokens"`
+		} `json:"cached_tokens_details"`
 	} `json:"input_token_details"`
 	OutputTokenDetails struct {
 		TextTokens  int64 `json:"text_tokens"`
@@ -159,9 +162,12 @@ type RealtimeUsage struct {
 	} `json:"output_token_details"`
 }
 
-// Usage is the usage the gateway settles: input (cached apart) and output.
+// Usage is the usage the gateway settles: input (cached apart) and output,
+// and their audio parts (the input's not read from a cache).
 func (u *RealtimeUsage) Usage() llm.Usage {
-	return llm.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.InputTokenDetails.CachedTokens}
+	d := &u.InputTokenDetails
+	return llm.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: d.CachedTokens,
+		AudioInputTokens: max(0, d.AudioTokens-d.CachedTokensDetails.AudioTokens), AudioOutputTokens: u.OutputTokenDetails.AudioTokens}
 }
 
 // ParseRealtimeServerEvent reads a server event.

@@ -58,13 +58,14 @@ func TestRealtimeCap(t *testing.T) {
 
 func TestRealtimeServerEvent_UsageAndOutput(t *testing.T) {
 	done, err := ParseRealtimeServerEvent([]byte(`{"type":"response.done","response":{"id":"r1","status":"completed","usage":{"total_tokens":30,
-		"input_tokens":20,"output_tokens":10,"input_token_details":{"cached_tokens":8,"text_tokens":12,"audio_tokens":8},
+		"input_tokens":20,"output_tokens":10,"input_token_details":{"cached_tokens":8,"text_tokens":12,"audio_tokens":8,
+		"cached_tokens_details":{"text_tokens":5,"audio_tokens":3}},
 		"output_token_details":{"text_tokens":2,"audio_tokens":8}}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	u := done.Response.Usage
-	if got := u.Usage(); got != (llm.Usage{InputTokens: 20, OutputTokens: 10, CachedInputTokens: 8}) || u.OutputTokenDetails.AudioTokens != 8 {
+	if got := u.Usage(); got != (llm.Usage{InputTokens: 20, OutputTokens: 10, CachedInputTokens: 8, AudioInputTokens: 5, AudioOutputTokens: 8}) {
 		t.Fatalf("usage %+v", u)
 	}
 	halfSecond := base64.StdEncoding.EncodeToString(make([]byte, RealtimeAudioBytesPerSecond/2))
