@@ -88,7 +88,7 @@ func (lc *liveConn) fromClient() {
 			if errors.Is(err, websocket.ErrReadLimit) {
 				lc.end(websocket.CloseMessageTooBig, "frame over the gateway's size cap", causeFrameTooLarge, nil)
 			}
-			lc.endClientGone()
+			lc.endClientGone(err)
 			return
 		}
 		if typ != websocket.TextMessage {
@@ -175,7 +175,7 @@ func (lc *liveConn) fromUpstream() {
 			}
 		}
 		if !lc.send(typ, frame) {
-			lc.endClientGone()
+			lc.endClientGone(nil)
 			return
 		}
 	}
@@ -202,12 +202,17 @@ func (lc *liveConn) endUpstream(err error) {
 	lc.end(websocket.CloseInternalServerErr, "provider connection lost", causeProviderGone, nil)
 }
 
-// endClientGone ends a connection whose client left (or stopped reading):
+// endClientGone ends a connection whose client left (err, its read's
+// error: its close frame, if it sent one) or stopped reading (err nil):
 // the provider's side is closed at once.
-func (lc *liveConn) endClientGone() {
+func (lc *liveConn) endClientGone(err error) {
 	lc.endOnce.Do(func() {
 		lc.clientGone = true
-		lc.closeCode, lc.closeReason, lc.closeCause = websocket.CloseGoingAway, "client gone", causeClientGone
+		lc.closeCode, lc.closeReason, lc.closeCause = websocket.CloseAbnormalClosure, "client gone", causeClientGone
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
+			lc.closeCode, lc.closeReason = ce.Code, ce.Text
+		}
 		lc.closeUpstream()
 		lc.cutClient()
 	})

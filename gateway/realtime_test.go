@@ -149,9 +149,19 @@ func TestRealtime_ResponseIsSettledWithItsUsage(t *testing.T) {
 	if got := h.used("in_flight"); got != 1 {
 		t.Fatalf("in flight %d while connected, want 1", got)
 	}
-	_ = c.conn.Close(websocket.StatusNormalClosure, "")
+	_ = c.conn.Close(websocket.StatusNormalClosure, "done")
 	eventually(t, "the connection's lease released", func() bool { return h.used("in_flight") == 0 })
 	eventually(t, "the mock's side closed", func() bool { return h.mock.RealtimeStats().Open == 0 })
+	// The connection's own event says how it ended: the client's close.
+	var conn gateway.Event
+	for _, ev := range h.rec.waitEvents(t, 2) {
+		if ev.LiveClose != 0 {
+			conn = ev
+		}
+	}
+	if conn.LiveClose != 1000 || conn.LiveCause != "client_gone" || conn.Status != 101 || conn.Route != "realtime" {
+		t.Fatalf("connection event %+v, want the client's 1000", conn)
+	}
 }
 
 func TestRealtime_ConnectionIsACallInFlight(t *testing.T) {
