@@ -29,10 +29,9 @@ type liveConn struct {
 
 	endOnce sync.Once
 	// closeCode, closeReason and closeCause are how the connection
-	// ended; clientGone is set when the client left first.
+	// ended.
 	closeCode               int
 	closeReason, closeCause string
-	clientGone              bool
 
 	mu sync.Mutex
 	// lastInput is the conversation's size as the provider last reported
@@ -207,7 +206,6 @@ func (lc *liveConn) endUpstream(err error) {
 // the provider's side is closed at once.
 func (lc *liveConn) endClientGone(err error) {
 	lc.endOnce.Do(func() {
-		lc.clientGone = true
 		lc.closeCode, lc.closeReason, lc.closeCause = websocket.CloseAbnormalClosure, "client gone", causeClientGone
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) {
