@@ -1,10 +1,12 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 	fastws "github.com/fasthttp/websocket"
@@ -17,10 +19,18 @@ import (
 // answer to it (session.updated), both ways through the proxy.
 const liveFrame = `{"type":"session.update","session":{"type":"realtime","instructions":"You are a patient interviewer. Ask one question at a time."}}`
 
+// audioResponse is the exchange each audio benchmark measures: a
+// response.create answered with 64 audio deltas (50 ms each, 3.2 kB of
+// base64) and as many transcript deltas, then response.done: through the
+// gateway, the response is admitted and settled too.
+const audioResponse = `{"type":"response.create","response":{"max_output_tokens":64,"output_modalities":["audio"]}}`
+
 // benchLive sends liveFrame and reads its answer b.N times over a
-// connection to url (a ws:// URL ending in ?model=...).
-func benchLive(b *testing.B, url string) {
-	ctx := context.Background()
+// connection to url (a ws:// URL ending in ?model=...); with audio, sends
+// audioResponse and reads to its response.done.
+func benchLive(b *testing.B, url string, audio ...bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a benchmark that hangs fails
+	defer cancel()
 	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: map[string][]string{"Authorization": {"Bearer " + testKey}}})
 	if err != nil {
 		b.Fatal(err)
@@ -30,14 +40,37 @@ func benchLive(b *testing.B, url string) {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
+	frame := liveFrame
+	if len(audio) > 0 {
+		frame = audioResponse
+	}
 	for b.Loop() {
-		if err := c.Write(ctx, websocket.MessageText, []byte(liveFrame)); err != nil {
+		if err := c.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := c.Read(ctx); err != nil {
-			b.Fatal(err)
+		for {
+			_, ev, err := c.Read(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if frame == liveFrame || bytes.Contains(ev, []byte(`"type":"response.done"`)) {
+				break
+			}
 		}
 	}
+}
+
+// BenchmarkRealtime_AudioResponse is one spoken response through the
+// gateway: admitted, 128 deltas relayed and counted, settled.
+func BenchmarkRealtime_AudioResponse(b *testing.B) {
+	h := startHarness(b, setup{rules: benchRules, tweak: []func(*gateway.Options){func(o *gateway.Options) { o.Observer, o.Usage = nil, nil }}})
+	benchLive(b, "ws"+strings.TrimPrefix(h.url, "http")+"/v1/realtime?model=mock-small", true)
+}
+
+// BenchmarkRealtime_AudioResponseBareRelay is the same response through
+// the bare relay.
+func BenchmarkRealtime_AudioResponseBareRelay(b *testing.B) {
+	benchLive(b, bareRelay(b), true)
 }
 
 // BenchmarkRealtime_Frame is one round trip of a client event and its
@@ -52,6 +85,12 @@ func BenchmarkRealtime_Frame(b *testing.B) {
 // relay on the same libraries (fasthttp and its websocket package): it
 // upgrades, dials the mock, and copies frames both ways, nothing else.
 func BenchmarkRealtime_BareRelay(b *testing.B) {
+	benchLive(b, bareRelay(b))
+}
+
+// bareRelay starts a mock and a bare relay in front of it, and returns
+// the relay's realtime URL.
+func bareRelay(b *testing.B) string {
 	h := startHarness(b, setup{})
 	upstream := "ws" + strings.TrimPrefix(h.mockURL, "http") + "/v1/realtime?model=mock-small"
 	up := fastws.FastHTTPUpgrader{CheckOrigin: func(*fasthttp.RequestCtx) bool { return true }}
@@ -72,7 +111,7 @@ func BenchmarkRealtime_BareRelay(b *testing.B) {
 	}
 	go func() { _ = srv.Serve(ln) }()
 	b.Cleanup(func() { _ = srv.Shutdown() })
-	benchLive(b, "ws://"+ln.Addr().String()+"/v1/realtime?model=mock-small")
+	return "ws://" + ln.Addr().String() + "/v1/realtime?model=mock-small"
 }
 
 // BenchmarkRealtime_Direct is the round trip to the mock itself, with no

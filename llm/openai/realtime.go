@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/llm"
+	"github.com/sluicehq/sluice/llm/internal/jsonscan"
 )
 
 // The Realtime API (GA) over WebSocket: one JSON event per text frame. A
@@ -130,9 +132,9 @@ type RealtimeServerEvent struct {
 	Type string `json:"type"`
 	// ResponseID is a delta's response_id.
 	ResponseID string `json:"response_id"`
-	// Delta is a delta's text, or base64 audio.
-	Delta    string `json:"delta"`
-	Response *struct {
+	// DeltaBytes is the length of a delta's text, or base64 audio.
+	DeltaBytes int `json:"-"`
+	Response   *struct {
 		ID     string         `json:"id"`
 		Status string         `json:"status"`
 		Usage  *RealtimeUsage `json:"usage"`
@@ -170,13 +172,48 @@ func (u *RealtimeUsage) Usage() llm.Usage {
 		AudioInputTokens: max(0, d.AudioTokens-d.CachedTokensDetails.AudioTokens), AudioOutputTokens: u.OutputTokenDetails.AudioTokens}
 }
 
-// ParseRealtimeServerEvent reads a server event.
+// ParseRealtimeServerEvent reads a server event. A delta, most of what a
+// provider sends (audio by the kilobyte), is read in one pass that copies
+// nothing but its type and response id; the others are decoded.
 func ParseRealtimeServerEvent(frame []byte) (RealtimeServerEvent, error) {
 	var e RealtimeServerEvent
+	if readDelta(frame, &e) {
+		return e, nil
+	}
 	if err := json.Unmarshal(frame, &e); err != nil {
 		return e, errors.Join(ErrRealtimeEvent, err)
 	}
 	return e, nil
+}
+
+// readDelta reads frame into e when it is a valid object whose type ends
+// in ".delta": its type, response_id and the length of its delta.
+func readDelta(frame []byte, e *RealtimeServerEvent) bool {
+	v := jsonscan.SkipSpace(frame, 0)
+	if jsonscan.At(frame, v) != '{' {
+		return false
+	}
+	var typ, responseID []byte
+	_, err := jsonscan.Object(frame, v, 1, func(m jsonscan.Member) (int, error) {
+		if m.Escaped {
+			return -1, nil
+		}
+		switch string(frame[m.KeyStart:m.KeyEnd]) {
+		case "type":
+			typ = jsonscan.StringAt(frame, m.Value)
+		case "response_id":
+			responseID = jsonscan.StringAt(frame, m.Value)
+		case "delta":
+			e.DeltaBytes = len(jsonscan.StringAt(frame, m.Value))
+		}
+		return -1, nil
+	})
+	if err != nil || !bytes.HasSuffix(typ, []byte(".delta")) {
+		e.DeltaBytes = 0
+		return false
+	}
+	e.Type, e.ResponseID = string(typ), string(responseID)
+	return true
 }
 
 // OutputSoFar is the output tokens a server event shows a response
@@ -188,7 +225,7 @@ func (e *RealtimeServerEvent) OutputSoFar() int64 {
 	case "response.output_text.delta", "response.function_call_arguments.delta":
 		return 1
 	case "response.output_audio.delta":
-		n := int64(base64.StdEncoding.DecodedLen(len(e.Delta)))
+		n := int64(base64.StdEncoding.DecodedLen(e.DeltaBytes))
 		return max(1, ceilDiv(n*RealtimeAudioOutputTokensPerSecond, RealtimeAudioBytesPerSecond))
 	}
 	return 0

@@ -110,3 +110,20 @@ func FuzzRealtimeEvents(f *testing.F) {
 		}
 	})
 }
+
+// A delta is read in one pass, copying nothing of its delta; every other
+// event is decoded.
+func TestParseRealtimeServerEvent_Delta(t *testing.T) {
+	ev, err := ParseRealtimeServerEvent([]byte(`{"delta":"AAAA","event_id":"e1","response_id":"r9","type":"response.output_audio.delta"}`))
+	if err != nil || ev.Type != "response.output_audio.delta" || ev.ResponseID != "r9" || ev.DeltaBytes != 4 {
+		t.Fatalf("%+v, %v", ev, err)
+	}
+	frame := []byte(`{"type":"response.output_audio.delta","response_id":"r9","delta":"` + strings.Repeat("A", 4096) + `"}`)
+	allocs := testing.AllocsPerRun(100, func() { _, _ = ParseRealtimeServerEvent(frame) })
+	if allocs > 3 { // the type's, the id's, and the walk's closure
+		t.Fatalf("%v allocations to read a delta", allocs)
+	}
+	if _, err := ParseRealtimeServerEvent([]byte(`{"type":"response.output_text.delta","delta":`)); err == nil {
+		t.Fatal("a cut delta parsed")
+	}
+}
