@@ -376,6 +376,12 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 			req.CacheHit && rule.Kind == KindConcurrency {
 			continue
 		}
+		if req.InFlight && rule.Kind == KindConcurrency {
+			continue // its connection holds the lease
+		}
+		if checkFit && !req.usesMetric(rule) {
+			continue
+		}
 		charges = append(charges, rule.charge)
 		c := &charges[len(charges)-1]
 		c.Limit, c.Burst, c.source = limit, burst, source

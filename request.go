@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"strconv"
@@ -137,16 +138,24 @@ type Usage struct {
 	CachedInputTokens int64
 	// CacheWriteTokens is the part of InputTokens written to a cache.
 	CacheWriteTokens int64
+	// AudioInputTokens is the part of InputTokens that is audio, not read
+	// from a cache; AudioOutputTokens the part of OutputTokens. Both are
+	// priced at the audio rates of a Price that has them (a live session's
+	// speech), and count as tokens for every token metric.
+	AudioInputTokens  int64
+	AudioOutputTokens int64
 	// Cost is the price of the call in micro-dollars.
 	Cost int64
 	// Custom holds custom metrics by name (audio seconds, sandbox seconds).
+	// A rule on a custom metric applies only to requests whose Max (or
+	// Expected) names it, if only with 0.
 	Custom map[string]int64
 }
 
 // IsZero reports whether u reports nothing at all.
 func (u *Usage) IsZero() bool {
 	return u.InputTokens == 0 && u.OutputTokens == 0 && u.CachedInputTokens == 0 &&
-		u.CacheWriteTokens == 0 && u.Cost == 0 && len(u.Custom) == 0
+		u.CacheWriteTokens == 0 && u.AudioInputTokens == 0 && u.AudioOutputTokens == 0 && u.Cost == 0 && len(u.Custom) == 0
 }
 
 // MaxTokens is the ceiling on every token count of a Usage, and on the
@@ -170,6 +179,7 @@ func (u *Usage) validate() error {
 	}{
 		{"input_tokens", u.InputTokens, MaxTokens}, {"output_tokens", u.OutputTokens, MaxTokens},
 		{"cached_input_tokens", u.CachedInputTokens, MaxTokens}, {"cache_write_tokens", u.CacheWriteTokens, MaxTokens},
+		{"audio_input_tokens", u.AudioInputTokens, MaxTokens}, {"audio_output_tokens", u.AudioOutputTokens, MaxTokens},
 		{"cost", u.Cost, MaxCost},
 	} {
 		if err := checkAmount(f.name, f.v, f.most); err != nil {
@@ -255,23 +265,56 @@ type Request struct {
 	// MaxWait lets the admission wait for rate and concurrency rules (never
 	// budgets), in arrival order per subject. Zero refuses at once.
 	MaxWait time.Duration
+	// InFlight marks a call made inside one already counted in flight (a
+	// response of a live connection, whose connection holds the lease):
+	// concurrency rules do not count it again.
+	InFlight bool
+}
+
+// usesMetric reports whether an admission of req is charged by rule: every
+// rule but one on a custom metric that req does not name in Max.Custom
+// (nor Expected.Custom), which neither charges nor refuses a call that
+// does not meter it (a chat call, by a budget of a live connection's
+// seconds). A call that reports a custom metric only at settlement names
+// it with 0 to be counted.
+func (req *Request) usesMetric(rule *compiledRule) bool {
+	if !rule.amountOfRequest || rule.metric.builtin() {
+		return true
+	}
+	_, inMax := req.Max.Custom[string(rule.metric)]
+	_, inExpected := req.Expected.Custom[string(rule.metric)]
+	return inMax || inExpected
+}
+
+// builtin reports a metric the library counts from Usage's own fields.
+func (m Metric) builtin() bool {
+	switch m {
+	case MetricRequests, MetricConcurrency, MetricInputTokens, MetricUncachedInputTokens, MetricOutputTokens, MetricTokens, MetricCost:
+		return true
+	}
+	return false
 }
 
 // Price is a model's price list in micro-dollars per million tokens.
+// AudioInput and AudioOutput price audio tokens; zero prices them as text.
 type Price struct {
 	Input       int64
 	CachedInput int64
 	CacheWrite  int64
 	Output      int64
+	AudioInput  int64
+	AudioOutput int64
 }
 
 // Cost prices u in micro-dollars, rounded up. Cached and cache-write tokens
-// are priced apart from the rest of the input.
+// are priced apart from the rest of the input, audio tokens apart from text
+// (at most the input and output they are part of).
 func (p Price) Cost(u Usage) int64 {
-	plain := u.InputTokens - u.CachedInputTokens - u.CacheWriteTokens
-	if plain < 0 {
-		plain = 0
-	}
+	plain := max(0, u.InputTokens-u.CachedInputTokens-u.CacheWriteTokens)
+	audioIn := min(max(0, u.AudioInputTokens), plain)
+	plain -= audioIn
+	audioOut := min(max(0, u.AudioOutputTokens), max(0, u.OutputTokens))
+	textOut := u.OutputTokens - audioOut
 	var hi, lo uint64
 	add := func(tokens, price int64) {
 		if tokens <= 0 || price <= 0 {
@@ -285,7 +328,9 @@ func (p Price) Cost(u Usage) int64 {
 	add(plain, p.Input)
 	add(u.CachedInputTokens, p.CachedInput)
 	add(u.CacheWriteTokens, p.CacheWrite)
-	add(u.OutputTokens, p.Output)
+	add(textOut, p.Output)
+	add(audioIn, cmp.Or(p.AudioInput, p.Input))
+	add(audioOut, cmp.Or(p.AudioOutput, p.Output))
 	const million = 1_000_000
 	if hi >= million {
 		return 1<<63 - 1

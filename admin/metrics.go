@@ -35,7 +35,7 @@ type MetricsOptions struct {
 
 // The label values Metrics accepts; anything else is "other".
 var (
-	knownRoutes   = []string{"chat", "responses", "embeddings", "messages", "count_tokens", "models", "sessions"}
+	knownRoutes   = []string{"chat", "responses", "embeddings", "messages", "count_tokens", "models", "sessions", "realtime", "client_secrets"}
 	knownOutcomes = []string{"admitted", "rate_limited", "busy", "budget_exceeded", "too_large", "store_error",
 		"upstream_error", "bad_request", "unauthorized", "client_gone", "session_ceiling", "too_many_sessions"}
 	knownClasses  = []string{"throttled", "terminal", "transient"}
@@ -90,6 +90,7 @@ type Metrics struct {
 	impossible  prometheus.Counter
 	cache       *prometheus.CounterVec
 	cacheSaved  *prometheus.CounterVec
+	live        liveMetrics // livemetrics.go
 
 	seriesCache sync.Map // seriesKey -> *requestSeries
 
@@ -212,6 +213,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		Name: "sluice_identity_headers_ignored_total",
 		Help: "Identity headers (X-Sluice-Workspace, X-Sluice-User, X-Sluice-Team) ignored because the request's key may not assert them, and X-Sluice-Turn from a key not allowed turns, by header.",
 	}, []string{"header"})
+	m.live = newLiveMetrics(reg)
 	m.impossible = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_impossible_usage_total",
 		Help: "Calls whose provider reported more usage than they could produce (over the model's context window plus the output cap): not believed, charged their reservation.",
@@ -404,6 +406,7 @@ func (m *Metrics) Observe(e event.Event) {
 	if e.Cache != "" {
 		m.observeCache(e)
 	}
+	m.live.observe(&e)
 	for _, h := range e.IgnoredIdentity {
 		m.ignoredID.WithLabelValues(bounded(h, knownIdentity)).Inc()
 	}

@@ -112,6 +112,8 @@ type Config struct {
 	Tiers     []Tier     `yaml:"tiers,omitempty"`
 	// Sessions are the terms of POST /v1/sessions.
 	Sessions Sessions `yaml:"sessions,omitempty"`
+	// Live configures live connections (GET /v1/realtime): live.go.
+	Live Live `yaml:"live,omitempty"`
 	// TenantModels are logical model names that serve a different model
 	// per org, workspace or tier (see TenantModel).
 	TenantModels []TenantModel `yaml:"tenant_models,omitempty"`
@@ -304,6 +306,10 @@ type Prices struct {
 	// CacheWrite prices input tokens written to a cache; nil means Input.
 	CacheWrite *Dollars `yaml:"cache_write,omitempty"`
 	Output     Dollars  `yaml:"output"`
+	// AudioInput and AudioOutput price the audio tokens of live sessions
+	// (GET /v1/realtime); nil means Input and Output.
+	AudioInput  *Dollars `yaml:"audio_input,omitempty"`
+	AudioOutput *Dollars `yaml:"audio_output,omitempty"`
 }
 
 // TokenizerNone is the tokenizer of a model whose prompts are not counted.
@@ -326,6 +332,12 @@ func (m *Model) SluicePrice() sluice.Price {
 	}
 	if m.Price.CacheWrite != nil {
 		p.CacheWrite = int64(*m.Price.CacheWrite)
+	}
+	if m.Price.AudioInput != nil {
+		p.AudioInput = int64(*m.Price.AudioInput)
+	}
+	if m.Price.AudioOutput != nil {
+		p.AudioOutput = int64(*m.Price.AudioOutput)
 	}
 	return p
 }

@@ -99,6 +99,7 @@ func (c *Config) problems() []*FieldError {
 	v.rules()
 	v.tiers()
 	v.sessions()
+	v.live()
 	v.tenantModels()
 	v.auth()
 	v.metrics()
@@ -408,7 +409,8 @@ func (v *checker) price(at string, p *Prices) {
 	for _, d := range []struct {
 		field string
 		value *Dollars
-	}{{"input", &p.Input}, {"cached_input", p.CachedInput}, {"cache_write", p.CacheWrite}, {"output", &p.Output}} {
+	}{{"input", &p.Input}, {"cached_input", p.CachedInput}, {"cache_write", p.CacheWrite}, {"output", &p.Output},
+		{"audio_input", p.AudioInput}, {"audio_output", p.AudioOutput}} {
 		if d.value != nil && *d.value < 0 {
 			v.add(at+"."+d.field, "must not be negative, got %v", *d.value)
 		}

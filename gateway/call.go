@@ -101,6 +101,9 @@ type call struct {
 	reported bool
 	// cache is the call's use of the response cache (cache.go).
 	cache callCache
+	// custom are the custom metrics the call used, settled with usage (a
+	// live connection's seconds: realtime_seconds.go); nil for the others.
+	custom map[string]int64
 }
 
 // serve runs one call down the pipeline and ends it: at once, or, when its

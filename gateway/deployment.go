@@ -194,3 +194,15 @@ func (cand *model) providerLimits() sluice.ProviderLimits {
 	}
 	return sum
 }
+
+// liveDeployment is the deployment m's live connections go to: its first
+// that speaks the Realtime API (any but Anthropic's); nil for none. A live
+// connection is one long call, not chosen by room like the calls of HTTP.
+func (m *model) liveDeployment() *deployment {
+	for _, d := range m.deployments {
+		if d.provider.Kind != KindAnthropic {
+			return d
+		}
+	}
+	return nil
+}

@@ -12,6 +12,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -360,6 +361,24 @@ type Options struct {
 	// answer (0: DefaultCacheMaxEntryBytes); a larger one is not kept.
 	Cache              CacheStore
 	CacheMaxEntryBytes int
+
+	// LiveMaxDuration is the longest a live connection (GET /v1/realtime)
+	// stays open without a session whose wall clock ends it sooner (60
+	// minutes, the Realtime API's own cap); it then closes with 1000.
+	LiveMaxDuration time.Duration
+	// LiveMaxFrameBytes caps a client event of a live connection (1 MiB,
+	// about 16 s of audio per input_audio_buffer.append); a larger frame
+	// closes the connection with 1009.
+	LiveMaxFrameBytes int
+	// LiveSecretKey signs the client secrets of POST
+	// /v1/realtime/client_secrets; replicas must share it (empty: a
+	// random key of this process, whose secrets no other replica takes).
+	LiveSecretKey []byte
+	// LiveWriteTimeout is how long a write to either side of a live
+	// connection may wait for its peer to read (10 s): a peer that does
+	// not read is closed, so a connection buffers at most one frame on its
+	// way, never an unbounded queue.
+	LiveWriteTimeout time.Duration
 }
 
 // Event describes one finished client request, for metrics and logs.
@@ -397,6 +416,8 @@ type Gateway struct {
 	clock    Clock
 	// streams are the streams being answered (CutStreams).
 	streams openStreams
+	// live are the live connections open (CutStreams).
+	live liveConns
 	// retryPolicy paces the attempts of an upstream call.
 	retryPolicy retry.Policy
 	// flights are the response cache's misses in flight (cache.go).
@@ -485,6 +506,13 @@ func withDefaults(opts Options) (Options, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 8 << 20
 	}
+	if opts.LiveMaxFrameBytes <= 0 {
+		opts.LiveMaxFrameBytes = 1 << 20
+	}
+	if len(opts.LiveSecretKey) == 0 {
+		opts.LiveSecretKey = make([]byte, 32)
+		_, _ = rand.Read(opts.LiveSecretKey) // never fails (crypto/rand)
+	}
 	if opts.UpstreamRetries < 0 {
 		opts.UpstreamRetries = 0
 	} else if opts.UpstreamRetries == 0 {
@@ -502,6 +530,8 @@ func withDefaults(opts Options) (Options, error) {
 		{&opts.RetryMax, 2 * time.Second},
 		{&opts.BatchMaxWait, 30 * time.Second},
 		{&opts.PaceMaxWait, 10 * time.Second},
+		{&opts.LiveMaxDuration, 60 * time.Minute},
+		{&opts.LiveWriteTimeout, 10 * time.Second},
 	} {
 		if *d.value <= 0 {
 			*d.value = d.def
@@ -593,6 +623,12 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx, served bool) {
 		g.inFlight.add()
 		defer g.inFlight.done()
 		g.sessions(ctx, path, method)
+	case path == realtimeRoute.path && method == fasthttp.MethodGet:
+		g.realtime(ctx) // a live connection: realtime.go
+	case path == "/v1/realtime/client_secrets" && method == fasthttp.MethodPost:
+		g.inFlight.add()
+		defer g.inFlight.done()
+		g.clientSecrets(ctx) // realtime_secrets.go
 	case method != fasthttp.MethodPost:
 		if _, ok := routes[path]; !ok {
 			g.refuseEarly(ctx, path, errNotFound(path))

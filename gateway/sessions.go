@@ -176,7 +176,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 	switch {
 	case id == "" && method == fasthttp.MethodPost:
 		terms := g.opts.Sessions.Terms(who)
-		s, created, lowered, err := g.mintSession(ctx, who, terms)
+		s, created, lowered, err := g.mintSession(ctx, who, terms, ctx.PostBody())
 		if err != nil {
 			refuse(err, terms.Model)
 			return
@@ -226,7 +226,7 @@ func (g *Gateway) sessions(ctx *fasthttp.RequestCtx, path, method string) {
 // refuses when a budget that applies to the key is already spent, and
 // opens the session on the model and ceilings of terms (the key's tier's)
 // or the lower ones the body asks for.
-func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal, terms SessionTerms) (s Session, created bool, lowered []string, err error) {
+func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal, terms SessionTerms, body []byte) (s Session, created bool, lowered []string, err error) {
 	so := g.opts.Sessions
 	if _, ok := g.models[terms.Model]; !ok || terms.MaxDuration <= 0 {
 		g.log.Error("session terms name no model this gateway serves, or no duration", "model", terms.Model, "max_duration", terms.MaxDuration)
@@ -234,7 +234,7 @@ func (g *Gateway) mintSession(ctx *fasthttp.RequestCtx, who Principal, terms Ses
 			message: "Sessions are misconfigured on this gateway."}
 	}
 	var req sessionRequest
-	if body := ctx.PostBody(); len(strings.TrimSpace(string(body))) > 0 {
+	if len(strings.TrimSpace(string(body))) > 0 {
 		dec := json.NewDecoder(strings.NewReader(string(body)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {

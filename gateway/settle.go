@@ -184,7 +184,8 @@ func (c *call) impossible(adm *admission, u llm.Usage) bool {
 // settleUsage turns reported usage into what the limiter charges.
 func (c *call) settleUsage(cand *model, u llm.Usage) sluice.Usage {
 	su := sluice.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-		CachedInputTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteTokens}
+		CachedInputTokens: u.CachedInputTokens, CacheWriteTokens: u.CacheWriteTokens, Custom: c.custom,
+		AudioInputTokens: u.AudioInputTokens, AudioOutputTokens: u.AudioOutputTokens}
 	if c.ownKey == "" {
 		su.Cost = cand.Price.Cost(su)
 	}

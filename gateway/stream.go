@@ -98,6 +98,7 @@ func (g *Gateway) CutStreams() {
 	for _, s := range open {
 		s.closeUpstream(errShutdown)
 	}
+	g.cutLive() // and the live connections: realtime_conn.go
 }
 
 // upstreamReaders are the 4 KiB buffers streams read the provider through.

@@ -27,6 +27,10 @@ type Usage struct {
 	OutputTokens      int64
 	CachedInputTokens int64
 	CacheWriteTokens  int64
+	// AudioInputTokens (not read from a cache) and AudioOutputTokens are
+	// the audio parts of the input and output (the Realtime API's).
+	AudioInputTokens  int64
+	AudioOutputTokens int64
 }
 
 // UncachedInputTokens is the input neither read from nor written to the cache: the part priced

@@ -168,6 +168,12 @@ func serve(args []string) error {
 		// The response cache (cmd/sluice/cache.go).
 		Cache:              cacheOf(cfg, store, log),
 		CacheMaxEntryBytes: int(cfg.Cache.MaxEntryBytes),
+
+		// Live connections (GET /v1/realtime), from the config's live.
+		LiveMaxDuration:   cfg.Live.MaxDuration,
+		LiveMaxFrameBytes: int(cfg.Live.MaxFrameBytes),
+		LiveWriteTimeout:  cfg.Live.WriteTimeout,
+		LiveSecretKey:     cfg.Live.SecretKey(os.LookupEnv),
 	})
 	if err != nil {
 		return err
@@ -175,6 +181,7 @@ func serve(args []string) error {
 	go g.CheckDependencies(ctx, 2*time.Second, time.Second)
 	obs.watchCircuits(g)
 	obs.watchCache(cfg, g)
+	obs.metrics.LiveConnections(g.LiveConnections)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err

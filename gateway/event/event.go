@@ -105,6 +105,14 @@ type Event struct {
 	// hit, the cost in micro-dollars of the call whose answer it replayed.
 	Cache      string
 	CacheSaved int64
+	// LiveClose is the close code that ended a live connection (route
+	// realtime; 0 for every other request and for its responses),
+	// LiveCause why (client_gone, provider_gone, provider_close, ceiling,
+	// budget, seconds, store_unavailable, session_closed, max_duration,
+	// frame_too_large, shutdown), and LiveSeconds how long it was open.
+	LiveClose   int
+	LiveCause   string
+	LiveSeconds time.Duration
 }
 
 // SessionUsage is what a session used.

@@ -141,6 +141,9 @@ type Server struct {
 	bucketAt   time.Time
 	bucketUsed float64 // calls not yet refilled, at bucketAt
 	limited    atomic.Int64
+
+	// live counts the realtime API's sessions (realtime.go).
+	live realtimeCounters
 }
 
 // New returns a Server with the given options.
@@ -182,6 +185,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = RouteMessages
 	case "/v1/messages/count_tokens":
 		route = RouteCountTokens
+	case "/v1/realtime":
+		s.realtime(w, r) // a WebSocket: realtime.go
+		return
 	case "/v1/models":
 		if r.Method != http.MethodGet {
 			writeError(w, RouteModels, http.StatusMethodNotAllowed, "Method not allowed.", "", "")
