@@ -53,6 +53,9 @@ type Options struct {
 	// Circuits, when set, lists the gateway's circuits for
 	// GET /admin/v1/circuits; nil lists none.
 	Circuits func() []Circuit
+	// Live, when set, lists the live connections (GET /v1/realtime) open
+	// in this process, for the console's Sessions page; nil lists none.
+	Live func() []LiveConnection
 	// PurgeCache, when set, serves DELETE /admin/v1/cache (the response
 	// cache); nil answers it 501.
 	PurgeCache PurgeCacheFunc

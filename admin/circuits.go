@@ -56,3 +56,11 @@ func (c circuitCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(circuitOpenDesc, prometheus.GaugeValue, open, cs.Provider, cs.Model)
 	}
 }
+
+// LiveConnection is a live connection (the Realtime API over WebSocket)
+// open in the gateway's process, as the console lists it.
+type LiveConnection struct {
+	RequestID, Org, Workspace, KeyID, User, Model, Provider, Session string
+	Opened                                                           time.Time
+	Responses                                                        int64
+}

@@ -61,3 +61,27 @@ func TestConsole_Circuits(t *testing.T) {
 		t.Fatalf("circuits page: %d\n%s", status, body)
 	}
 }
+
+// The console's Sessions page lists the replica's live connections, each
+// to those who may read its workspace.
+func TestConsole_LiveConnections(t *testing.T) {
+	e := newEnv(t)
+	opened := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	e.handler.opts.Live = func() []LiveConnection {
+		return []LiveConnection{
+			{RequestID: "req_live_acme", Org: "default", Workspace: "acme", User: "ada", Model: "gpt-realtime", Provider: "oa", Opened: opened, Responses: 3},
+			{RequestID: "req_live_globex", Org: "default", Workspace: "globex", User: "gus", Model: "gpt-realtime", Provider: "oa", Opened: opened}}
+	}
+	b := e.browser()
+	b.login(rootToken)
+	status, body := b.get("/ui/sessions")
+	if status != 200 || !strings.Contains(body, "req_live_acme") || !strings.Contains(body, "req_live_globex") || !strings.Contains(body, `<td class="n">3</td>`) {
+		t.Fatalf("admin's sessions page: %d\n%s", status, body)
+	}
+	e.createKey("acme", "ada")
+	v := e.browser()
+	v.login(e.token("viewer", "acme"))
+	if status, body := v.get("/ui/sessions"); status != 200 || !strings.Contains(body, "req_live_acme") || strings.Contains(body, "req_live_globex") {
+		t.Fatalf("acme viewer's sessions page: %d, want acme's connection only\n%s", status, body)
+	}
+}

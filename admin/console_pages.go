@@ -365,7 +365,15 @@ func (c *console) sessionsPage(w http.ResponseWriter, r *http.Request, p *princi
 			visible = append(visible, s)
 		}
 	}
-	v.Title, v.Nav, v.Data = "Sessions", "sessions", visible
+	var live []LiveConnection
+	if c.h.opts.Live != nil {
+		for _, lc := range c.h.opts.Live() {
+			if p.canReadIn(lc.Org, lc.Workspace) {
+				live = append(live, lc)
+			}
+		}
+	}
+	v.Title, v.Nav, v.Data = "Sessions", "sessions", map[string]any{"Sessions": visible, "Live": live}
 	if ended := r.URL.Query().Get("ended"); ended != "" {
 		v.Notice = "Session " + ended + " ended."
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -310,4 +311,35 @@ func (g *Gateway) LiveConnections() int {
 	g.live.mu.Lock()
 	defer g.live.mu.Unlock()
 	return len(g.live.open)
+}
+
+// LiveConnection is a live connection open in this process, for the
+// console.
+type LiveConnection struct {
+	RequestID, Org, Workspace, KeyID, User, Model, Provider, Session string
+	Opened                                                           time.Time
+	// Responses counts the responses made on it so far.
+	Responses int64
+}
+
+// LiveList returns the live connections open in this process, the oldest
+// first.
+func (g *Gateway) LiveList() []LiveConnection {
+	g.live.mu.Lock()
+	open := make([]*liveConn, 0, len(g.live.open))
+	for lc := range g.live.open {
+		open = append(open, lc)
+	}
+	g.live.mu.Unlock()
+	out := make([]LiveConnection, 0, len(open))
+	for _, lc := range open {
+		c := lc.c
+		lc.mu.Lock()
+		n := lc.responses
+		lc.mu.Unlock()
+		out = append(out, LiveConnection{RequestID: c.event.RequestID, Org: c.who.Org, Workspace: c.who.Workspace, KeyID: c.who.KeyID,
+			User: c.who.User, Model: lc.model.Name, Provider: c.event.Provider, Session: c.session.id, Opened: c.start, Responses: int64(n)})
+	}
+	slices.SortFunc(out, func(a, b LiveConnection) int { return a.Opened.Compare(b.Opened) })
+	return out
 }

@@ -149,8 +149,13 @@ func TestRealtime_ResponseIsSettledWithItsUsage(t *testing.T) {
 	if got := h.used("in_flight"); got != 1 {
 		t.Fatalf("in flight %d while connected, want 1", got)
 	}
+	// It is listed, for the console, while open.
+	if live := h.gw.LiveList(); len(live) != 1 || live[0].Model != "mock-small" || live[0].Workspace != "w1" || live[0].Responses != 1 {
+		t.Fatalf("live connections %+v, want this one, with its response", live)
+	}
 	_ = c.conn.Close(websocket.StatusNormalClosure, "done")
 	eventually(t, "the connection's lease released", func() bool { return h.used("in_flight") == 0 })
+	eventually(t, "the connection no longer listed", func() bool { return len(h.gw.LiveList()) == 0 })
 	eventually(t, "the mock's side closed", func() bool { return h.mock.RealtimeStats().Open == 0 })
 	// The connection's own event says how it ended: the client's close.
 	var conn gateway.Event

@@ -35,6 +35,8 @@ type observability struct {
 	recordCall func(catalog.CallRecord)
 	// circuits, set by serve once the gateway is made, lists its circuits.
 	circuits func() []admin.Circuit
+	// live lists the gateway's live connections for the console.
+	live func() []admin.LiveConnection
 	// purgeCache, set by serve once the gateway is made, purges its
 	// response cache; nil when it has none (watchCache).
 	purgeCache admin.PurgeCacheFunc
@@ -77,6 +79,13 @@ func (o *observability) watchCircuits(g *gateway.Gateway) {
 		return out
 	}
 	o.metrics.WatchCircuits(o.circuits)
+	o.live = func() []admin.LiveConnection {
+		var out []admin.LiveConnection
+		for _, l := range g.LiveList() {
+			out = append(out, admin.LiveConnection(l))
+		}
+		return out
+	}
 }
 
 // Observe counts a finished request and logs one line for it; it is the
@@ -210,7 +219,7 @@ func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *cat
 	}
 	r := &reloader{flags: flags, cat: cat, limiter: limiter, log: log}
 	h, err := admin.New(admin.Options{
-		Catalog: cat, Limiter: limiter, AdminToken: token, Metrics: obs.metrics, Logger: log, Timeout: cfg.AdminTimeout, Circuits: obs.circuits,
+		Catalog: cat, Limiter: limiter, AdminToken: token, Metrics: obs.metrics, Logger: log, Timeout: cfg.AdminTimeout, Circuits: obs.circuits, Live: obs.live,
 		OnChange: func() {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
