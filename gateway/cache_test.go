@@ -18,7 +18,6 @@ import (
 	"github.com/sluicehq/sluice/internal/mockprovider"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/sqlitestore"
-	"github.com/valyala/fasthttp"
 )
 
 const cachedChat = `{"model":"mock-small","max_tokens":20,"messages":[{"role":"user","content":"the same question"}]}`
@@ -327,35 +326,9 @@ func TestCache_ReplicasShareRedis(t *testing.T) {
 // answers kept in memory: after the first call, every call is a hit,
 // admitted and settled by the same rules, with no provider call.
 func BenchmarkGateway_ChatCacheHit(b *testing.B) {
-	h := startHarness(b, setup{rules: benchRules, tweak: []func(*gateway.Options){withCache, func(o *gateway.Options) {
-		o.Keys = &cachedKeys{store: o.Keys, cached: map[string]gateway.Principal{testKey: {KeyID: "k1", Org: "o1", Workspace: "w1", User: "u1"}}}
-		o.Observer, o.Usage = nil, nil
-	}}})
-	body := []byte(`{"model":"mock-small","messages":[{"role":"user","content":"hello [mock tokens=16]"}],"max_tokens":16}`)
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&fasthttp.Request{}, nil, nil)
-	b.ReportAllocs()
-	for b.Loop() {
-		ctx.Request.Reset()
-		ctx.Response.Reset()
-		ctx.Request.Header.SetMethod(fasthttp.MethodPost)
-		ctx.Request.SetRequestURI("/v1/chat/completions")
-		ctx.Request.Header.Set("Authorization", "Bearer "+testKey)
-		ctx.Request.Header.SetContentType("application/json")
-		ctx.Request.SetBody(body)
-		h.gw.Handler(&ctx)
-		if ctx.Response.StatusCode() != fasthttp.StatusOK {
-			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
-		}
-	}
-	b.StopTimer()
+	h := benchChat(b, withCache)
 	if h.mockCalls() != 1 {
 		b.Fatalf("the provider was called %d times, want 1", h.mockCalls())
-	}
-	drain, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := h.gw.Drain(drain); err != nil {
-		b.Fatal(err)
 	}
 }
 

@@ -23,12 +23,17 @@ var benchRules = []sluice.Rule{
 // the call answered by the mock provider over loopback. Its allocations include the fasthttp client's and the
 // mock's (an httptest server in the same process); the gateway's own are
 // the difference between two builds, or -memprofile's gateway frames.
-func BenchmarkGateway_Chat(b *testing.B) {
-	h := startHarness(b, setup{rules: benchRules, tweak: []func(*gateway.Options){func(o *gateway.Options) {
+func BenchmarkGateway_Chat(b *testing.B) { benchChat(b) }
+
+// benchChat drives the handler with the load harness's chat request, the
+// gateway set up by tweak, then as BenchmarkGateway_Chat's; it returns the
+// harness, drained.
+func benchChat(b *testing.B, tweak ...func(*gateway.Options)) *harness {
+	h := startHarness(b, setup{rules: benchRules, tweak: append(tweak, func(o *gateway.Options) {
 		// As the catalog's key cache answers a key in steady use.
 		o.Keys = &cachedKeys{store: o.Keys, cached: map[string]gateway.Principal{testKey: {KeyID: "k1", Org: "o1", Workspace: "w1", User: "u1"}}}
 		o.Observer, o.Usage = nil, nil
-	}}})
+	})})
 	body := []byte(`{"model":"mock-small","messages":[{"role":"user","content":"hello [mock tokens=16]"}],"max_tokens":16}`)
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&fasthttp.Request{}, nil, nil)
@@ -53,6 +58,7 @@ func BenchmarkGateway_Chat(b *testing.B) {
 	if err := h.gw.Drain(drain); err != nil {
 		b.Fatal(err)
 	}
+	return h
 }
 
 // chatAllocsBudget is BenchmarkGateway_Chat's allocations per request on

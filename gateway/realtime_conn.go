@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -284,6 +285,13 @@ func (l *liveConns) add(lc *liveConn) {
 	l.open[lc] = struct{}{}
 }
 
+// list returns the connections open now.
+func (l *liveConns) list() []*liveConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Collect(maps.Keys(l.open))
+}
+
 func (l *liveConns) remove(lc *liveConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -295,13 +303,7 @@ func (l *liveConns) remove(lc *liveConn) {
 // client reconnects, to another replica), its responses in progress
 // charged what they produced so far, and Drain then waits for their ends.
 func (g *Gateway) cutLive() {
-	g.live.mu.Lock()
-	open := make([]*liveConn, 0, len(g.live.open))
-	for lc := range g.live.open {
-		open = append(open, lc)
-	}
-	g.live.mu.Unlock()
-	for _, lc := range open {
+	for _, lc := range g.live.list() {
 		lc.end(websocket.CloseServiceRestart, "the gateway is shutting down; reconnect", causeShutdown, nil)
 	}
 }
@@ -325,12 +327,7 @@ type LiveConnection struct {
 // LiveList returns the live connections open in this process, the oldest
 // first.
 func (g *Gateway) LiveList() []LiveConnection {
-	g.live.mu.Lock()
-	open := make([]*liveConn, 0, len(g.live.open))
-	for lc := range g.live.open {
-		open = append(open, lc)
-	}
-	g.live.mu.Unlock()
+	open := g.live.list()
 	out := make([]LiveConnection, 0, len(open))
 	for _, lc := range open {
 		c := lc.c
