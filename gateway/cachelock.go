@@ -32,7 +32,7 @@ func (c *call) awaitReplica() *cachedAnswer {
 	if !ok {
 		return nil
 	}
-	for {
+	for waited := false; ; waited = true {
 		ctx, cancel := context.WithTimeout(context.Background(), cacheStoreTimeout)
 		unlock, taken, err := l.Lock(ctx, c.cache.key, cacheLockTTL)
 		cancel()
@@ -42,6 +42,11 @@ func (c *call) awaitReplica() *cachedAnswer {
 		}
 		if taken {
 			c.cache.unlock = unlock
+			if waited {
+				// The replica that held the lock may have kept its answer
+				// and let go of the lock since this call last looked.
+				return c.lookup()
+			}
 			return nil
 		}
 		if !c.g.now().Add(cacheLockPoll).Before(c.deadline) {
