@@ -45,12 +45,17 @@ var built struct {
 	err  error
 }
 
-// buildSluice builds the command once per test binary.
+// buildSluice builds the command once per test binary. It compiles as
+// scripts/release.sh does (no cgo, -trimpath, -tags grpcnotrace; only the
+// link differs), so that TestRelease_StampsVersionAndRevision, which runs
+// after it, finds every package in the build cache and only links.
 func buildSluice(t *testing.T) string {
 	t.Helper()
 	built.once.Do(func() {
 		bin := filepath.Join(built.dir, "sluice")
-		out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+		cmd := exec.Command("go", "build", "-trimpath", "-tags", "grpcnotrace", "-o", bin, ".")
+		cmd.Env = append(os.Environ(), "GOFLAGS=", "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			built.err = fmt.Errorf("go build: %v\n%s", err, out)
 			return

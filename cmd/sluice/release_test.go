@@ -17,6 +17,7 @@ import (
 // module and commit from the build info after it; the sums file lists it.
 func TestRelease_StampsVersionAndRevision(t *testing.T) {
 	t.Parallel()
+	buildSluice(t) // compiles what the release build links (see buildSluice)
 	out := t.TempDir()
 	platform := runtime.GOOS + "/" + runtime.GOARCH
 	const version = "v9.9.9-releasetest"
