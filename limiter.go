@@ -186,6 +186,9 @@ func (l *Limiter) RuleOf(id uint64) (Rule, bool) {
 	return Rule{}, false
 }
 
+// Now returns the time by the Limiter's clock (Options.Clock).
+func (l *Limiter) Now() time.Time { return l.clock.Now() }
+
 // Stats returns the Limiter's counts.
 func (l *Limiter) Stats() Stats {
 	return Stats{Admitted: l.admitted.Load(), Refused: l.refused.Load(), Overruns: l.overruns.Load(), FailedOpen: l.failedOpen.Load()}

@@ -346,3 +346,18 @@ func (r *Reservation) end(err error) error {
 	l.waiters.notify()
 	return nil
 }
+
+// policyWindow is the time window of a charge's rule: a rate rule's refill
+// window, a budget's current period (a month is as long as it is); none
+// for concurrency.
+func policyWindow(c *Charge) time.Duration {
+	switch c.Kind {
+	case KindRate:
+		return c.Window
+	case KindBudget:
+		if !c.PeriodEnd.IsZero() {
+			return c.PeriodEnd.Sub(time.Unix(c.Key.Period, 0))
+		}
+	}
+	return 0
+}
