@@ -534,7 +534,7 @@ func (l *Limiter) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	var err error
 	if r, ok := l.store.(SweepReporter); ok && l.onSwept != nil {
-		var expired []ExpiredReservation
+		var expired []Batch
 		res, expired, err = r.SweepReport(ctx, l.clock.Now())
 		for _, s := range sweptOf(l.policy.Load(), expired) {
 			l.onSwept(s)
