@@ -88,25 +88,10 @@ func outputFor(money int64, req *Request) int64 {
 	return min(n.Int64(), 1<<62-1)
 }
 
-// Effective is one limit that applies to an identity, where it came from,
-// and its live headroom.
-type Effective struct {
-	Rule      string
-	Kind      Kind
-	Subject   string
-	Metric    Metric
-	Limit     int64
-	Burst     int64
-	Source    string
-	Mode      Mode
-	Used      int64
-	Remaining int64
-	ResetAt   time.Time
-}
-
-// Effective lists the limits that apply to id now and their headroom. Rules
-// that match a model or route apply only when id names it.
-func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, error) {
+// Effective lists the limits that apply to id now, each with where it came
+// from and its headroom. Rules that match a model or route apply only when
+// id names it.
+func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Headroom, error) {
 	r := &Reservation{l: l}
 	now := l.clock.Now()
 	req := Request{Identity: id}
@@ -118,19 +103,9 @@ func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, erro
 			return nil, err
 		}
 	}
-	out := make([]Effective, 0, len(r.batch.Charges))
+	out := make([]Headroom, len(r.batch.Charges))
 	for i := range r.batch.Charges {
-		c := &r.batch.Charges[i]
-		rule := c.rule
-		mode := rule.Mode
-		if mode == "" {
-			mode = ModeEnforce
-		}
-		out = append(out, Effective{
-			Rule: rule.Name, Kind: rule.Kind, Subject: rule.Subject, Metric: rule.metric,
-			Limit: c.Limit, Burst: c.Burst, Source: c.source.name(rule), Mode: mode,
-			Used: c.Used, Remaining: c.Remaining, ResetAt: c.ResetAt,
-		})
+		out[i] = headroomOf(&r.batch.Charges[i])
 	}
 	return out, nil
 }

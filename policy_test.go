@@ -25,11 +25,11 @@ func TestLimiter_EffectiveReportsSourceAndHeadroom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []sluice.Effective{
+	want := []sluice.Headroom{
 		{Rule: "rpm", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricRequests, Limit: 10, Source: "config",
-			Mode: sluice.ModeEnforce, Used: 3, Remaining: 7, ResetAt: start.Add(18 * time.Second)},
+			Mode: sluice.ModeEnforce, Used: 3, Remaining: 7, ResetAt: start.Add(18 * time.Second), Window: time.Minute},
 		{Rule: "daily", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1000, Source: "default",
-			Mode: sluice.ModeShadow, Used: 300, Remaining: 700, ResetAt: time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC)},
+			Mode: sluice.ModeShadow, Used: 300, Remaining: 700, ResetAt: time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC), Window: 24 * time.Hour},
 		{Rule: "inflight", Kind: sluice.KindConcurrency, Subject: "key", Metric: sluice.MetricConcurrency, Limit: 3, Source: "default",
 			Mode: sluice.ModeEnforce, Used: 3, Remaining: 0, ResetAt: start.Add(90 * time.Second)},
 	}

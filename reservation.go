@@ -32,12 +32,20 @@ type Result struct {
 	Requests, Tokens Headroom
 }
 
-// Headroom is one rule's room after an admission.
+// Headroom is one limit that applies to an identity: its rule, where its
+// limit came from, and its room.
 type Headroom struct {
-	Rule      string
-	Kind      Kind
-	Metric    Metric
-	Limit     int64
+	Rule    string
+	Kind    Kind
+	Subject string
+	Metric  Metric
+	Limit   int64
+	Burst   int64
+	// Source is where Limit came from: the rule's own Source, "tier",
+	// "override" or LimitFromProvider.
+	Source    string
+	Mode      Mode
+	Used      int64
 	Remaining int64
 	ResetAt   time.Time
 	// Window is the rule's time window: a rate rule's refill window, the
@@ -170,8 +178,13 @@ func headroomOf(c *Charge) Headroom {
 	if c == nil {
 		return Headroom{}
 	}
-	return Headroom{Rule: c.rule.Name, Kind: c.Kind, Metric: c.rule.metric, Limit: c.Limit, Remaining: c.Remaining,
-		ResetAt: c.ResetAt, Window: policyWindow(c)}
+	rule := c.rule
+	mode := rule.Mode
+	if mode == "" {
+		mode = ModeEnforce
+	}
+	return Headroom{Rule: rule.Name, Kind: c.Kind, Subject: rule.Subject, Metric: rule.metric, Limit: c.Limit, Burst: c.Burst,
+		Source: c.source.name(rule), Mode: mode, Used: c.Used, Remaining: c.Remaining, ResetAt: c.ResetAt, Window: policyWindow(c)}
 }
 
 // Charges returns a copy of the reservation's charges, each with its

@@ -44,7 +44,7 @@ func admit(t *testing.T, l *sluice.Limiter, req sluice.Request) *sluice.Reservat
 }
 
 // effective returns what Limiter.Effective reports for rule and id.
-func effective(t *testing.T, l *sluice.Limiter, id sluice.Identity, rule string) sluice.Effective {
+func effective(t *testing.T, l *sluice.Limiter, id sluice.Identity, rule string) sluice.Headroom {
 	t.Helper()
 	all, err := l.Effective(context.Background(), id)
 	if err != nil {
@@ -56,7 +56,7 @@ func effective(t *testing.T, l *sluice.Limiter, id sluice.Identity, rule string)
 		}
 	}
 	t.Fatalf("effective: no rule %q in %+v", rule, all)
-	return sluice.Effective{}
+	return sluice.Headroom{}
 }
 
 // ident is the identity of API key k in workspace ws of org o, user u.
