@@ -3,7 +3,6 @@ package sluice
 import (
 	"context"
 	"math/big"
-	"time"
 )
 
 // Fit returns the largest output cap, at most req.Max.OutputTokens, that
@@ -86,35 +85,4 @@ func outputFor(money int64, req *Request) int64 {
 		return 1<<62 - 1
 	}
 	return min(n.Int64(), 1<<62-1)
-}
-
-// Effective lists the limits that apply to id now, each with where it came
-// from and its headroom. Rules that match a model or route apply only when
-// id names it.
-func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Headroom, error) {
-	r := &Reservation{l: l}
-	now := l.clock.Now()
-	req := Request{Identity: id}
-	if err := l.build(l.policy.Load(), &req, now, r, false); err != nil {
-		return nil, err
-	}
-	if len(r.batch.Charges) > 0 {
-		if err := l.peek(ctx, now, r); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]Headroom, len(r.batch.Charges))
-	for i := range r.batch.Charges {
-		out[i] = headroomOf(&r.batch.Charges[i])
-	}
-	return out, nil
-}
-
-// peek fills the results of r's charges from the store without charging.
-func (l *Limiter) peek(ctx context.Context, now time.Time, r *Reservation) error {
-	if err := l.store.Peek(ctx, now, &r.batch); err != nil {
-		return &StoreError{Op: "peek", Err: err}
-	}
-	inZones(r.batch.Charges)
-	return nil
 }

@@ -447,3 +447,10 @@ func scale(v, pct int64) int64 {
 	}
 	return s
 }
+
+func (r *compiledRule) matches(id *Identity) bool {
+	m := &r.Match
+	return (len(m.Models) == 0 || slices.Contains(m.Models, id.Model)) &&
+		(len(m.Tiers) == 0 || slices.Contains(m.Tiers, id.Tier)) &&
+		(len(m.Routes) == 0 || slices.Contains(m.Routes, id.Route))
+}
