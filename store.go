@@ -108,7 +108,7 @@ type Charge struct {
 	// the engine writes it, and a store keeps a Batch it admitted unchanged
 	// otherwise until it is settled.
 	Actual   int64
-	OnExpiry ExpiryPolicy
+	OnExpiry string
 	// Shadow charges are counted but never refuse.
 	Shadow bool
 
