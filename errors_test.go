@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicehttp"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -189,7 +190,7 @@ func TestErrors_MessagesNameRuleAndReset(t *testing.T) {
 
 // A refusal's HTTP message says its outcome once, with no Go duration
 // ("1m0s"), and a retry's instant beside its wait.
-func TestHTTPRefusal_MessagesSayItOnceInWords(t *testing.T) {
+func TestRefusalOf_MessagesSayItOnceInWords(t *testing.T) {
 	got := refusals(t)
 	for name, want := range map[string]string{
 		"rate":      `Rate limit "per_second" reached: 3 requests per second; retry in 334 milliseconds (at 2026-03-04T10:00:01Z).`,
@@ -197,14 +198,14 @@ func TestHTTPRefusal_MessagesSayItOnceInWords(t *testing.T) {
 		"budget":    `Budget "daily" exhausted: 100 of 100 tokens used this day; resets at 2026-03-05T00:00:00Z. Do not retry before the reset.`,
 		"too large": `Request can never fit rule "daily": needs 101 tokens, the most it admits is 100 tokens. Lower max_tokens or shorten the prompt.`,
 	} {
-		hr, ok := sluice.HTTPRefusalOf(got[name])
+		hr, ok := sluicehttp.RefusalOf(got[name])
 		if !ok || hr.Message != want {
 			t.Errorf("%s: message %q, want %q", name, hr.Message, want)
 		}
 	}
 	l, _ := withRules(t, rpm(1))
 	admit(t, l, byKey("k"))
-	hr, _ := sluice.HTTPRefusalOf(refuse(t, l, byKey("k"), sluice.ErrRateLimited))
+	hr, _ := sluicehttp.RefusalOf(refuse(t, l, byKey("k"), sluice.ErrRateLimited))
 	if !strings.Contains(hr.Message, " per minute; retry in ") || strings.Contains(hr.Message, "1m0s") {
 		t.Errorf("a rule per minute: %q, want it said in words", hr.Message)
 	}
@@ -518,7 +519,7 @@ func TestErrors_CostInDollars(t *testing.T) {
 		if !strings.Contains(tt.err.Error(), tt.want) {
 			t.Errorf("%s: %q, want %q", tt.name, tt.err, tt.want)
 		}
-		hr, _ := sluice.HTTPRefusalOf(tt.err)
+		hr, _ := sluicehttp.RefusalOf(tt.err)
 		if !strings.Contains(hr.Message, tt.want) {
 			t.Errorf("%s: message %q, want %q", tt.name, hr.Message, tt.want)
 		}

@@ -3,7 +3,6 @@ package sluice
 import (
 	"context"
 	"math/big"
-	"time"
 )
 
 // Fit returns the largest output cap, at most req.Max.OutputTokens, that
@@ -86,60 +85,4 @@ func outputFor(money int64, req *Request) int64 {
 		return 1<<62 - 1
 	}
 	return min(n.Int64(), 1<<62-1)
-}
-
-// Effective is one limit that applies to an identity, where it came from,
-// and its live headroom.
-type Effective struct {
-	Rule      string
-	Kind      Kind
-	Subject   string
-	Metric    Metric
-	Limit     int64
-	Burst     int64
-	Source    string
-	Mode      Mode
-	Used      int64
-	Remaining int64
-	ResetAt   time.Time
-}
-
-// Effective lists the limits that apply to id now and their headroom. Rules
-// that match a model or route apply only when id names it.
-func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Effective, error) {
-	r := &Reservation{l: l}
-	now := l.clock.Now()
-	req := Request{Identity: id}
-	if err := l.build(l.policy.Load(), &req, now, r, false); err != nil {
-		return nil, err
-	}
-	if len(r.batch.Charges) > 0 {
-		if err := l.peek(ctx, now, r); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]Effective, 0, len(r.batch.Charges))
-	for i := range r.batch.Charges {
-		c := &r.batch.Charges[i]
-		rule := c.rule
-		mode := rule.Mode
-		if mode == "" {
-			mode = ModeEnforce
-		}
-		out = append(out, Effective{
-			Rule: rule.Name, Kind: rule.Kind, Subject: rule.Subject, Metric: rule.metric,
-			Limit: c.Limit, Burst: c.Burst, Source: c.source.name(rule), Mode: mode,
-			Used: c.Used, Remaining: c.Remaining, ResetAt: c.ResetAt,
-		})
-	}
-	return out, nil
-}
-
-// peek fills the results of r's charges from the store without charging.
-func (l *Limiter) peek(ctx context.Context, now time.Time, r *Reservation) error {
-	if err := l.store.Peek(ctx, now, &r.batch); err != nil {
-		return &StoreError{Op: "peek", Err: err}
-	}
-	inZones(r.batch.Charges)
-	return nil
 }

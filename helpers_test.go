@@ -103,7 +103,7 @@ func settle(t *testing.T, r *sluice.Reservation, u sluice.Usage) {
 }
 
 // effective returns what Limiter.Effective reports for rule and id.
-func effective(t testingT, l *sluice.Limiter, id sluice.Identity, rule string) sluice.Effective {
+func effective(t testingT, l *sluice.Limiter, id sluice.Identity, rule string) sluice.Headroom {
 	t.Helper()
 	all, err := l.Effective(context.Background(), id)
 	if err != nil {
@@ -115,7 +115,7 @@ func effective(t testingT, l *sluice.Limiter, id sluice.Identity, rule string) s
 		}
 	}
 	t.Fatalf("effective: no rule %q in %+v", rule, all)
-	return sluice.Effective{}
+	return sluice.Headroom{}
 }
 
 // applies reports whether rule applies to id.

@@ -72,7 +72,7 @@ func (l *Limiter) RenewLeases(ctx context.Context) error {
 	}
 	now := l.clock.Now()
 	var held []*Reservation
-	var renewals []Renewal
+	var renewals []Batch
 	l.leases.mu.Lock()
 	for r := range l.leases.open {
 		if !r.until.After(now) {
@@ -81,7 +81,10 @@ func (l *Limiter) RenewLeases(ctx context.Context) error {
 			continue
 		}
 		held = append(held, r)
-		renewals = append(renewals, Renewal{Batch: &r.batch, Deadline: l.leaseDeadline(now, r.until)})
+		// The admission's batch, at the deadline to renew it to.
+		b := r.batch
+		b.Deadline = l.leaseDeadline(now, r.until)
+		renewals = append(renewals, b)
 	}
 	l.leases.mu.Unlock()
 	var failed error

@@ -64,11 +64,11 @@ type renewCounter struct {
 	calls   int
 }
 
-func (s *renewCounter) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Renewal) error {
+func (s *renewCounter) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Batch) error {
 	s.mu.Lock()
 	s.calls++
 	for _, r := range renewals {
-		s.batches = append(s.batches, r.Batch.ID)
+		s.batches = append(s.batches, r.ID)
 	}
 	s.mu.Unlock()
 	return s.Store.RenewLeases(ctx, now, renewals)

@@ -46,36 +46,6 @@ type Policy struct {
 	Tiers     []Tier
 }
 
-// Layer is one source of rules in the resolution order: built-in defaults,
-// the config file, environment knobs, rules stored in the database.
-type Layer struct {
-	Source string
-	Rules  []Rule
-}
-
-// Resolve merges layers in order: a rule in a later layer replaces the rule
-// of the same name and Org from an earlier one (a rule with an Org and one
-// without are two rules: the first replaces the second in its org only, as
-// the Limiter applies them). Each rule's Source is set to its layer's
-// Source. The order of first appearance is kept.
-func Resolve(layers ...Layer) []Rule {
-	var out []Rule
-	index := map[ruleName]int{}
-	for _, layer := range layers {
-		for _, r := range layer.Rules {
-			r.Source = layer.Source
-			k := ruleName{r.Org, r.Name}
-			if i, ok := index[k]; ok {
-				out[i] = r
-				continue
-			}
-			index[k] = len(out)
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // compiledRule is a validated rule with its parsed subject and identity.
 type compiledRule struct {
 	Rule
@@ -476,4 +446,11 @@ func scale(v, pct int64) int64 {
 		s = 1
 	}
 	return s
+}
+
+func (r *compiledRule) matches(id *Identity) bool {
+	m := &r.Match
+	return (len(m.Models) == 0 || slices.Contains(m.Models, id.Model)) &&
+		(len(m.Tiers) == 0 || slices.Contains(m.Tiers, id.Tier)) &&
+		(len(m.Routes) == 0 || slices.Contains(m.Routes, id.Route))
 }

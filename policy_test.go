@@ -10,70 +10,13 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-func TestResolve_LaterLayerReplacesByName(t *testing.T) {
-	rule := func(name string, limit int64) sluice.Rule {
-		r := rpm(limit)
-		r.Name = name
-		return r
-	}
-	tests := []struct {
-		name   string
-		layers []sluice.Layer
-		want   []sluice.Rule // Name, Limit and Source
-	}{
-		{"nothing", nil, nil},
-		{"one layer keeps its order and gets its source",
-			[]sluice.Layer{{Source: "default", Rules: []sluice.Rule{rule("b", 1), rule("a", 2)}}},
-			[]sluice.Rule{{Name: "b", Limit: 1, Source: "default"}, {Name: "a", Limit: 2, Source: "default"}}},
-		{"later replaces earlier in place",
-			[]sluice.Layer{
-				{Source: "default", Rules: []sluice.Rule{rule("rate", 20), rule("budget", 2_000_000), rule("inflight", 16)}},
-				{Source: "config", Rules: []sluice.Rule{rule("budget", 500), rule("extra", 7)}},
-				{Source: "env", Rules: []sluice.Rule{rule("rate", 0)}},
-				{Source: "rule", Rules: []sluice.Rule{rule("extra", 8)}},
-			},
-			[]sluice.Rule{
-				{Name: "rate", Limit: 0, Source: "env"},
-				{Name: "budget", Limit: 500, Source: "config"},
-				{Name: "inflight", Limit: 16, Source: "default"},
-				{Name: "extra", Limit: 8, Source: "rule"},
-			}},
-		{"a rule's own source is overwritten",
-			[]sluice.Layer{{Source: "config", Rules: []sluice.Rule{{Name: "x", Source: "made up"}}}},
-			[]sluice.Rule{{Name: "x", Source: "config"}}},
-		{"empty layers change nothing",
-			[]sluice.Layer{{Source: "default", Rules: []sluice.Rule{rule("a", 1)}}, {Source: "config"}},
-			[]sluice.Rule{{Name: "a", Limit: 1, Source: "default"}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := sluice.Resolve(tt.layers...)
-			var short []sluice.Rule
-			for _, r := range got {
-				short = append(short, sluice.Rule{Name: r.Name, Limit: r.Limit, Source: r.Source})
-			}
-			if !reflect.DeepEqual(short, tt.want) {
-				t.Fatalf("Resolve = %+v, want %+v", short, tt.want)
-			}
-		})
-	}
-}
-
-func TestResolve_DoesNotModifyLayers(t *testing.T) {
-	layer := sluice.Layer{Source: "config", Rules: []sluice.Rule{rpm(1)}}
-	sluice.Resolve(layer)
-	if layer.Rules[0].Source != "" {
-		t.Fatalf("Resolve wrote %q into its input", layer.Rules[0].Source)
-	}
-}
-
 func TestLimiter_EffectiveReportsSourceAndHeadroom(t *testing.T) {
 	budget := daily(sluice.MetricTokens, 1000)
 	budget.Mode = sluice.ModeShadow
-	rules := sluice.Resolve(
-		sluice.Layer{Source: "default", Rules: []sluice.Rule{rpm(20), budget, inFlight(3)}},
-		sluice.Layer{Source: "config", Rules: []sluice.Rule{rpm(10)}},
-	)
+	// As config.Resolve gives them: the file's rpm in place of the
+	// default's, each rule with its layer's source.
+	rules := []sluice.Rule{rpm(10), budget, inFlight(3)}
+	rules[0].Source, rules[1].Source, rules[2].Source = "config", "default", "default"
 	l, clock := withRules(t, rules...)
 	r := admit(t, l, tokens("k", 100, 200))
 	admit(t, l, byKey("k"))
@@ -82,11 +25,11 @@ func TestLimiter_EffectiveReportsSourceAndHeadroom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []sluice.Effective{
+	want := []sluice.Headroom{
 		{Rule: "rpm", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricRequests, Limit: 10, Source: "config",
-			Mode: sluice.ModeEnforce, Used: 3, Remaining: 7, ResetAt: start.Add(18 * time.Second)},
+			Mode: sluice.ModeEnforce, Used: 3, Remaining: 7, ResetAt: start.Add(18 * time.Second), Window: time.Minute},
 		{Rule: "daily", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens, Limit: 1000, Source: "default",
-			Mode: sluice.ModeShadow, Used: 300, Remaining: 700, ResetAt: time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC)},
+			Mode: sluice.ModeShadow, Used: 300, Remaining: 700, ResetAt: time.Date(2026, 3, 5, 0, 0, 0, 0, time.UTC), Window: 24 * time.Hour},
 		{Rule: "inflight", Kind: sluice.KindConcurrency, Subject: "key", Metric: sluice.MetricConcurrency, Limit: 3, Source: "default",
 			Mode: sluice.ModeEnforce, Used: 3, Remaining: 0, ResetAt: start.Add(90 * time.Second)},
 	}

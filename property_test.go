@@ -362,7 +362,7 @@ func TestReservation_PropertyRefundsNeverGoBelowZero(t *testing.T) {
 		window := time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(time.Hour)).Draw(t, "window"))
 		rate := sluice.Rule{Name: "rate", Kind: sluice.KindRate, Subject: "key", Metric: sluice.MetricTokens, Limit: limit, Burst: burst, Window: window}
 		budget := named(daily(sluice.MetricTokens, rapid.Int64Range(1, 5000).Draw(t, "budget")), "budget")
-		budget.Reserve = rapid.SampledFrom([]sluice.ReservePolicy{sluice.ReserveWorstCase, sluice.ReserveEstimate}).Draw(t, "reserve")
+		budget.Reserve = rapid.SampledFrom([]string{sluice.ReserveWorstCase, sluice.ReserveEstimate}).Draw(t, "reserve")
 		l, clock := newLimiter(t, sluice.Options{Rules: []sluice.Rule{rate, budget}})
 		ctx := context.Background()
 		var open []*sluice.Reservation

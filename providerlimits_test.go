@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicehttp"
 )
 
 // fromProvider is a rule of requests per minute per model that takes its
@@ -50,7 +51,7 @@ func TestLimiter_ProviderLimitsSetTheLimit(t *testing.T) {
 	if !errors.As(err, &rl) || rl.Limit != 5 || rl.Source != sluice.LimitFromProvider || !strings.Contains(err.Error(), "the provider's limit") {
 		t.Fatalf("the sixth call: %v (limit %d, source %q)", err, rl.Limit, rl.Source)
 	}
-	hr, _ := sluice.HTTPRefusalOf(err)
+	hr, _ := sluicehttp.RefusalOf(err)
 	if hr.Limit == nil || hr.Limit.Source != sluice.LimitFromProvider || hr.Limit.Limit != 5 {
 		t.Fatalf("refusal's limit object: %+v", hr.Limit)
 	}

@@ -7,58 +7,6 @@ import (
 	"time"
 )
 
-// Result describes an admission, for the response headers.
-type Result struct {
-	// Headroom is the applicable rule with the least room (its Rule empty
-	// when no rule applied): the X-RateLimit and RateLimit fields.
-	Headroom
-	// Warnings lists the budget thresholds and soft limits reached.
-	Warnings []Warning
-	// Shadowed names the shadow rules that would have refused.
-	Shadowed []string
-	// FailedOpen is set when the store could not answer and the request
-	// was admitted uncharged, every rule in play saying
-	// on_store_error: open.
-	FailedOpen bool
-	// FailedOpenRules names the enforced rules of a FailedOpen admission.
-	FailedOpenRules []string
-	// Classes describes the admission by each class rule: the request's
-	// class, its floor and share, and whose share admitted it.
-	Classes []ClassShare
-	// Requests and Tokens are the applicable rules with the least room
-	// among those counting requests, and those counting tokens (input,
-	// output or both): what OpenAI's x-ratelimit-*-requests and
-	// x-ratelimit-*-tokens headers report. Empty Rule when none applied.
-	Requests, Tokens Headroom
-}
-
-// Headroom is one rule's room after an admission.
-type Headroom struct {
-	Rule      string
-	Kind      Kind
-	Metric    Metric
-	Limit     int64
-	Remaining int64
-	ResetAt   time.Time
-	// Window is the rule's time window: a rate rule's refill window, the
-	// length of a budget's current period; zero for concurrency.
-	Window time.Duration
-}
-
-// Warning is a budget past one of its warning thresholds or its soft limit.
-type Warning struct {
-	Rule    string
-	Subject string
-	// Threshold is the fraction of Limit reached; 0 for a soft limit.
-	Threshold float64
-	Soft      bool
-	Used      int64
-	Limit     int64
-	// ResetAt is the end of the budget's period: a warning names its
-	// period by it.
-	ResetAt time.Time
-}
-
 // Reservation is an admitted request. Settle it when the call ends, or
 // Release it when the call never reached the model; settling twice, or
 // from two goroutines at once, charges once. It is safe for concurrent use,
@@ -118,62 +66,6 @@ func (r *Reservation) Result() Result {
 	return res
 }
 
-// resultOf is what the charges of an admission, admitted or refused, say
-// about its rules' room.
-func resultOf(charges []Charge) Result {
-	var res Result
-	var least, leastRequests, leastTokens *Charge
-	var leastRoom, requestsRoom, tokensRoom float64
-	for i := range charges {
-		c := &charges[i]
-		if c.rule.isDemand {
-			continue
-		}
-		if c.Shadow {
-			if !c.Allowed {
-				res.Shadowed = append(res.Shadowed, c.rule.Name)
-			}
-			continue
-		}
-		capacity := c.Limit
-		if c.Kind == KindRate {
-			capacity = c.BurstOrLimit()
-		}
-		room := float64(c.Remaining) / float64(capacity)
-		if least == nil || room < leastRoom || room == leastRoom && c.ResetAt.After(least.ResetAt) {
-			least, leastRoom = c, room
-		}
-		switch c.rule.metric {
-		case MetricRequests:
-			if leastRequests == nil || room < requestsRoom {
-				leastRequests, requestsRoom = c, room
-			}
-		case MetricTokens, MetricInputTokens, MetricUncachedInputTokens, MetricOutputTokens:
-			if leastTokens == nil || room < tokensRoom {
-				leastTokens, tokensRoom = c, room
-			}
-		}
-		if c.class != 0 {
-			res.Classes = append(res.Classes, *shareOf(c))
-		}
-		if c.Kind == KindBudget {
-			if w, ok := warningOf(c); ok {
-				res.Warnings = append(res.Warnings, w)
-			}
-		}
-	}
-	res.Headroom, res.Requests, res.Tokens = headroomOf(least), headroomOf(leastRequests), headroomOf(leastTokens)
-	return res
-}
-
-func headroomOf(c *Charge) Headroom {
-	if c == nil {
-		return Headroom{}
-	}
-	return Headroom{Rule: c.rule.Name, Kind: c.Kind, Metric: c.rule.metric, Limit: c.Limit, Remaining: c.Remaining,
-		ResetAt: c.ResetAt, Window: policyWindow(c)}
-}
-
 // Charges returns a copy of the reservation's charges, each with its
 // results; Actual is what settlement charged, zero before.
 func (r *Reservation) Charges() []Charge {
@@ -183,22 +75,6 @@ func (r *Reservation) Charges() []Charge {
 		return nil
 	}
 	return append([]Charge(nil), r.batch.Charges...)
-}
-
-// warningOf reports the highest warning a budget charge has reached.
-func warningOf(c *Charge) (Warning, bool) {
-	rule := c.rule
-	w := Warning{Rule: rule.Name, Subject: c.Key.Subject, Used: c.Used, Limit: c.Limit, ResetAt: c.ResetAt}
-	found := false
-	for _, f := range rule.WarnAt {
-		if float64(c.Used) >= f*float64(c.Limit) && f > w.Threshold {
-			w.Threshold, found = f, true
-		}
-	}
-	if rule.SoftLimit > 0 && c.Used >= rule.SoftLimit {
-		w.Soft, found = true, true
-	}
-	return w, found
 }
 
 // Settle replaces each charge with the usage reported: a smaller usage is

@@ -62,58 +62,48 @@ const (
 	PeriodMonth Period = "month"
 )
 
-// ReservePolicy says what a budget (or a token bucket) reserves at admission.
-// The empty policy is ReserveWorstCase.
-type ReservePolicy string
-
-// Reservation policies.
+// Reservation policies, the values of Rule.Reserve: what a budget (or a
+// token bucket) reserves at admission. The empty policy is ReserveWorstCase.
 const (
 	// ReserveWorstCase reserves Request.Max: the input estimate plus the
 	// output bound.
-	ReserveWorstCase ReservePolicy = "worst_case"
+	ReserveWorstCase = "worst_case"
 	// ReserveEstimate reserves Request.Expected (Request.Max when Expected is
 	// zero).
-	ReserveEstimate ReservePolicy = "estimate"
+	ReserveEstimate = "estimate"
 	// ReserveFixed reserves Rule.ReserveAmount.
-	ReserveFixed ReservePolicy = "fixed"
+	ReserveFixed = "fixed"
 )
 
-// ExpiryPolicy says what the sweep does with a budget reservation that was
-// not settled by its deadline. The empty policy is ExpiryCharge.
-type ExpiryPolicy string
-
-// Expiry policies.
+// Expiry policies, the values of Rule.OnExpiry: what the sweep does with a
+// budget reservation that was not settled by its deadline. The empty
+// policy is ExpiryCharge.
 const (
 	// ExpiryCharge charges the reserved amount (fail closed).
-	ExpiryCharge ExpiryPolicy = "charge"
+	ExpiryCharge = "charge"
 	// ExpiryRelease refunds the reservation.
-	ExpiryRelease ExpiryPolicy = "release"
+	ExpiryRelease = "release"
 )
 
-// CacheHitCharge says what a rule charges an answer served from a cache.
-// The empty value is CacheHitsMinimal.
-type CacheHitCharge string
-
-// Cache hit charges.
+// Cache hit charges, the values of Rule.CacheHits: what a rule charges an
+// answer served from a cache. The empty value is CacheHitsMinimal.
 const (
 	// CacheHitsMinimal charges a hit 1 (one token, one micro-dollar), so a
 	// spent budget refuses hits too.
-	CacheHitsMinimal CacheHitCharge = "minimal"
+	CacheHitsMinimal = "minimal"
 	// CacheHitsNone charges a hit nothing.
-	CacheHitsNone CacheHitCharge = "none"
+	CacheHitsNone = "none"
 	// CacheHitsFull charges a hit the usage of the call whose answer it
 	// replays (Request.Max of a hit), for an operator who bills hits.
-	CacheHitsFull CacheHitCharge = "full"
+	CacheHitsFull = "full"
 )
 
-// StoreErrorPolicy says what the gateway does when the store cannot answer
-// for a rule. The empty policy is StoreErrorClosed.
-type StoreErrorPolicy string
-
-// Store error policies.
+// Store error policies, the values of Rule.OnStoreError: what the Limiter
+// does when the store cannot answer for a rule. The empty policy is
+// StoreErrorClosed.
 const (
-	StoreErrorClosed StoreErrorPolicy = "closed"
-	StoreErrorOpen   StoreErrorPolicy = "open"
+	StoreErrorClosed = "closed"
+	StoreErrorOpen   = "open"
 )
 
 // Match narrows a rule to some requests. An empty list matches everything.
@@ -167,14 +157,17 @@ type Rule struct {
 	// WarnAt lists fractions of Limit (in (0, 1]) at which a budget raises a
 	// warning.
 	WarnAt []float64 `json:"warn_at,omitempty" yaml:"warn_at,omitempty"`
-	// Reserve is what is reserved at admission for token and cost metrics.
-	Reserve ReservePolicy `json:"reserve,omitempty" yaml:"reserve,omitempty"`
+	// Reserve is what is reserved at admission for token and cost metrics:
+	// ReserveWorstCase (the default), ReserveEstimate or ReserveFixed.
+	Reserve string `json:"reserve,omitempty" yaml:"reserve,omitempty"`
 	// ReserveAmount is the fixed reservation when Reserve is ReserveFixed.
 	ReserveAmount int64 `json:"reserve_amount,omitempty" yaml:"reserve_amount,omitempty"`
-	// OnExpiry is what the sweep does with an unsettled budget reservation.
-	OnExpiry ExpiryPolicy `json:"on_expiry,omitempty" yaml:"on_expiry,omitempty"`
-	// OnStoreError is what the gateway does when the store cannot answer.
-	OnStoreError StoreErrorPolicy `json:"on_store_error,omitempty" yaml:"on_store_error,omitempty"`
+	// OnExpiry is what the sweep does with an unsettled budget reservation:
+	// ExpiryCharge (the default) or ExpiryRelease.
+	OnExpiry string `json:"on_expiry,omitempty" yaml:"on_expiry,omitempty"`
+	// OnStoreError is what the gateway does when the store cannot answer:
+	// StoreErrorClosed (the default) or StoreErrorOpen.
+	OnStoreError string `json:"on_store_error,omitempty" yaml:"on_store_error,omitempty"`
 	// Fit, when "clamp", lets the gateway lower a request's output cap to
 	// what still fits instead of refusing, down to MinOutputTokens.
 	Fit             string `json:"fit,omitempty" yaml:"fit,omitempty"`
@@ -188,7 +181,7 @@ type Rule struct {
 	// CacheHits is what a token, cost or custom rule charges an answer
 	// served from a cache (Request.CacheHit); empty means CacheHitsMinimal.
 	// A rule counting requests charges a hit 1, as any call.
-	CacheHits CacheHitCharge `json:"cache_hits,omitempty" yaml:"cache_hits,omitempty"`
+	CacheHits string `json:"cache_hits,omitempty" yaml:"cache_hits,omitempty"`
 	// Classes split a rate or concurrency rule's capacity between priority
 	// classes, each with a floor and a weight (see Class); the floors add
 	// up to at most Limit. Empty: no classes.

@@ -37,17 +37,12 @@ type Store interface {
 // flight (Options.LeaseTimeout): those of a process that died are swept
 // soon after it, while a long call is not.
 type LeaseRenewer interface {
-	// RenewLeases moves the deadline of each batch of renewals to its
-	// Deadline: its leases expire, and the sweep settles it, no sooner. A
+	// RenewLeases moves the deadline of each admitted batch of renewals to
+	// the Deadline it is given with (its ID and Charges those of the
+	// admission): its leases expire, and the sweep settles it, no sooner. A
 	// batch settled, swept or past its deadline at now is left alone (its
 	// leases may be another's already), and a deadline never moves back.
-	RenewLeases(ctx context.Context, now time.Time, renewals []Renewal) error
-}
-
-// Renewal is an admitted batch and the deadline to renew it to.
-type Renewal struct {
-	Batch    *Batch
-	Deadline time.Time
+	RenewLeases(ctx context.Context, now time.Time, renewals []Batch) error
 }
 
 // CounterCeiling is the most a store's budget counter holds: 2^53, the
@@ -68,48 +63,6 @@ type AsyncSettler interface {
 	SettleAsync(ctx context.Context, now time.Time, b *Batch, done func(error))
 }
 
-// ReservedReader is a Store that can say what open reservations hold on
-// budget counters, as every process sharing the store sees them: the part
-// of a budget's Used that calls in flight hold, on any replica.
-type ReservedReader interface {
-	// Reserved returns, for each key of a budget counter, the amount its
-	// open reservations hold; 0 for a counter the store does not hold.
-	Reserved(ctx context.Context, keys []CounterKey) ([]int64, error)
-}
-
-// ReservationLister is a Store that can list its open reservations as
-// every process sharing the store sees them: the admitted batches with a
-// budget charge that neither Settle nor Sweep has settled yet, whichever
-// Limiter admitted them. These are the reservations the store records for
-// its sweep; a batch of rate charges and leases only has no record (its
-// leases expire by themselves) and is not listed.
-type ReservationLister interface {
-	// Reservations returns at most limit open reservations, the soonest
-	// deadline first, and none when limit is not positive. A reservation
-	// past its deadline is listed until a sweep settles it.
-	Reservations(ctx context.Context, limit int) ([]OpenReservation, error)
-}
-
-// OpenReservation is an open reservation as its store records it.
-type OpenReservation struct {
-	// ID is the Batch's ID.
-	ID       uint64
-	Deadline time.Time
-	// Charges are the batch's budget charges and the leases its record
-	// frees, in the store's order. Rate charges hold nothing once admitted
-	// and are not recorded; on a Redis Cluster, neither is a lease in a
-	// hash slot without a budget charge of the batch.
-	Charges []OpenCharge
-}
-
-// OpenCharge is what one charge of an OpenReservation holds on its
-// counter: Amount is a budget charge's reservation, 1 for a lease.
-type OpenCharge struct {
-	Key    CounterKey
-	Kind   Kind
-	Amount int64
-}
-
 // SweepResult counts what a sweep did.
 type SweepResult struct {
 	// Reservations settled by the sweep.
@@ -120,24 +73,12 @@ type SweepResult struct {
 }
 
 // SweepReporter is a Store whose sweep can also tell what it settled: each
-// reservation with what its charges were settled at. Limiter.Sweep uses it
-// when the store has it, for Options.OnSwept.
+// batch with, for each of its charges, what it was settled at as its
+// Actual (a budget charge's Amount, or 0 when released; other kinds
+// charge nothing at expiry). Limiter.Sweep uses it when the store has it,
+// for Options.OnSwept.
 type SweepReporter interface {
-	SweepReport(ctx context.Context, now time.Time) (SweepResult, []ExpiredReservation, error)
-}
-
-// ExpiredReservation is a reservation a sweep settled.
-type ExpiredReservation struct {
-	Charges []ExpiredCharge
-}
-
-// ExpiredCharge is one charge of an ExpiredReservation: Charged is what a
-// budget charge was settled at (its Amount, or 0 when released); other
-// kinds charge nothing at expiry.
-type ExpiredCharge struct {
-	Key     CounterKey
-	Kind    Kind
-	Charged int64
+	SweepReport(ctx context.Context, now time.Time) (SweepResult, []Batch, error)
 }
 
 // CounterKey names one counter.
@@ -167,7 +108,7 @@ type Charge struct {
 	// the engine writes it, and a store keeps a Batch it admitted unchanged
 	// otherwise until it is settled.
 	Actual   int64
-	OnExpiry ExpiryPolicy
+	OnExpiry string
 	// Shadow charges are counted but never refuse.
 	Shadow bool
 

@@ -21,7 +21,7 @@ type SweptReservation struct {
 }
 
 // sweptOf reads what a store's sweep expired under policy p.
-func sweptOf(p *compiledPolicy, expired []ExpiredReservation) []SweptReservation {
+func sweptOf(p *compiledPolicy, expired []Batch) []SweptReservation {
 	if len(expired) == 0 {
 		return nil
 	}
@@ -39,8 +39,8 @@ func sweptOf(p *compiledPolicy, expired []ExpiredReservation) []SweptReservation
 			}
 			s.Known = true
 			s.Identity.readSubject(r.attrs, c.Key.Subject)
-			if c.Kind == KindBudget && c.Charged > s.Charged[r.metric] {
-				s.Charged[r.metric] = c.Charged
+			if c.Kind == KindBudget && c.Actual > s.Charged[r.metric] {
+				s.Charged[r.metric] = c.Actual
 			}
 		}
 		out = append(out, s)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -97,7 +98,7 @@ func newEnvOn(t *testing.T, store sluice.Store) *env {
 }
 
 func (e *env) refresh() error {
-	p, _, err := LoadPolicy(context.Background(), e.cat, []sluice.Layer{{Source: "config", Rules: baseRules}}, nil)
+	p, _, err := LoadPolicy(context.Background(), e.cat, []config.Layer{{Source: "config", Rules: baseRules}}, nil)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/config"
 )
 
 // TestAPI_KeyCreateWithLimits checks that a key made with its own limits
@@ -155,7 +156,7 @@ func TestAPI_KeyCreateWithLimitsUsesRuleInForce(t *testing.T) {
 // file that defines them.
 func withRules(t *testing.T, e *env, extra ...sluice.Rule) sluice.Policy {
 	t.Helper()
-	p, _, err := LoadPolicy(context.Background(), e.cat, []sluice.Layer{{Source: "config", Rules: append(slices.Clone(baseRules), extra...)}}, nil)
+	p, _, err := LoadPolicy(context.Background(), e.cat, []config.Layer{{Source: "config", Rules: append(slices.Clone(baseRules), extra...)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

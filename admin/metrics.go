@@ -295,14 +295,23 @@ func (m *Metrics) storesSnapshot() []*instrumentedStore {
 	return slices.Clone(m.stores)
 }
 
+// ReservedReader is a store that can say what open reservations hold on
+// budget counters, as every process sharing the store sees them: the part
+// of a budget's Used that calls in flight hold, on any replica.
+type ReservedReader interface {
+	// Reserved returns, for each key of a budget counter, the amount its
+	// open reservations hold; 0 for a counter the store does not hold.
+	Reserved(ctx context.Context, keys []sluice.CounterKey) ([]int64, error)
+}
+
 // reservedOf returns what open reservations hold on each budget counter
-// of keys: read from the store when it is a sluice.ReservedReader (the
+// of keys: read from the store when it is a ReservedReader (the
 // reservations of every replica sharing it), else those open in this
 // process.
 func (m *Metrics) reservedOf(ctx context.Context, keys []sluice.CounterKey) ([]int64, error) {
 	sum := make([]int64, len(keys))
 	for _, s := range m.storesSnapshot() {
-		if rr, ok := s.Store.(sluice.ReservedReader); ok {
+		if rr, ok := s.Store.(ReservedReader); ok {
 			got, err := rr.Reserved(ctx, keys)
 			if err != nil {
 				return nil, &sluice.StoreError{Op: "reserved", Err: err}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/llm/anthropic"
 	"github.com/sluicehq/sluice/llm/openai"
+	"github.com/sluicehq/sluice/sluicehttp"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -260,7 +261,7 @@ func TestOpenAPI_RefusalShapesMatchTheEncoders(t *testing.T) {
 	}
 	path := d.doc.Paths.Find("/v1/chat/completions").Post
 	for _, err := range refusals {
-		hr, ok := sluice.HTTPRefusalOf(err)
+		hr, ok := sluicehttp.RefusalOf(err)
 		if !ok {
 			t.Fatalf("%T is not a refusal", err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/catalog"
+	"github.com/sluicehq/sluice/config"
 )
 
 // SourceRule is the Source of rules stored in the catalog.
@@ -18,16 +19,16 @@ const SourceRule = "rule"
 // then the stored overrides. Overrides naming no rule in force are left
 // out and reported in skipped, so that deleting a rule never makes the
 // policy invalid.
-func LoadPolicy(ctx context.Context, cat *catalog.Catalog, layers []sluice.Layer, tiers []sluice.Tier) (p sluice.Policy, skipped []catalog.Override, err error) {
+func LoadPolicy(ctx context.Context, cat *catalog.Catalog, layers []config.Layer, tiers []sluice.Tier) (p sluice.Policy, skipped []catalog.Override, err error) {
 	stored, err := cat.ListRules(ctx)
 	if err != nil {
 		return sluice.Policy{}, nil, fmt.Errorf("admin: load policy: %w", err)
 	}
-	db := sluice.Layer{Source: SourceRule}
+	db := config.Layer{Source: SourceRule}
 	for _, r := range stored {
 		db.Rules = append(db.Rules, r.Rule)
 	}
-	rules := sluice.Resolve(append(slices.Clone(layers), db)...)
+	rules := config.Resolve(append(slices.Clone(layers), db)...)
 	overrides, err := cat.ListOverrides(ctx)
 	if err != nil {
 		return sluice.Policy{}, nil, fmt.Errorf("admin: load policy: %w", err)

@@ -43,7 +43,7 @@ const (
 	// FromStore: the store's record of every replica's reservations.
 	FromStore = "store"
 	// FromProcess: the reservations this process admitted, the store
-	// having no listing (not a sluice.ReservationLister).
+	// having no listing (not a ReservationLister).
 	FromProcess = "process"
 )
 
@@ -56,12 +56,33 @@ type ReservationList struct {
 	Truncated bool `json:"truncated"`
 }
 
+// ReservationLister is a store that can list its open reservations as
+// every process sharing the store sees them: the admitted batches with a
+// budget charge that neither Settle nor Sweep has settled yet, whichever
+// Limiter admitted them. These are the reservations the store records for
+// its sweep; a batch of rate charges and leases only has no record (its
+// leases expire by themselves) and is not listed. Every store Sluice ships
+// is one.
+type ReservationLister interface {
+	// Reservations returns at most limit open reservations, the soonest
+	// deadline first, and none when limit is not positive. A reservation
+	// past its deadline is listed until a sweep settles it. Each is the
+	// batch as the store records it: its ID, its Deadline (renewed, if it
+	// was), and its budget charges and the leases the record frees, in the
+	// store's order, each with its Key, Kind and what it holds as its
+	// Amount (a budget charge's reservation, 1 for a lease). Rate charges
+	// hold nothing once admitted and are not recorded; on a Redis Cluster,
+	// neither is a lease in a hash slot without a budget charge of the
+	// batch.
+	Reservations(ctx context.Context, limit int) ([]sluice.Batch, error)
+}
+
 // RuleOf finds the rule in force whose counters carry a fingerprint
 // (sluice.CounterKey.Rule): Limiter.RuleOf.
 type RuleOf func(id uint64) (sluice.Rule, bool)
 
 // Reservations lists up to limit open reservations at now, the soonest
-// deadline first: from the store when it is a sluice.ReservationLister
+// deadline first: from the store when it is a ReservationLister
 // (those of every replica sharing it: the batches with a budget charge, as
 // the store records them), else those open in this process (every
 // admitted batch, with all its charges).
@@ -73,7 +94,7 @@ func (m *Metrics) Reservations(ctx context.Context, now time.Time, limit int, ru
 		list.Source = FromProcess
 	}
 	for _, s := range stores {
-		lister, ok := s.Store.(sluice.ReservationLister)
+		lister, ok := s.Store.(ReservationLister)
 		if !ok {
 			list.Source = FromProcess
 			list.Reservations = append(list.Reservations, s.openReservations(now, rules)...)
@@ -113,7 +134,7 @@ func (s *instrumentedStore) openReservations(now time.Time, rules RuleOf) []Rese
 
 // stored turns the store's listing into Reservations, with the admission
 // time of those this process admitted.
-func (s *instrumentedStore) stored(open []sluice.OpenReservation, now time.Time, rules RuleOf) []Reservation {
+func (s *instrumentedStore) stored(open []sluice.Batch, now time.Time, rules RuleOf) []Reservation {
 	out := make([]Reservation, len(open))
 	s.mu.Lock()
 	defer s.mu.Unlock()

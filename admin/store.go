@@ -112,10 +112,10 @@ func (s *instrumentedStore) Sweep(ctx context.Context, now time.Time) (sluice.Sw
 
 // SweepReport passes on what the store's sweep settled when the store can
 // tell (a sluice.SweepReporter), and nothing otherwise.
-func (s *instrumentedStore) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
+func (s *instrumentedStore) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.Batch, error) {
 	start := time.Now()
 	var res sluice.SweepResult
-	var expired []sluice.ExpiredReservation
+	var expired []sluice.Batch
 	var err error
 	if r, ok := s.Store.(sluice.SweepReporter); ok {
 		res, expired, err = r.SweepReport(ctx, now)
@@ -143,16 +143,16 @@ type renewingStore struct{ *instrumentedStore }
 
 var _ sluice.LeaseRenewer = renewingStore{}
 
-func (s renewingStore) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Renewal) error {
+func (s renewingStore) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Batch) error {
 	if err := s.Store.(sluice.LeaseRenewer).RenewLeases(ctx, now, renewals); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, rn := range renewals {
-		if ob, ok := s.open[rn.Batch.ID]; ok && rn.Deadline.After(ob.deadline) {
-			ob.deadline = rn.Deadline
-			s.open[rn.Batch.ID] = ob
+	for _, b := range renewals {
+		if ob, ok := s.open[b.ID]; ok && b.Deadline.After(ob.deadline) {
+			ob.deadline = b.Deadline
+			s.open[b.ID] = ob
 		}
 	}
 	return nil

@@ -196,14 +196,14 @@ rules:
 				t.Errorf("env layer = %v, want %v", envNames, tt.envRules)
 			}
 			var got []string
-			for _, r := range sluice.Resolve(layers...) {
+			for _, r := range Resolve(layers...) {
 				got = append(got, strings.Join([]string{r.Name, r.Source, r.Subject, strconv.FormatInt(r.Limit, 10)}, " "))
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("resolved:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 			}
 			// The env layer keeps the file's shape of a knob rule.
-			if r := ruleNamed(sluice.Resolve(layers...), RuleRatePerMinute); r.Window != 10*time.Second {
+			if r := ruleNamed(Resolve(layers...), RuleRatePerMinute); r.Window != 10*time.Second {
 				t.Errorf("rate_per_minute window = %v, want the file's 10s", r.Window)
 			}
 		})

@@ -55,16 +55,47 @@ func DefaultRules() []sluice.Rule {
 	return rules
 }
 
+// Layer is one source of rules in the resolution order: built-in defaults,
+// the config file, environment knobs, rules stored in the database.
+type Layer struct {
+	Source string
+	Rules  []sluice.Rule
+}
+
+// Resolve merges layers in order: a rule in a later layer replaces the rule
+// of the same name and Org from an earlier one (a rule with an Org and one
+// without are two rules: the first replaces the second in its org only, as
+// the Limiter applies them). Each rule's Source is set to its layer's
+// Source. The order of first appearance is kept.
+func Resolve(layers ...Layer) []sluice.Rule {
+	type orgAndName struct{ org, name string }
+	var out []sluice.Rule
+	index := map[orgAndName]int{}
+	for _, layer := range layers {
+		for _, r := range layer.Rules {
+			r.Source = layer.Source
+			k := orgAndName{r.Org, r.Name}
+			if i, ok := index[k]; ok {
+				out[i] = r
+				continue
+			}
+			index[k] = len(out)
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // Layers returns the rule layers of c in resolution order: "default" (the
 // quick-knob rules at their built-in limits), "config" (the file's rules)
 // and "env" (the quick-knob rules whose variable is set, with the limit it
-// sets). sluice.Resolve(c.Layers()...) gives the effective rules; a rule
+// sets). Resolve(c.Layers()...) gives the effective rules; a rule
 // whose limit is 0 stays in the list, disabled by its limit.
 //
 // A knob changes only the limit: when the file redefines a quick-knob rule
 // (say rate_per_minute per key), the environment's limit applies to the
 // file's rule.
-func (c *Config) Layers() []sluice.Layer {
+func (c *Config) Layers() []Layer {
 	defaults := DefaultRules()
 	file := make([]sluice.Rule, 0, len(c.Rules))
 	for i := range c.Rules {
@@ -72,9 +103,9 @@ func (c *Config) Layers() []sluice.Layer {
 	}
 	var env []sluice.Rule
 	if len(c.Knobs) > 0 {
-		base := sluice.Resolve(
-			sluice.Layer{Source: SourceDefault, Rules: defaults},
-			sluice.Layer{Source: SourceConfig, Rules: file},
+		base := Resolve(
+			Layer{Source: SourceDefault, Rules: defaults},
+			Layer{Source: SourceConfig, Rules: file},
 		)
 		for _, k := range quickKnobs {
 			limit, ok := c.Knobs[k.variable]
@@ -90,17 +121,17 @@ func (c *Config) Layers() []sluice.Layer {
 			}
 		}
 	}
-	return []sluice.Layer{
+	return []Layer{
 		{Source: SourceDefault, Rules: defaults},
 		{Source: SourceConfig, Rules: file},
 		{Source: SourceEnv, Rules: env},
 	}
 }
 
-// EffectiveRules is sluice.Resolve(c.Layers()...): the rules of the
+// EffectiveRules is Resolve(c.Layers()...): the rules of the
 // defaults, the file and the environment, before the database's.
 func (c *Config) EffectiveRules() []sluice.Rule {
-	return sluice.Resolve(c.Layers()...)
+	return Resolve(c.Layers()...)
 }
 
 // Warnings returns one sentence per limit that is disabled (a limit of 0,

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicehttp"
 	"github.com/valyala/fasthttp"
 )
 
@@ -135,7 +136,7 @@ func errNotJSON(status int) *apiError {
 func (c *call) setResultHeaders(h *fasthttp.ResponseHeader, adm *admission) {
 	r := adm.res.Result()
 	c.event.Shadowed, c.event.FailedOpen, c.event.BudgetWarnings = r.Shadowed, r.FailedOpenRules, r.Warnings
-	r.SetHeaders(canonicalHeaders{h}, c.g.now())
+	sluicehttp.SetHeaders(canonicalHeaders{h}, r, c.g.now())
 	canonicalHeaders{h}.Set(headerModel, adm.model.Name)
 	for _, cs := range r.Classes {
 		h.Add(HeaderClass, fmt.Sprintf("%s; rule=%s; floor=%d; share=%d; capacity=%d", cs.Class, cs.Rule, cs.Floor, cs.Share, cs.Capacity))

@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/llm"
+	"github.com/sluicehq/sluice/sluicehttp"
 	"github.com/valyala/fasthttp"
 )
 
@@ -281,7 +281,7 @@ func (c *call) deploy(adm *admission, lastModel bool) error {
 func sooner(earlier, last error) error {
 	// The library's mapping of a refusal says when to retry it.
 	retryIn := func(err error) (time.Duration, bool) {
-		hr, ok := sluice.HTTPRefusalOf(err)
+		hr, ok := sluicehttp.RefusalOf(err)
 		return hr.RetryAfter, ok && !hr.Terminal && hr.RetryAfter > 0
 	}
 	a, ok := retryIn(earlier)

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/anthropic"
 	"github.com/sluicehq/sluice/llm/openai"
+	"github.com/sluicehq/sluice/sluicehttp"
 	"github.com/valyala/fasthttp"
 )
 
@@ -23,7 +24,7 @@ type apiError struct {
 	message   string
 	terminal  bool // x-should-retry: false
 	retryHint time.Duration
-	limit     *sluice.RefusalLimit // the limit object, when a limit refused
+	limit     *sluicehttp.RefusalLimit // the limit object, when a limit refused
 	// room is the room of the rules that apply to the caller, for the
 	// rate-limit header fields (see call.withRoom); nil sends none.
 	room *sluice.Result
@@ -136,7 +137,7 @@ func causeOf(err error) error {
 	if err == nil || errors.Is(err, sluice.ErrStoreUnavailable) {
 		return err
 	}
-	if _, ok := sluice.HTTPRefusalOf(err); ok {
+	if _, ok := sluicehttp.RefusalOf(err); ok {
 		return nil
 	}
 	var ae *apiError
@@ -157,7 +158,7 @@ func (g *Gateway) writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		typ, anthType string
 		code, param   string
 		message       string
-		limit         *sluice.RefusalLimit
+		limit         *sluicehttp.RefusalLimit
 		terminal      bool
 	)
 	h := &ctx.Response.Header
@@ -166,8 +167,8 @@ func (g *Gateway) writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 		ae  *apiError
 	)
 	// The library's refusals: status, code, wording and limit object are
-	// the library's (sluice.HTTPRefusalOf), the error types the API's.
-	if hr, ok := sluice.HTTPRefusalOf(err); ok {
+	// the library's (sluicehttp.RefusalOf), the error types the API's.
+	if hr, ok := sluicehttp.RefusalOf(err); ok {
 		status, code, message, limit = hr.Status, hr.Code, hr.Message, hr.Limit
 		terminal = hr.Terminal
 		typ, anthType = errorTypes(code)
@@ -191,9 +192,9 @@ func (g *Gateway) writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 			// The gateway's own refusals get their rate-limit and retry
 			// headers where the library's do.
 			if ae.room != nil {
-				ae.room.SetHeaders(canonicalHeaders{h}, g.now())
+				sluicehttp.SetHeaders(canonicalHeaders{h}, *ae.room, g.now())
 			}
-			hr := sluice.HTTPRefusal{RetryAfter: ae.retryHint, Terminal: ae.terminal}
+			hr := sluicehttp.Refusal{RetryAfter: ae.retryHint, Terminal: ae.terminal}
 			hr.SetHeaders(canonicalHeaders{h}, g.now())
 		default:
 			status, typ, anthType, code = 500, "server_error", "api_error", "internal_error"
@@ -225,7 +226,7 @@ func (g *Gateway) writeError(ctx *fasthttp.RequestCtx, rt *route, err error) {
 // library's, whose limit, used and remaining are then the class's share's,
 // with the class.
 type classLimit struct {
-	*sluice.RefusalLimit
+	*sluicehttp.RefusalLimit
 	Class refusalClass `json:"class"`
 }
 

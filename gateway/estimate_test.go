@@ -14,7 +14,7 @@ import (
 // worst-case budget refuses it as budget_insufficient.
 func TestGateway_ReserveEstimate(t *testing.T) {
 	t.Parallel()
-	for _, policy := range []sluice.ReservePolicy{sluice.ReserveEstimate, sluice.ReserveWorstCase} {
+	for _, policy := range []string{sluice.ReserveEstimate, sluice.ReserveWorstCase} {
 		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
 			budget := sluice.Rule{Name: "small_budget", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricTokens,

@@ -210,7 +210,7 @@ func (h *harness) usedBy(id sluice.Identity, rule string) int64 {
 }
 
 // effective returns rule's effective limit for id and what it counted.
-func (h *harness) effective(id sluice.Identity, rule string) sluice.Effective {
+func (h *harness) effective(id sluice.Identity, rule string) sluice.Headroom {
 	h.t.Helper()
 	eff, err := h.limiter.Effective(context.Background(), id)
 	if err != nil {
@@ -222,7 +222,7 @@ func (h *harness) effective(id sluice.Identity, rule string) sluice.Effective {
 		}
 	}
 	h.t.Fatalf("no rule %q for %+v", rule, id)
-	return sluice.Effective{}
+	return sluice.Headroom{}
 }
 
 // mockCalls is how many requests the mock provider received.

@@ -1,11 +1,11 @@
 package gateway
 
 import (
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicehttp"
 	"github.com/valyala/fasthttp"
 )
 
-// canonicalHeaders is the sluice.HeaderSetter of a fasthttp response
+// canonicalHeaders is the sluicehttp.HeaderSetter of a fasthttp response
 // header. The names written on every answer (the library's rate-limit and
 // retry fields, the gateway's own) are written in the canonical form
 // fasthttp gives them ("X-Ratelimit-Limit-Requests"), worked out once in
@@ -14,12 +14,12 @@ import (
 // way.
 type canonicalHeaders struct{ h *fasthttp.ResponseHeader }
 
-var _ sluice.HeaderSetter = canonicalHeaders{}
+var _ sluicehttp.HeaderSetter = canonicalHeaders{}
 
 // canonicalNames maps each name written on every answer to its canonical
 // form.
 var canonicalNames = canonicalForms(
-	// The library's (Result.SetHeaders, HTTPRefusal.SetHeaders).
+	// The library's (sluicehttp.SetHeaders, Refusal.SetHeaders).
 	"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit",
 	"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
 	"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens",

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicehttp"
 	"github.com/valyala/fasthttp"
 )
 
@@ -17,16 +18,16 @@ func (n *namesSet) Add(name, _ string) { n.added = append(n.added, name) }
 
 // everyHeader writes every header the library writes, on an admission and
 // on a refusal, through h.
-func everyHeader(h sluice.HeaderSetter, now time.Time) {
+func everyHeader(h sluicehttp.HeaderSetter, now time.Time) {
 	room := sluice.Headroom{Rule: "tokens", Kind: sluice.KindBudget, Metric: sluice.MetricTokens, Limit: 1000, Remaining: 10, ResetAt: now.Add(time.Hour), Window: 24 * time.Hour}
 	requests := sluice.Headroom{Rule: "rpm", Kind: sluice.KindRate, Metric: sluice.MetricRequests, Limit: 60, Remaining: 59, ResetAt: now.Add(time.Second), Window: time.Minute}
 	r := sluice.Result{Headroom: room, Requests: requests, Tokens: room,
 		Warnings: []sluice.Warning{{Rule: "tokens", Used: 990, Limit: 1000, Threshold: 0.9}}}
-	r.SetHeaders(h, now)
-	refusal, _ := sluice.HTTPRefusalOf(&sluice.BudgetError{Refusal: sluice.Refusal{Rule: "tokens", Kind: sluice.KindBudget, Metric: sluice.MetricTokens,
+	sluicehttp.SetHeaders(h, r, now)
+	refusal, _ := sluicehttp.RefusalOf(&sluice.BudgetError{Refusal: sluice.Refusal{Rule: "tokens", Kind: sluice.KindBudget, Metric: sluice.MetricTokens,
 		Limit: 1000, Used: 1000, Period: sluice.PeriodDay, ResetAt: now.Add(time.Hour), Result: &r}})
 	refusal.SetHeaders(h, now)
-	wait := sluice.HTTPRefusal{RetryAfter: 1500 * time.Millisecond, Terminal: true}
+	wait := sluicehttp.Refusal{RetryAfter: 1500 * time.Millisecond, Terminal: true}
 	wait.SetHeaders(h, now)
 }
 
@@ -54,7 +55,7 @@ func TestCanonicalHeaders_SameBytesAsSet(t *testing.T) {
 	var direct, canonical fasthttp.ResponseHeader
 	everyHeader(&direct, now)
 	everyHeader(canonicalHeaders{&canonical}, now)
-	for _, h := range []sluice.HeaderSetter{&direct, canonicalHeaders{&canonical}} {
+	for _, h := range []sluicehttp.HeaderSetter{&direct, canonicalHeaders{&canonical}} {
 		h.Set(HeaderRequestID, "req_1")
 		h.Set(headerModel, "mock-small")
 		h.Set(HeaderCostMicros, "12")
@@ -78,13 +79,13 @@ func BenchmarkCanonicalHeaders(b *testing.B) {
 	var h fasthttp.ResponseHeader
 	for _, bc := range []struct {
 		name string
-		to   sluice.HeaderSetter
+		to   sluicehttp.HeaderSetter
 	}{{"canonical", canonicalHeaders{&h}}, {"fasthttp", &h}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				h.Reset()
-				r.SetHeaders(bc.to, now)
+				sluicehttp.SetHeaders(bc.to, r, now)
 				bc.to.Set(HeaderRequestID, "req_0123456789abcdef")
 				bc.to.Set(headerModel, "mock-small")
 			}

@@ -20,7 +20,7 @@ func providerRPM(limit int64) sluice.Rule {
 }
 
 // providerLimitOf returns the effective provider_rpm of mock-small.
-func (h *harness) providerLimitOf() sluice.Effective {
+func (h *harness) providerLimitOf() sluice.Headroom {
 	h.t.Helper()
 	return h.effective(sluice.Identity{Org: "o1", Workspace: "w1", User: "u1", Key: "k1", Model: "mock-small"}, "provider_rpm")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/llm"
+	"github.com/sluicehq/sluice/sluicehttp"
 )
 
 // How a limit speaks on a live connection: the Realtime API's error event
@@ -85,7 +86,7 @@ func (lc *liveConn) errorEvent(err error, eventID string) ([]byte, int) {
 	e := liveError{EventID: optional(eventID)}
 	status := 500
 	var ae *apiError
-	if hr, ok := sluice.HTTPRefusalOf(err); ok {
+	if hr, ok := sluicehttp.RefusalOf(err); ok {
 		status, e.Code, e.Message = hr.Status, hr.Code, hr.Message
 		e.Type, _ = errorTypes(hr.Code)
 		if hr.Limit != nil {

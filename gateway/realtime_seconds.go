@@ -7,6 +7,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicehttp"
 )
 
 // MetricSeconds is the custom metric of a live connection's wall-clock
@@ -76,6 +77,6 @@ func (lc *liveConn) secondsSpent() {
 	rule := lc.secondsRule
 	ev := errorEventOf(liveError{Type: "budget_exceeded", Code: "seconds_exceeded",
 		Message: fmt.Sprintf("Rule %q allows no more live-connection seconds now; the connection is closed.", rule),
-		Limit:   &sluice.RefusalLimit{Rule: rule, Metric: MetricSeconds, Limit: lc.seconds, Used: lc.seconds}})
+		Limit:   &sluicehttp.RefusalLimit{Rule: rule, Metric: MetricSeconds, Limit: lc.seconds, Used: lc.seconds}})
 	lc.end(websocket.CloseInternalServerErr, closeReason("quota exceeded: "+rule+" seconds reached"), causeSeconds, ev)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/dollars"
+	"github.com/sluicehq/sluice/sluicehttp"
 	"github.com/valyala/fasthttp"
 )
 
@@ -135,7 +136,7 @@ func lower(name string, configured int64, asked *int64) (int64, error) {
 // not answer (the session is answered anyway).
 func (g *Gateway) answerSession(ctx *fasthttp.RequestCtx, who *Principal, status int, s Session, lowered []string) {
 	if room, err := g.limiter.Room(context.Background(), sluice.Request{Identity: principalIdentity(who, s.Model)}); err == nil {
-		room.SetHeaders(canonicalHeaders{&ctx.Response.Header}, g.now())
+		sluicehttp.SetHeaders(canonicalHeaders{&ctx.Response.Header}, room, g.now())
 	}
 	g.writeSession(ctx, status, s, lowered)
 }
@@ -350,7 +351,7 @@ func sessionError(err error) error {
 	case errors.As(err, &ce):
 		return &apiError{status: 429, typ: "budget_exceeded", anthType: "rate_limit_error", code: "session_ceiling_reached", terminal: true,
 			message: fmt.Sprintf("Session %s reached its %s ceiling (%s used); open a new session.", ce.Session.ID, ceilingWords(ce.Ceiling), ceilingPart(ce.Ceiling, ce.Used, ce.Limit)),
-			limit: &sluice.RefusalLimit{Rule: "session_" + ce.Ceiling, Subject: "session", Metric: ceilingMetric(ce.Ceiling),
+			limit: &sluicehttp.RefusalLimit{Rule: "session_" + ce.Ceiling, Subject: "session", Metric: ceilingMetric(ce.Ceiling),
 				Limit: ce.Limit, Used: ce.Used, Remaining: max(0, ce.Limit-ce.Used)}}
 	case errors.Is(err, ErrUnknownSession):
 		return &apiError{status: 404, typ: "invalid_request_error", anthType: "not_found_error", code: "session_not_found",
@@ -480,7 +481,7 @@ func (c *call) joinSession(id string, m *model) error {
 func errWallClockReached(id string) error {
 	return &apiError{status: 429, typ: "budget_exceeded", anthType: "rate_limit_error", code: "session_ceiling_reached", terminal: true,
 		message: fmt.Sprintf("Session %s reached its wall-clock ceiling while the call ran; the call was cut. Open a new session.", id),
-		limit:   &sluice.RefusalLimit{Rule: "session_wall_clock", Subject: "session", Metric: "seconds"}}
+		limit:   &sluicehttp.RefusalLimit{Rule: "session_wall_clock", Subject: "session", Metric: "seconds"}}
 }
 
 func errSessionIdentity(id, header, attribute, value string) error {

@@ -23,8 +23,7 @@ code() {
   ' "$@"
 }
 
-# The optional features of the root package, each a leaf of the core, and
-# the HTTP mapping that issue 30 moves out of it.
+# The optional features of the root package, each a leaf of the core.
 declare -A part=(
   [classes]="class.go"
   [waiting]="wait.go"
@@ -33,11 +32,10 @@ declare -A part=(
   [sweep_attribution]="swept.go"
   [turns]="turn.go"
   [leases]="lease.go"
-  [http]="middleware.go ratelimitheaders.go"
 )
 declare -A budget=(
   [core]=1700 [classes]=350 [waiting]=350 [fit]=350 [provider_limits]=350 [sweep_attribution]=350 [turns]=350 [leases]=350
-  [http]=0 [memstore]=400 [counter]=200
+  [memstore]=400 [counter]=200
 )
 
 counted=" "
@@ -51,10 +49,7 @@ done
 missed=0
 report() { # name lines budget
   local verdict=met
-  if [ "$3" -eq 0 ]; then
-    verdict="to move out of the root package (sluicehttp)"
-    [ "$2" -eq 0 ] || missed=1
-  elif [ "$2" -gt "$3" ]; then
+  if [ "$2" -gt "$3" ]; then
     verdict=MISSED
     missed=1
   fi
@@ -68,6 +63,9 @@ for p in $(printf '%s\n' "${!part[@]}" | sort); do
 done
 report memstore "$(code $(ls store/memstore/*.go | grep -v _test.go))" "${budget[memstore]}"
 report counter "$(code $(ls internal/counter/*.go | grep -v _test.go))" "${budget[counter]}"
+# The HTTP mapping (middleware, refusals, rate-limit fields), out of the
+# root package since issue 30: reported, with no budget of its own.
+printf '%-18s %6d lines\n' sluicehttp "$(code $(ls sluicehttp/*.go | grep -v _test.go))"
 
 types=$(go doc -short . 2>/dev/null | grep -c '^type ' || true)
 verdict=met

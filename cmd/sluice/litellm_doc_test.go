@@ -92,8 +92,8 @@ func TestLiteLLMDoc_ExamplesWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	layers := []sluice.Layer{{Source: config.SourceDefault, Rules: config.DefaultRules()}, {Source: config.SourceConfig, Rules: rules}}
-	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{}), Rules: sluice.Resolve(layers...)})
+	layers := []config.Layer{{Source: config.SourceDefault, Rules: config.DefaultRules()}, {Source: config.SourceConfig, Rules: rules}}
+	l, err := sluice.New(sluice.Options{Store: memstore.New(memstore.Options{}), Rules: config.Resolve(layers...)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/anthropic"
 	"github.com/sluicehq/sluice/sdk/internal/sdkcall"
+	"github.com/sluicehq/sluice/sluicehttp"
 )
 
 // Options configures Middleware.
@@ -88,7 +89,7 @@ var messagesAPI = &sdkcall.API{
 }
 
 // refusalBody writes a refusal in Anthropic's error shape, with the types the gateway uses.
-func refusalBody(r *sluice.HTTPRefusal) []byte {
+func refusalBody(r *sluicehttp.Refusal) []byte {
 	typ := "rate_limit_error"
 	switch r.Code {
 	case "request_too_large":

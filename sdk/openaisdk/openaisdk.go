@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/openai"
 	"github.com/sluicehq/sluice/sdk/internal/sdkcall"
+	"github.com/sluicehq/sluice/sluicehttp"
 )
 
 // Options configures Middleware.
@@ -123,7 +124,7 @@ var (
 )
 
 // refusalBody writes a refusal in OpenAI's error shape, with the types the gateway uses.
-func refusalBody(r *sluice.HTTPRefusal) []byte {
+func refusalBody(r *sluicehttp.Refusal) []byte {
 	typ := "rate_limit_error"
 	switch r.Code {
 	case "budget_exceeded", "budget_insufficient":

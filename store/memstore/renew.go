@@ -10,13 +10,13 @@ import (
 // RenewLeases moves the deadline of each open batch of renewals, and the
 // expiry of its leases, to the renewal's deadline. A batch settled, swept
 // or past its deadline is left alone, as is a lease freed or expired.
-func (s *Store) RenewLeases(_ context.Context, now time.Time, renewals []sluice.Renewal) error {
-	for _, rn := range renewals {
-		b := rn.Batch
-		if hasBudget(b) && !s.renewOpen(b.ID, now, rn.Deadline) {
+func (s *Store) RenewLeases(_ context.Context, now time.Time, renewals []sluice.Batch) error {
+	for i := range renewals {
+		b := &renewals[i]
+		if hasBudget(b) && !s.renewOpen(b.ID, now, b.Deadline) {
 			continue
 		}
-		s.renewLeases(b, now.UnixNano(), rn.Deadline.UnixNano())
+		s.renewLeases(b, now.UnixNano(), b.Deadline.UnixNano())
 	}
 	return nil
 }

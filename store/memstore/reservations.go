@@ -8,11 +8,14 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-var _ sluice.ReservationLister = (*Store)(nil)
+// Store is an admin.ReservationLister.
+var _ interface {
+	Reservations(context.Context, int) ([]sluice.Batch, error)
+} = (*Store)(nil)
 
 // Reservations lists the open batches with a budget charge, the soonest
 // deadline first (then by ID): those the sweep would settle.
-func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.OpenReservation, error) {
+func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.Batch, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -29,16 +32,16 @@ func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.OpenReserva
 		return cmp.Or(a.deadline.Compare(b.deadline), cmp.Compare(a.batch.ID, b.batch.ID))
 	})
 	open = open[:min(limit, len(open))]
-	out := make([]sluice.OpenReservation, len(open))
+	out := make([]sluice.Batch, len(open))
 	for i, o := range open {
 		b := o.batch
-		r := sluice.OpenReservation{ID: b.ID, Deadline: o.deadline}
+		r := sluice.Batch{ID: b.ID, Deadline: o.deadline}
 		for j := range b.Charges {
 			switch c := &b.Charges[j]; c.Kind {
 			case sluice.KindBudget:
-				r.Charges = append(r.Charges, sluice.OpenCharge{Key: c.Key, Kind: c.Kind, Amount: c.Amount})
+				r.Charges = append(r.Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: c.Amount})
 			case sluice.KindConcurrency:
-				r.Charges = append(r.Charges, sluice.OpenCharge{Key: c.Key, Kind: c.Kind, Amount: 1})
+				r.Charges = append(r.Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: 1})
 			}
 		}
 		out[i] = r

@@ -25,7 +25,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 }
 
 // SweepReport is Sweep, and tells what it settled.
-func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
+func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResult, []sluice.Batch, error) {
 	expired, res := s.SweepExpired(now)
 	at := now.UnixNano()
 	for i := range s.shards {
@@ -39,17 +39,17 @@ func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResul
 
 // Report describes what SweepExpired settled, for SweepReport: each
 // charge, a budget's with the amount it was charged.
-func Report(expired []Expired) []sluice.ExpiredReservation {
+func Report(expired []Expired) []sluice.Batch {
 	if len(expired) == 0 {
 		return nil
 	}
-	out := make([]sluice.ExpiredReservation, len(expired))
+	out := make([]sluice.Batch, len(expired))
 	for i, e := range expired {
-		out[i].Charges = make([]sluice.ExpiredCharge, len(e.Batch.Charges))
+		out[i].Charges = make([]sluice.Charge, len(e.Batch.Charges))
 		for j, c := range e.Batch.Charges {
-			out[i].Charges[j] = sluice.ExpiredCharge{Key: c.Key, Kind: c.Kind}
+			out[i].Charges[j] = sluice.Charge{Key: c.Key, Kind: c.Kind}
 			if c.Kind == sluice.KindBudget {
-				out[i].Charges[j].Charged = e.Actual[j]
+				out[i].Charges[j].Actual = e.Actual[j]
 			}
 		}
 	}

@@ -231,7 +231,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 }
 
 // SweepReport is Sweep, and tells what it settled.
-func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
+func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.Batch, error) {
 	return s.sweep(ctx, now, true)
 }
 
@@ -245,9 +245,9 @@ type sweptRow struct {
 	Release []bool   `json:"release"`
 }
 
-func (s *Store) sweep(ctx context.Context, now time.Time, report bool) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
+func (s *Store) sweep(ctx context.Context, now time.Time, report bool) (sluice.SweepResult, []sluice.Batch, error) {
 	var res sluice.SweepResult
-	var expired []sluice.ExpiredReservation
+	var expired []sluice.Batch
 	for {
 		var n, charged, released int
 		var rows []sweptRow
@@ -280,18 +280,18 @@ func (s *Store) sweep(ctx context.Context, now time.Time, report bool) (sluice.S
 
 // expired describes r for SweepReport: a budget charge settled at its
 // amount unless its rule releases it; leases charge nothing.
-func (r *sweptRow) expired() sluice.ExpiredReservation {
-	var e sluice.ExpiredReservation
+func (r *sweptRow) expired() sluice.Batch {
+	var e sluice.Batch
 	for i := range r.Kind {
 		if i >= len(r.Rule) || i >= len(r.Subject) || i >= len(r.Period) || i >= len(r.Amount) || i >= len(r.Release) {
 			break
 		}
-		c := sluice.ExpiredCharge{Key: sluice.CounterKey{Rule: uint64(r.Rule[i]), Subject: r.Subject[i], Period: r.Period[i]}}
+		c := sluice.Charge{Key: sluice.CounterKey{Rule: uint64(r.Rule[i]), Subject: r.Subject[i], Period: r.Period[i]}}
 		switch r.Kind[i] {
 		case kindBudget:
 			c.Kind = sluice.KindBudget
 			if !r.Release[i] {
-				c.Charged = r.Amount[i]
+				c.Actual = r.Amount[i]
 			}
 		case kindRate:
 			c.Kind = sluice.KindRate

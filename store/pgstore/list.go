@@ -8,7 +8,10 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-var _ sluice.ReservationLister = (*Store)(nil)
+// Store is an admin.ReservationLister.
+var _ interface {
+	Reservations(context.Context, int) ([]sluice.Batch, error)
+} = (*Store)(nil)
 
 // listSQL reads the open reservation rows, the soonest deadline first (the
 // deadline index gives that order; ties by row key).
@@ -18,11 +21,11 @@ FROM sluice_reservations ORDER BY deadline, batch_id LIMIT $1`
 // Reservations lists the open reservations of every replica: the rows of
 // the batches with a budget charge that no settlement or sweep has deleted.
 // It reads without locking.
-func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.OpenReservation, error) {
+func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.Batch, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	var out []sluice.OpenReservation
+	var out []sluice.Batch
 	err := s.call(ctx, func(ctx context.Context) error {
 		out = out[:0]
 		rows, err := s.pool.Query(ctx, listSQL, limit)
@@ -43,9 +46,9 @@ func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.OpenReser
 			if n := len(kinds); len(rules) != n || len(subjects) != n || len(periods) != n || len(amt) != n {
 				return fmt.Errorf("reservation row %d: charge arrays of unequal lengths", key)
 			}
-			r := sluice.OpenReservation{ID: batchID(key), Deadline: time.Unix(0, deadline)}
+			r := sluice.Batch{ID: batchID(key), Deadline: time.Unix(0, deadline)}
 			for i, kind := range kinds {
-				c := sluice.OpenCharge{Key: sluice.CounterKey{Rule: uint64(rules[i]), Subject: subjects[i], Period: periods[i]}}
+				c := sluice.Charge{Key: sluice.CounterKey{Rule: uint64(rules[i]), Subject: subjects[i], Period: periods[i]}}
 				switch kind {
 				case kindBudget:
 					c.Kind, c.Amount = sluice.KindBudget, amt[i]

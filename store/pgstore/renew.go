@@ -44,11 +44,12 @@ SELECT (SELECT count(*) FROM renewed_res), (SELECT count(*) FROM renewed_lease)`
 // expiry of its lease rows, in one statement. Like admissions, a row's
 // deadline is the database's now plus the time to live the caller's clock
 // gives it.
-func (s *Store) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Renewal) error {
+func (s *Store) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Batch) error {
 	var resKeys, resTTLs, rules, periods, leaseKeys, leaseTTLs []int64
 	var subjects []string
-	for _, rn := range renewals {
-		b, ttl := rn.Batch, int64(rn.Deadline.Sub(now))
+	for i := range renewals {
+		b := &renewals[i]
+		ttl := int64(b.Deadline.Sub(now))
 		key := batchKey(b.ID)
 		budget := false
 		for i := range b.Charges {

@@ -7,7 +7,10 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-var _ sluice.ReservedReader = (*Store)(nil)
+// Store is an admin.ReservedReader.
+var _ interface {
+	Reserved(context.Context, []sluice.CounterKey) ([]int64, error)
+} = (*Store)(nil)
 
 // reservedSQL reads the reserved column of each budget counter named, in
 // the order named; a counter with no row holds nothing.

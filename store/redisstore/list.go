@@ -11,7 +11,10 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-var _ sluice.ReservationLister = (*Store)(nil)
+// Store is an admin.ReservationLister.
+var _ interface {
+	Reservations(context.Context, int) ([]sluice.Batch, error)
+} = (*Store)(nil)
 
 // Reservations lists the open reservations of every replica: the records of
 // the deadline indexes, the soonest deadline first (then by ID). On a
@@ -19,7 +22,7 @@ var _ sluice.ReservationLister = (*Store)(nil)
 // any (found as the sweep finds them), enough for the first limit batches
 // overall since a batch has at most one record per slot, and joins the
 // records of a batch admitted in several slots into one reservation.
-func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.OpenReservation, error) {
+func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.Batch, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -34,7 +37,7 @@ func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.OpenReser
 			indexes = append(indexes, s.dueKey(slot))
 		}
 	}
-	var out []sluice.OpenReservation
+	var out []sluice.Batch
 	at := map[string]int{} // a member's place in out
 	for first := 0; first < len(indexes); first += probeChunk {
 		chunk := indexes[first:min(first+probeChunk, len(indexes))]
@@ -61,11 +64,11 @@ func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.OpenReser
 				}
 				at[member] = len(out)
 				// The score is the deadline in microseconds, below 2^53.
-				out = append(out, sluice.OpenReservation{ID: memberID(member), Deadline: time.UnixMicro(int64(rec.Score)), Charges: charges})
+				out = append(out, sluice.Batch{ID: memberID(member), Deadline: time.UnixMicro(int64(rec.Score)), Charges: charges})
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b sluice.OpenReservation) int {
+	slices.SortFunc(out, func(a, b sluice.Batch) int {
 		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
 	})
 	return out[:min(limit, len(out))], nil

@@ -75,7 +75,7 @@ func mpInt(buf []byte, v int64) []byte {
 
 // parseRecord reads back a record that record wrote: the batch's lease
 // member, and its budget charges and leases (a lease holds 1).
-func (s *Store) parseRecord(rec string) (member string, charges []sluice.OpenCharge, err error) {
+func (s *Store) parseRecord(rec string) (member string, charges []sluice.Charge, err error) {
 	r := mpReader{b: []byte(rec)}
 	n := r.array()
 	member = r.str()
@@ -95,9 +95,9 @@ func (s *Store) parseRecord(rec string) (member string, charges []sluice.OpenCha
 		case !ok:
 			r.err = fmt.Errorf("key %q not of this store", key)
 		case kind == 2 && k == sluice.KindBudget:
-			charges = append(charges, sluice.OpenCharge{Key: ck, Kind: k, Amount: amount})
+			charges = append(charges, sluice.Charge{Key: ck, Kind: k, Amount: amount})
 		case kind == 3 && k == sluice.KindConcurrency:
-			charges = append(charges, sluice.OpenCharge{Key: ck, Kind: k, Amount: 1})
+			charges = append(charges, sluice.Charge{Key: ck, Kind: k, Amount: 1})
 		default:
 			r.err = fmt.Errorf("charge of kind %d on key %q", kind, key)
 		}

@@ -15,15 +15,15 @@ var _ sluice.LeaseRenewer = (*Store)(nil)
 // RenewLeases moves the deadline of each batch's reservation records and
 // leases, one script per slot group, all of them pipelined (renew.lua).
 // Like admissions, a deadline is the caller's clock and now the server's.
-func (s *Store) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Renewal) error {
+func (s *Store) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Batch) error {
 	var execs []rueidis.LuaExec
-	for _, rn := range renewals {
-		b := rn.Batch
+	for i := range renewals {
+		b := &renewals[i]
 		p, err := s.plan(b)
 		if err != nil {
 			return fmt.Errorf("redisstore: renew leases: %w", err)
 		}
-		deadline := itoa(ceilMicro(rn.Deadline))
+		deadline := itoa(ceilMicro(b.Deadline))
 		for gi := range p.groups {
 			g := &p.groups[gi]
 			keys := []string{s.dueKey(g.slot)}

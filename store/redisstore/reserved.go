@@ -8,7 +8,10 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-var _ sluice.ReservedReader = (*Store)(nil)
+// Store is an admin.ReservedReader.
+var _ interface {
+	Reserved(context.Context, []sluice.CounterKey) ([]int64, error)
+} = (*Store)(nil)
 
 // Reserved returns what open reservations, of every replica, hold on each
 // budget counter of keys: the r field of each budget's hash, read in one

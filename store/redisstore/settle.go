@@ -107,13 +107,13 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 }
 
 // SweepReport is Sweep, and tells what it settled.
-func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
+func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.Batch, error) {
 	return s.sweep(ctx, now, true)
 }
 
-func (s *Store) sweep(ctx context.Context, now time.Time, report bool) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
+func (s *Store) sweep(ctx context.Context, now time.Time, report bool) (sluice.SweepResult, []sluice.Batch, error) {
 	var res sluice.SweepResult
-	var expired []sluice.ExpiredReservation
+	var expired []sluice.Batch
 	if !s.cluster {
 		err := s.sweepIndex(ctx, now, s.dueKey(0), &res, report, &expired)
 		return res, expired, err
@@ -132,7 +132,7 @@ func (s *Store) sweep(ctx context.Context, now time.Time, report bool) (sluice.S
 
 // sweepIndex settles the due records of one deadline index; with report,
 // it adds what it settled to expired.
-func (s *Store) sweepIndex(ctx context.Context, now time.Time, due string, res *sluice.SweepResult, report bool, expired *[]sluice.ExpiredReservation) error {
+func (s *Store) sweepIndex(ctx context.Context, now time.Time, due string, res *sluice.SweepResult, report bool, expired *[]sluice.Batch) error {
 	flag := "0"
 	if report {
 		flag = "1"
@@ -172,7 +172,7 @@ func (s *Store) sweepIndex(ctx context.Context, now time.Time, due string, res *
 }
 
 // readSettled adds the records a sweep reported to expired.
-func (s *Store) readSettled(m rueidis.RedisMessage, expired *[]sluice.ExpiredReservation) error {
+func (s *Store) readSettled(m rueidis.RedisMessage, expired *[]sluice.Batch) error {
 	recs, err := m.ToArray()
 	if err != nil {
 		return err
@@ -182,7 +182,7 @@ func (s *Store) readSettled(m rueidis.RedisMessage, expired *[]sluice.ExpiredRes
 		if err != nil {
 			return err
 		}
-		var e sluice.ExpiredReservation
+		var e sluice.Batch
 		for i := 0; i+1 < len(parts); i += 2 {
 			key, kind, ok := s.parseCounterKey(parts[i])
 			if !ok {
@@ -192,7 +192,7 @@ func (s *Store) readSettled(m rueidis.RedisMessage, expired *[]sluice.ExpiredRes
 			if err != nil {
 				return fmt.Errorf("charge of %q: %w", parts[i], err)
 			}
-			e.Charges = append(e.Charges, sluice.ExpiredCharge{Key: key, Kind: kind, Charged: charged})
+			e.Charges = append(e.Charges, sluice.Charge{Key: key, Kind: kind, Actual: charged})
 		}
 		*expired = append(*expired, e)
 	}

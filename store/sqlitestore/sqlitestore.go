@@ -41,10 +41,13 @@ import (
 )
 
 var (
-	_ sluice.Store             = (*Store)(nil)
-	_ sluice.AsyncSettler      = (*Store)(nil)
-	_ sluice.ReservationLister = (*Store)(nil)
-	_ sluice.LeaseRenewer      = (*Store)(nil)
+	_ sluice.Store        = (*Store)(nil)
+	_ sluice.AsyncSettler = (*Store)(nil)
+	_ sluice.LeaseRenewer = (*Store)(nil)
+	// an admin.ReservationLister
+	_ interface {
+		Reservations(context.Context, int) ([]sluice.Batch, error)
+	} = (*Store)(nil)
 )
 
 var errClosed = errors.New("sqlitestore: closed")
@@ -103,7 +106,7 @@ type Store struct {
 	// recovered are the reservations a previous process left open, which
 	// Open settled (or an earlier Open did, whose report may not have
 	// reached a ledger): the first SweepReport tells of them.
-	recovered []sluice.ExpiredReservation
+	recovered []sluice.Batch
 	// forgetRecovered is set once SweepReport has told of recovered: the
 	// next SweepReport deletes their rows (see recoveredTable).
 	forgetRecovered bool
@@ -233,11 +236,11 @@ func (s *Store) recover(now time.Time) error {
 		}
 	}
 	for _, lo := range append(earlier, left...) {
-		var told sluice.ExpiredReservation
+		var told sluice.Batch
 		for _, c := range lo.charges {
-			ec := sluice.ExpiredCharge{Key: c.key, Kind: sluice.KindBudget}
+			ec := sluice.Charge{Key: c.key, Kind: sluice.KindBudget}
 			if !c.release {
-				ec.Charged = c.amount
+				ec.Actual = c.amount
 			}
 			told.Charges = append(told.Charges, ec)
 		}
@@ -332,7 +335,7 @@ func (s *Store) Reserved(ctx context.Context, keys []sluice.CounterKey) ([]int64
 
 // Reservations lists the open reservations in memory: this process admitted
 // every one (those of a crashed process were settled by Open).
-func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.OpenReservation, error) {
+func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.Batch, error) {
 	return s.mem.Reservations(ctx, limit)
 }
 
@@ -352,7 +355,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 // open, which Open settled (charged whole, as the sweep would have), so
 // that they reach a ledger too; they are told of again after a restart
 // until a second call (see recoveredTable).
-func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.ExpiredReservation, error) {
+func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepResult, []sluice.Batch, error) {
 	if err := s.failed(); err != nil {
 		return sluice.SweepResult{}, nil, err
 	}
@@ -473,7 +476,7 @@ func (s *Store) Close() error {
 
 // RenewLeases renews in memory. Deadlines are not journaled: Open settles
 // every reservation a previous process left open, whatever its deadline.
-func (s *Store) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Renewal) error {
+func (s *Store) RenewLeases(ctx context.Context, now time.Time, renewals []sluice.Batch) error {
 	if err := s.failed(); err != nil {
 		return err
 	}

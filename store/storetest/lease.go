@@ -63,7 +63,7 @@ func renew(h *Harness, l *sluice.Limiter) {
 // lists reservations.
 func listedDeadline(h *Harness, r *sluice.Reservation) {
 	h.T.Helper()
-	rl, ok := h.Store.(sluice.ReservationLister)
+	rl, ok := h.Store.(reservationLister)
 	if !ok {
 		return
 	}

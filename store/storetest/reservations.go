@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -9,8 +10,14 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// reservationScenarios apply to stores that are a sluice.ReservationLister;
-// the others pass them trivially.
+// reservationLister is admin.ReservationLister: a store that lists its
+// open reservations as every process sharing it sees them.
+type reservationLister interface {
+	Reservations(ctx context.Context, limit int) ([]sluice.Batch, error)
+}
+
+// reservationScenarios apply to stores that are a reservationLister; the
+// others pass them trivially.
 var reservationScenarios = map[string]func(t *testing.T, h *Harness){
 	// Two limiters on one store stand for two replicas: each one's open
 	// reservations are listed, the soonest deadline first, with what their
@@ -18,9 +25,9 @@ var reservationScenarios = map[string]func(t *testing.T, h *Harness){
 	// they are settled or swept; one past its deadline is listed until
 	// the sweep.
 	"ReservationsListedAcrossReplicas": func(t *testing.T, h *Harness) {
-		rl, ok := h.Store.(sluice.ReservationLister)
+		rl, ok := h.Store.(reservationLister)
 		if !ok {
-			t.Logf("%T is not a sluice.ReservationLister", h.Store)
+			t.Logf("%T is not an admin.ReservationLister", h.Store)
 			return
 		}
 		rules := []sluice.Rule{
@@ -53,13 +60,13 @@ var reservationScenarios = map[string]func(t *testing.T, h *Harness){
 				}
 				// Two budgets of the call's tokens and one lease, on the
 				// counters the Limiter charged.
-				var charges []sluice.OpenCharge
+				var charges []sluice.Charge
 				for _, c := range r.Charges() {
 					switch c.Kind {
 					case sluice.KindBudget:
-						charges = append(charges, sluice.OpenCharge{Key: c.Key, Kind: c.Kind, Amount: tokens[r]})
+						charges = append(charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: tokens[r]})
 					case sluice.KindConcurrency:
-						charges = append(charges, sluice.OpenCharge{Key: c.Key, Kind: c.Kind, Amount: 1})
+						charges = append(charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: 1})
 					}
 				}
 				sortCharges(charges)
@@ -85,8 +92,8 @@ var reservationScenarios = map[string]func(t *testing.T, h *Harness){
 	},
 }
 
-func sortCharges(cs []sluice.OpenCharge) {
-	slices.SortFunc(cs, func(a, b sluice.OpenCharge) int {
+func sortCharges(cs []sluice.Charge) {
+	slices.SortFunc(cs, func(a, b sluice.Charge) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Key.Rule, b.Key.Rule),
 			cmp.Compare(a.Key.Subject, b.Key.Subject), cmp.Compare(a.Key.Period, b.Key.Period))
 	})

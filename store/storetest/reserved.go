@@ -1,21 +1,29 @@
 package storetest
 
 import (
+	"context"
 	"slices"
 	"testing"
 
 	"github.com/sluicehq/sluice"
 )
 
-// reservedScenarios apply to stores that are a sluice.ReservedReader; the
-// others pass them trivially.
+// reservedReader is admin.ReservedReader: a store that says what open
+// reservations hold on budget counters, as every process sharing it sees
+// them.
+type reservedReader interface {
+	Reserved(ctx context.Context, keys []sluice.CounterKey) ([]int64, error)
+}
+
+// reservedScenarios apply to stores that are a reservedReader; the others
+// pass them trivially.
 var reservedScenarios = map[string]func(t *testing.T, h *Harness){
 	// Two limiters on one store stand for two replicas: each sees what the
 	// other's open reservations hold.
 	"ReservedSeenAcrossReplicas": func(t *testing.T, h *Harness) {
-		rr, ok := h.Store.(sluice.ReservedReader)
+		rr, ok := h.Store.(reservedReader)
 		if !ok {
-			t.Logf("%T is not a sluice.ReservedReader", h.Store)
+			t.Logf("%T is not an admin.ReservedReader", h.Store)
 			return
 		}
 		rule := dailyTokens(1000)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/llm"
+	"github.com/sluicehq/sluice/sluicehttp"
 )
 
 // Options are the wrappers' options (see openaisdk.Options).
@@ -48,7 +49,7 @@ type API struct {
 	// Stream returns the follower of a streamed answer; nil for routes that do not stream.
 	Stream func(injected bool) Follower
 	// RefusalBody is a refusal's body in the API's error shape.
-	RefusalBody func(r *sluice.HTTPRefusal) []byte
+	RefusalBody func(r *sluicehttp.Refusal) []byte
 	// BadRequestBody is the body of a 400 for a request that could not be bounded.
 	BadRequestBody func(param, message string) []byte
 }
@@ -108,7 +109,7 @@ func (c *call) run(next Next) (*http.Response, error) {
 
 	c.res, err = c.l.Admit(c.req.Context(), c.request(outputCap))
 	if err != nil {
-		ref, ok := sluice.HTTPRefusalOf(err)
+		ref, ok := sluicehttp.RefusalOf(err)
 		if !ok {
 			return nil, fmt.Errorf("sluice: admit: %w", err)
 		}

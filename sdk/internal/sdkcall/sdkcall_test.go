@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/openai"
+	"github.com/sluicehq/sluice/sluicehttp"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -30,7 +31,7 @@ var chat = &API{
 	},
 	Usage:          openai.ChatUsage,
 	Stream:         func(injected bool) Follower { return &openai.ChatStream{StripUsage: injected} },
-	RefusalBody:    func(r *sluice.HTTPRefusal) []byte { return []byte(r.Code) },
+	RefusalBody:    func(r *sluicehttp.Refusal) []byte { return []byte(r.Code) },
 	BadRequestBody: func(param, message string) []byte { return []byte(param + ": " + message) },
 }
 

@@ -1,4 +1,4 @@
-package sluice_test
+package sluicehttp_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicehttp"
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
@@ -26,7 +27,7 @@ func mwRequest(r *http.Request) (sluice.Request, error) {
 	return tokens(key, 100, 50), nil
 }
 
-func mwServe(t *testing.T, l *sluice.Limiter, opts sluice.MiddlewareOptions, h http.HandlerFunc, key string) *httptest.ResponseRecorder {
+func mwServe(t *testing.T, l *sluice.Limiter, opts sluicehttp.Options, h http.HandlerFunc, key string) *httptest.ResponseRecorder {
 	t.Helper()
 	if opts.Request == nil {
 		opts.Request = mwRequest
@@ -36,7 +37,7 @@ func mwServe(t *testing.T, l *sluice.Limiter, opts sluice.MiddlewareOptions, h h
 	if key != "" {
 		req.Header.Set("X-Key", key)
 	}
-	sluice.Middleware(l, opts)(h).ServeHTTP(rec, req)
+	sluicehttp.Middleware(l, opts)(h).ServeHTTP(rec, req)
 	return rec
 }
 
@@ -44,9 +45,9 @@ func ok(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "done
 
 type mwErrorBody struct {
 	Error struct {
-		Code    string               `json:"code"`
-		Message string               `json:"message"`
-		Limit   *sluice.RefusalLimit `json:"limit"`
+		Code    string                   `json:"code"`
+		Message string                   `json:"message"`
+		Limit   *sluicehttp.RefusalLimit `json:"limit"`
 	} `json:"error"`
 }
 
@@ -91,7 +92,7 @@ func TestMiddleware_RefusalAnswers(t *testing.T) {
 			name: "store unavailable", rules: []sluice.Rule{rpm(10)}, key: "k1",
 			store: func() sluice.Store {
 				s := newFlakyStore()
-				s.fail(errors.New("connection refused"), nil, nil, nil)
+				s.fail(errors.New("connection refused"), nil)
 				return s
 			},
 			status: 503, code: "store_unavailable", retryAfter: "1", retryMS: "1000",
@@ -112,7 +113,7 @@ func TestMiddleware_RefusalAnswers(t *testing.T) {
 				tt.before(t, l)
 			}
 			reached := false
-			rec := mwServe(t, l, sluice.MiddlewareOptions{}, func(w http.ResponseWriter, r *http.Request) {
+			rec := mwServe(t, l, sluicehttp.Options{}, func(w http.ResponseWriter, r *http.Request) {
 				reached = true
 			}, tt.key)
 			if reached {
@@ -182,7 +183,7 @@ func TestMiddleware_SettlesWhatTheHandlerLeft(t *testing.T) {
 		{
 			name: "handler releases: the call never reached the model",
 			handler: func(w http.ResponseWriter, r *http.Request) {
-				if err := sluice.ReservationFrom(r.Context()).Release(r.Context()); err != nil {
+				if err := sluicehttp.ReservationFrom(r.Context()).Release(r.Context()); err != nil {
 					t.Error(err)
 				}
 			},
@@ -192,7 +193,7 @@ func TestMiddleware_SettlesWhatTheHandlerLeft(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l, _ := withRules(t, daily(sluice.MetricTokens, 1000), inFlight(1))
-			rec := mwServe(t, l, sluice.MiddlewareOptions{}, tt.handler, "k1")
+			rec := mwServe(t, l, sluicehttp.Options{}, tt.handler, "k1")
 			if rec.Code != http.StatusOK {
 				t.Fatalf("status %d: %s", rec.Code, rec.Body)
 			}
@@ -208,7 +209,7 @@ func TestMiddleware_SettlesWhatTheHandlerLeft(t *testing.T) {
 
 func settleWith(u sluice.Usage) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		res := sluice.ReservationFrom(r.Context())
+		res := sluicehttp.ReservationFrom(r.Context())
 		if res == nil {
 			http.Error(w, "no reservation in the context", http.StatusInternalServerError)
 			return
@@ -221,7 +222,7 @@ func settleWith(u sluice.Usage) http.HandlerFunc {
 
 func TestMiddleware_PanicReleasesAndRepanics(t *testing.T) {
 	l, _ := withRules(t, daily(sluice.MetricTokens, 1000), inFlight(1))
-	handler := sluice.Middleware(l, sluice.MiddlewareOptions{Request: mwRequest})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	handler := sluicehttp.Middleware(l, sluicehttp.Options{Request: mwRequest})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic("handler bug")
 	}))
 	req := httptest.NewRequest(http.MethodPost, "/", nil)
@@ -246,8 +247,8 @@ func TestMiddleware_AdmittedHeadersAndContext(t *testing.T) {
 	budget.WarnAt = []float64{0.1}
 	l, _ := withRules(t, budget, rpm(10))
 	var seen *sluice.Reservation
-	rec := mwServe(t, l, sluice.MiddlewareOptions{}, func(w http.ResponseWriter, r *http.Request) {
-		seen = sluice.ReservationFrom(r.Context())
+	rec := mwServe(t, l, sluicehttp.Options{}, func(w http.ResponseWriter, r *http.Request) {
+		seen = sluicehttp.ReservationFrom(r.Context())
 		ok(w, r)
 	}, "k1")
 	if rec.Code != http.StatusOK || rec.Body.String() != "done" {
@@ -256,7 +257,7 @@ func TestMiddleware_AdmittedHeadersAndContext(t *testing.T) {
 	if seen == nil {
 		t.Fatal("the handler found no reservation in its context")
 	}
-	if sluice.ReservationFrom(context.Background()) != nil {
+	if sluicehttp.ReservationFrom(context.Background()) != nil {
 		t.Fatal("a context without a reservation returned one")
 	}
 	h := rec.Header()
@@ -283,14 +284,14 @@ func TestMiddleware_OnRefusalAndOnSettleError(t *testing.T) {
 	store := newFlakyStore()
 	l, _ := newLimiter(t, sluice.Options{Store: store, Rules: []sluice.Rule{daily(sluice.MetricRequests, 1)}})
 	var refused, settleErr error
-	opts := sluice.MiddlewareOptions{
+	opts := sluicehttp.Options{
 		OnRefusal: func(w http.ResponseWriter, r *http.Request, err error) {
 			refused = err
 			w.WriteHeader(http.StatusTeapot)
 		},
 		OnSettleError: func(r *http.Request, err error) { settleErr = err },
 	}
-	store.fail(nil, errors.New("settle lost"), nil, nil)
+	store.fail(nil, errors.New("settle lost"))
 	if rec := mwServe(t, l, opts, ok, "k1"); rec.Code != http.StatusOK {
 		t.Fatalf("first request: status %d", rec.Code)
 	}
@@ -313,7 +314,7 @@ func TestMiddleware_OverHTTPWithRealTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(sluice.Middleware(l, sluice.MiddlewareOptions{Request: mwRequest})(http.HandlerFunc(ok)))
+	srv := httptest.NewServer(sluicehttp.Middleware(l, sluicehttp.Options{Request: mwRequest})(http.HandlerFunc(ok)))
 	defer srv.Close()
 	var statuses []int
 	for range 3 {
@@ -335,14 +336,14 @@ func TestMiddleware_OverHTTPWithRealTime(t *testing.T) {
 	}
 }
 
-func TestMiddleware_HTTPRefusalOfNonRefusals(t *testing.T) {
+func TestRefusalOf_NonRefusals(t *testing.T) {
 	for _, err := range []error{context.Canceled, sluice.ErrInvalidUsage, nil} {
-		if _, ok := sluice.HTTPRefusalOf(err); ok {
-			t.Errorf("HTTPRefusalOf(%v) is a refusal", err)
+		if _, ok := sluicehttp.RefusalOf(err); ok {
+			t.Errorf("RefusalOf(%v) is a refusal", err)
 		}
 	}
 	rec := httptest.NewRecorder()
-	sluice.WriteRefusal(rec, httptest.NewRequest(http.MethodGet, "/", nil), context.Canceled)
+	sluicehttp.WriteRefusal(rec, httptest.NewRequest(http.MethodGet, "/", nil), context.Canceled)
 	if rec.Code != http.StatusInternalServerError {
 		t.Fatalf("status %d, want 500", rec.Code)
 	}

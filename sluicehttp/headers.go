@@ -1,42 +1,86 @@
-package sluice
+package sluicehttp
 
 import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 // The rate-limit header fields of every answer, admitted or refused.
 
-// headroom is the deciding rule of a refusal as the header fields
-// describe it.
-func (r *Refusal) headroom() Headroom {
-	window := r.Window
-	switch r.Kind {
-	case KindBudget:
-		if !r.ResetAt.IsZero() {
-			start, end := PeriodBounds(r.Period, r.ResetAt.Add(-time.Nanosecond), r.ResetAt.Location())
-			window = end.Sub(start)
-		}
-	case KindConcurrency:
-		window = 0
-	}
-	return Headroom{Rule: r.Rule, Kind: r.Kind, Metric: r.Metric, Limit: r.Limit, Remaining: r.Remaining, ResetAt: r.ResetAt, Window: window}
+// HeaderSetter is what SetHeaders writes through: an http.Header, or
+// another server's response header (fasthttp's) with the same two methods.
+type HeaderSetter interface {
+	Set(name, value string)
+	Add(name, value string)
 }
 
-// policyWindow is the time window of a charge's rule: a rate rule's refill
-// window, a budget's current period (a month is as long as it is); none
-// for concurrency.
-func policyWindow(c *Charge) time.Duration {
-	switch c.Kind {
-	case KindRate:
-		return c.Window
-	case KindBudget:
-		if !c.PeriodEnd.IsZero() {
-			return c.PeriodEnd.Sub(time.Unix(c.Key.Period, 0))
-		}
+// SetHeaders writes an admission's headers on h: the X-RateLimit and IETF
+// RateLimit fields of the rule with the least room (reset counted from
+// now), OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} for
+// the request and token rules with the least room, and one
+// X-Sluice-Budget-Warning per warning.
+func SetHeaders(h HeaderSetter, r sluice.Result, now time.Time) {
+	if r.Rule != "" {
+		setLimitHeaders(h, r.Headroom, now)
 	}
-	return 0
+	setOpenAILimitHeaders(h, openAIRequestHeaders, r.Requests, now)
+	setOpenAILimitHeaders(h, openAITokenHeaders, r.Tokens, now)
+	for _, w := range r.Warnings {
+		v := w.Rule + "; used=" + strconv.FormatInt(w.Used, 10) + "; limit=" + strconv.FormatInt(w.Limit, 10)
+		if w.Soft {
+			v += "; soft"
+		} else {
+			v += "; threshold=" + strconv.FormatFloat(w.Threshold, 'g', -1, 64)
+		}
+		h.Add("X-Sluice-Budget-Warning", v)
+	}
+}
+
+// SetHeaders writes the refusal's headers on h: Retry-After and
+// retry-after-ms when there is a wait, x-should-retry: false when terminal,
+// and the X-RateLimit and IETF RateLimit fields of the deciding rule, reset
+// counted from now. It is the one place a refusal's headers are made, for
+// the middleware, the SDK wrappers and the gateway.
+func (r *Refusal) SetHeaders(h HeaderSetter, now time.Time) {
+	switch {
+	case r.refusal != nil:
+		setLimitHeaders(h, headroom(r.refusal), now)
+	case r.result != nil && r.result.Rule != "":
+		// Never fits: the fields describe the rule the request never
+		// fits, as its body does, however much room it has.
+		setLimitHeaders(h, r.result.Headroom, now)
+	}
+	if r.result != nil {
+		setOpenAILimitHeaders(h, openAIRequestHeaders, r.result.Requests, now)
+		setOpenAILimitHeaders(h, openAITokenHeaders, r.result.Tokens, now)
+	}
+	if r.RetryAfter > 0 {
+		secs := (r.RetryAfter + time.Second - 1) / time.Second
+		h.Set("Retry-After", strconv.FormatInt(int64(secs), 10))
+		h.Set("Retry-After-Ms", strconv.FormatInt(r.RetryAfter.Milliseconds(), 10))
+	}
+	if r.Terminal {
+		h.Set("X-Should-Retry", "false")
+	}
+}
+
+// headroom is the deciding rule of a refusal as the header fields
+// describe it.
+func headroom(r *sluice.Refusal) sluice.Headroom {
+	window := r.Window
+	switch r.Kind {
+	case sluice.KindBudget:
+		if !r.ResetAt.IsZero() {
+			start, end := sluice.PeriodBounds(r.Period, r.ResetAt.Add(-time.Nanosecond), r.ResetAt.Location())
+			window = end.Sub(start)
+		}
+	case sluice.KindConcurrency:
+		window = 0
+	}
+	return sluice.Headroom{Rule: r.Rule, Kind: r.Kind, Metric: r.Metric, Limit: r.Limit, Remaining: r.Remaining, ResetAt: r.ResetAt, Window: window}
 }
 
 // setLimitHeaders writes X-RateLimit-Limit, -Remaining and -Reset (seconds)
@@ -53,7 +97,7 @@ func policyWindow(c *Charge) time.Duration {
 // the rule's window rounded up to a whole second (the draft allows no
 // fraction, nor zero), a budget's being its period; a concurrency rule has
 // none.
-func setLimitHeaders(h HeaderSetter, r Headroom, now time.Time) {
+func setLimitHeaders(h HeaderSetter, r sluice.Headroom, now time.Time) {
 	reset := int64(0)
 	if d := r.ResetAt.Sub(now); d > 0 {
 		reset = int64((d + time.Second - 1) / time.Second)
@@ -81,13 +125,13 @@ func setLimitHeaders(h HeaderSetter, r Headroom, now time.Time) {
 }
 
 // quotaUnit is the qu parameter of a rule's policy; "" for requests.
-func quotaUnit(kind Kind, m Metric) string {
+func quotaUnit(kind sluice.Kind, m sluice.Metric) string {
 	switch {
-	case kind == KindConcurrency || m == MetricConcurrency:
+	case kind == sluice.KindConcurrency || m == sluice.MetricConcurrency:
 		return "concurrent-requests"
-	case m == MetricRequests || m == "":
+	case m == sluice.MetricRequests || m == "":
 		return ""
-	case m == MetricCost:
+	case m == sluice.MetricCost:
 		return "micro-dollars"
 	}
 	return strings.ReplaceAll(string(m), "_", "-")
@@ -106,7 +150,7 @@ var (
 // reset}-<unit> (names) for the rule of that unit with the least room, so
 // that a client (or another Sluice pacing from these headers) reads Sluice
 // as it reads OpenAI; the reset is a duration ("1s", "6m0s").
-func setOpenAILimitHeaders(h HeaderSetter, names openAILimitHeaders, r Headroom, now time.Time) {
+func setOpenAILimitHeaders(h HeaderSetter, names openAILimitHeaders, r sluice.Headroom, now time.Time) {
 	if r.Rule == "" {
 		return
 	}

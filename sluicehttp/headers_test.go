@@ -1,4 +1,4 @@
-package sluice_test
+package sluicehttp_test
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicehttp"
 )
 
-// TestHTTPRefusal_EveryRefusalCarriesRateLimitFields: rate, busy, budget
+// TestRefusal_EveryRefusalCarriesRateLimitFields: rate, busy, budget
 // and never-fits refusals all carry X-RateLimit-*, the IETF RateLimit and
 // RateLimit-Policy fields (with the unit and window of draft-11) and
 // OpenAI's x-ratelimit-*-requests and -tokens.
-func TestHTTPRefusal_EveryRefusalCarriesRateLimitFields(t *testing.T) {
+func TestRefusal_EveryRefusalCarriesRateLimitFields(t *testing.T) {
 	monthlyCost := sluice.Rule{Name: "spend", Kind: sluice.KindBudget, Subject: "workspace", Metric: sluice.MetricCost, Limit: 1_000_000, Period: sluice.PeriodMonth}
 	tests := []struct {
 		name   string
@@ -52,7 +53,7 @@ func TestHTTPRefusal_EveryRefusalCarriesRateLimitFields(t *testing.T) {
 			l, clock := withRules(t, tt.rules...)
 			admit(t, l, tt.before)
 			_, err := l.Admit(context.Background(), tt.req)
-			hr, ok := sluice.HTTPRefusalOf(err)
+			hr, ok := sluicehttp.RefusalOf(err)
 			if !ok || hr.Status != tt.status {
 				t.Fatalf("Admit: %v, status %d, want %d", err, hr.Status, tt.status)
 			}
@@ -72,13 +73,13 @@ func TestHTTPRefusal_EveryRefusalCarriesRateLimitFields(t *testing.T) {
 	}
 }
 
-// TestResult_PolicyUnitAndWindow: an admission's fields name the unit and
+// TestSetHeaders_PolicyUnitAndWindow: an admission's fields name the unit and
 // window of the rule with the least room.
-func TestResult_PolicyUnitAndWindow(t *testing.T) {
+func TestSetHeaders_PolicyUnitAndWindow(t *testing.T) {
 	l, clock := withRules(t, tpm(1000), rpm(100))
 	res := admit(t, l, tokens("k", 400, 100))
 	h := http.Header{}
-	res.Result().SetHeaders(h, clock.Now())
+	sluicehttp.SetHeaders(h, res.Result(), clock.Now())
 	if got, want := h.Get("RateLimit-Policy"), `"tpm";q=1000;qu="tokens";w=60`; got != want {
 		t.Errorf("RateLimit-Policy %q, want %q", got, want)
 	}
@@ -92,7 +93,7 @@ func (discardHeaders) Add(name, value string) {}
 
 // Every admitted answer carries these headers, so what they allocate is
 // paid on each: one string per value, none for the names.
-func TestResult_SetHeadersAllocatesOneStringPerValue(t *testing.T) {
+func TestSetHeaders_AllocatesOneStringPerValue(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	tokens := sluice.Headroom{Rule: "per-key-tokens", Kind: sluice.KindRate, Metric: sluice.MetricTokens, Limit: 1_000_000, Remaining: 987_654, ResetAt: now.Add(37 * time.Second), Window: time.Minute}
 	r := sluice.Result{Headroom: tokens,
@@ -102,7 +103,7 @@ func TestResult_SetHeadersAllocatesOneStringPerValue(t *testing.T) {
 	// x-ratelimit-{limit,remaining,reset}-{requests,tokens}; the reset of
 	// 37 s is a number under 100, which strconv does not allocate.
 	const want = 10
-	if got := testing.AllocsPerRun(100, func() { r.SetHeaders(discardHeaders{}, now) }); got > want {
+	if got := testing.AllocsPerRun(100, func() { sluicehttp.SetHeaders(discardHeaders{}, r, now) }); got > want {
 		t.Errorf("SetHeaders allocates %v times, want at most %d", got, want)
 	}
 }

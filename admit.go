@@ -1,0 +1,281 @@
+package sluice
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"time"
+)
+
+// Admit checks every applicable rule of req and charges all of them in one
+// atomic step, or none. It returns a Reservation to settle when the call
+// ends, or a refusal: *RateLimitError, *BusyError, *BudgetError,
+// *TooLargeError, *StoreError, or the context's error. With req.MaxWait it
+// may wait for rate and concurrency rules.
+func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := req.Max.validate(); err != nil {
+		return nil, err
+	}
+	if err := req.Expected.validate(); err != nil {
+		return nil, err
+	}
+	r := &Reservation{l: l}
+	r.batch.ID = l.nextID.Add(1)
+	now := l.clock.Now()
+	if err := l.build(l.policy.Load(), &req, now, r, true); err != nil {
+		l.refused.Add(1)
+		if tl, ok := err.(*TooLargeError); ok {
+			tl.Result = l.tooLargeRoom(ctx, &req, now, tl.Rule)
+		}
+		return nil, err
+	}
+	if req.MaxWait > 0 && l.waiters.active() {
+		if key, ok := l.waiters.existing(r.batch.Charges); ok {
+			return l.wait(ctx, &req, r, key, now)
+		}
+	}
+	err := l.try(ctx, &req, r, now)
+	if err == nil {
+		return r, nil
+	}
+	if req.MaxWait > 0 && waitable(err, req.MaxWait) {
+		return l.wait(ctx, &req, r, decidingKey(r.batch.Charges), now)
+	}
+	l.refused.Add(1)
+	return nil, err
+}
+
+// try runs one admission attempt at now.
+func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now time.Time) error {
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = l.defaultTimeout
+	}
+	expiry := timeout + l.expirySlack
+	if expiry < 0 {
+		expiry = math.MaxInt64
+	}
+	r.until = now.Add(expiry)
+	r.batch.Deadline = l.leaseDeadline(now, r.until)
+	r.admittedAt = now
+	if len(r.batch.Charges) == 0 {
+		l.admitted.Add(1)
+		return nil
+	}
+	if err := l.held(req, r.batch.Charges, now); err != nil {
+		return err
+	}
+	var ok bool
+	var err error
+	if r.classes {
+		ok, err = l.admitClasses(ctx, now, r)
+	} else {
+		ok, err = l.store.Admit(ctx, now, &r.batch)
+	}
+	if err != nil {
+		if signal, ok := err.(*StoreError); ok {
+			// The refusal's demand signal failed (see admitClasses).
+			return signal
+		}
+		if !failOpen(r.batch.Charges) {
+			return &StoreError{Op: "admit", Err: err}
+		}
+		// Every rule in play says on_store_error: open: admit, charge
+		// nothing, and say so, naming the rules that let it through.
+		for i := range r.batch.Charges {
+			if c := &r.batch.Charges[i]; !c.Shadow {
+				r.failedOpenRules = append(r.failedOpenRules, c.rule.Name)
+			}
+		}
+		r.batch.Charges = r.batch.Charges[:0]
+		r.failedOpen = true
+		l.admitted.Add(1)
+		l.failedOpen.Add(1)
+		return nil
+	}
+	inZones(r.batch.Charges)
+	if !ok {
+		return l.refusal(r.batch.Charges, now)
+	}
+	if req.Turn != "" {
+		l.turns.admitted(r.batch.Charges, req.Identity.Key, req.Turn, now)
+	}
+	l.hold(r)
+	l.admitted.Add(1)
+	return nil
+}
+
+// failOpen reports whether every enforced charge's rule admits when the
+// store cannot answer.
+func failOpen(charges []Charge) bool {
+	for i := range charges {
+		if c := &charges[i]; !c.Shadow && c.rule.OnStoreError != StoreErrorOpen {
+			return false
+		}
+	}
+	return true
+}
+
+// build sets r's charges: one per applicable rule and subject. Without
+// checkFit, a charge too large for its rule is kept rather than refused
+// (to look at a subject's limits).
+func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reservation, checkFit bool) error {
+	charges := r.inline[:0]
+	r.classes = false
+	id := &req.Identity
+	for _, i := range p.candidatesFor(id.Org) {
+		rule := p.rules[i]
+		if !rule.matches(id) {
+			continue
+		}
+		limit, burst, source := p.effective(rule, id, now, &l.provided)
+		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" ||
+			req.CacheHit && rule.Kind == KindConcurrency {
+			continue
+		}
+		if req.InFlight && rule.Kind == KindConcurrency {
+			continue // its connection holds the lease
+		}
+		if checkFit && !req.usesMetric(rule) {
+			continue
+		}
+		charges = append(charges, rule.charge)
+		c := &charges[len(charges)-1]
+		c.Limit, c.Burst, c.source = limit, burst, source
+		if rule.amountOfRequest {
+			// What the rule reserves: the bound, or the expected usage
+			// with ReserveEstimate when the request gives one.
+			u := &req.Max
+			if rule.Reserve == ReserveEstimate && !req.Expected.IsZero() {
+				u = &req.Expected
+			}
+			c.Amount = u.amountOf(rule.metric)
+		}
+		if req.CacheHit && rule.metric != MetricRequests {
+			c.Amount = cacheHitAmount(rule, &req.Max)
+		}
+		most := c.BurstOrLimit()
+		if rule.classes != nil {
+			most = classCharge(c, id)
+			r.classes = true
+		}
+		switch rule.Kind {
+		case KindRate:
+			if checkFit && !c.Shadow && c.Amount > most {
+				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: most, Source: source.name(rule)}
+			}
+		case KindBudget:
+			if checkFit && !c.Shadow && c.Amount > limit {
+				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: limit, Source: source.name(rule)}
+			}
+			start, end := PeriodBounds(rule.Period, now, rule.location)
+			c.Key.Period, c.PeriodEnd = start.Unix(), end
+		}
+		if !rule.hasTag {
+			c.Key.Subject = subjectValue(rule, id, "", l.serverID)
+			if req.Turn != "" && turnCounted(c) && l.turns.charged(c, id.Key, req.Turn, now) {
+				c.Amount = 0
+			}
+			continue
+		}
+		// One charge per distinct tag.
+		first := len(charges) - 1
+		for i, tag := range id.Tags {
+			if slices.Contains(id.Tags[:i], tag) {
+				continue
+			}
+			if i > 0 {
+				charges = append(charges, charges[first])
+			}
+			charges[len(charges)-1].Key.Subject = subjectValue(rule, id, tag, l.serverID)
+		}
+	}
+	r.batch.Charges = charges
+	return nil
+}
+
+// cacheHitAmount is what rule charges a cache hit replaying a call that
+// used orig (see Rule.CacheHits).
+func cacheHitAmount(rule *compiledRule, orig *Usage) int64 {
+	switch rule.CacheHits {
+	case CacheHitsNone:
+		return 0
+	case CacheHitsFull:
+		return orig.amountOf(rule.metric)
+	}
+	return 1
+}
+
+// refusal builds the error for a refused admission decided at now: a
+// budget wins over a rate; among rates and concurrency, the longest wait.
+func (l *Limiter) refusal(charges []Charge, now time.Time) error {
+	var budget, wait *Charge
+	for i := range charges {
+		c := &charges[i]
+		if c.Allowed || c.Shadow {
+			continue
+		}
+		if c.Kind == KindConcurrency {
+			// A busy refusal's hint is capped, and its reset is when the
+			// hint ends: the earliest lease's expiry (a call's deadline)
+			// is no time to come back.
+			hint := cmp.Or(c.rule.BusyRetryAfter, l.busyRetryAfter)
+			if c.RetryAfter > hint {
+				c.ResetAt = c.ResetAt.Add(hint - c.RetryAfter)
+				c.RetryAfter = hint
+			}
+		}
+		c.RetryAfter = ceilMillisecond(c.RetryAfter)
+		if c.Kind != KindBudget {
+			c.RetryAfter += l.retryBuffer
+		}
+		switch {
+		case c.Kind == KindBudget:
+			if budget == nil || c.ResetAt.After(budget.ResetAt) {
+				budget = c
+			}
+		case wait == nil || c.RetryAfter > wait.RetryAfter:
+			wait = c
+		}
+	}
+	if budget == nil && wait == nil {
+		return &StoreError{Op: "admit", Err: errors.New("store refused a batch without saying which charge")}
+	}
+	room := resultOf(charges)
+	if budget != nil {
+		return &BudgetError{refusalOf(budget, &room)}
+	}
+	ref := refusalOf(wait, &room)
+	ref.RetryAt = now.Add(ref.RetryAfter)
+	if wait.Kind == KindConcurrency {
+		return &BusyError{ref}
+	}
+	return &RateLimitError{ref}
+}
+
+func refusalOf(c *Charge, room *Result) Refusal {
+	rule := c.rule
+	var class *ClassShare
+	if c.class != 0 {
+		class = shareOf(c)
+	}
+	return Refusal{Class: class,
+		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
+		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining, Requested: c.Amount,
+		Window: rule.Window, Period: rule.Period, Source: c.source.name(rule),
+		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt, Result: room,
+	}
+}
+
+// ceilMillisecond rounds d up to the next millisecond, never down.
+func ceilMillisecond(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r != 0 {
+		d += time.Millisecond - r
+	}
+	return d
+}
