@@ -48,6 +48,16 @@ func (c canonicalHeaders) Set(name, value string) {
 	c.h.Set(name, value)
 }
 
+// SetBytes sets name to value, copied: the library's fields of every
+// answer, built without a string.
+func (c canonicalHeaders) SetBytes(name string, value []byte) {
+	if key, ok := canonicalNames[name]; ok {
+		c.h.SetCanonical(key, value)
+		return
+	}
+	c.h.SetBytesV(name, value)
+}
+
 // Add adds value under name (budget warnings, class headers: not on every
 // answer).
 func (c canonicalHeaders) Add(name, value string) { c.h.Add(name, value) }

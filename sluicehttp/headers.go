@@ -12,9 +12,26 @@ import (
 
 // HeaderSetter is what SetHeaders writes through: an http.Header, or
 // another server's response header (fasthttp's) with the same two methods.
+// One that also has SetBytes(name string, value []byte), copying value, is
+// given the numbers of every answer's fields as bytes built on the stack,
+// with no string made for them.
 type HeaderSetter interface {
 	Set(name, value string)
 	Add(name, value string)
+}
+
+// bytesSetter is a HeaderSetter that takes a value as bytes it copies.
+type bytesSetter interface {
+	SetBytes(name string, value []byte)
+}
+
+// set sets name to value, which h must copy.
+func set(h HeaderSetter, name string, value []byte) {
+	if b, ok := h.(bytesSetter); ok {
+		b.SetBytes(name, value)
+		return
+	}
+	h.Set(name, string(value))
 }
 
 // SetHeaders writes an admission's headers on h: the X-RateLimit and IETF
@@ -23,11 +40,12 @@ type HeaderSetter interface {
 // the request and token rules with the least room, and one
 // X-Sluice-Budget-Warning per warning.
 func SetHeaders(h HeaderSetter, r sluice.Result, now time.Time) {
+	buf := make([]byte, 0, 128) // the values are built here, one at a time
 	if r.Rule != "" {
-		setLimitHeaders(h, r.Headroom, now)
+		setLimitHeaders(h, buf, r.Headroom, now)
 	}
-	setOpenAILimitHeaders(h, openAIRequestHeaders, r.Requests, now)
-	setOpenAILimitHeaders(h, openAITokenHeaders, r.Tokens, now)
+	setOpenAILimitHeaders(h, buf, openAIRequestHeaders, r.Requests, now)
+	setOpenAILimitHeaders(h, buf, openAITokenHeaders, r.Tokens, now)
 	for _, w := range r.Warnings {
 		v := w.Rule + "; used=" + strconv.FormatInt(w.Used, 10) + "; limit=" + strconv.FormatInt(w.Limit, 10)
 		if w.Soft {
@@ -45,17 +63,18 @@ func SetHeaders(h HeaderSetter, r sluice.Result, now time.Time) {
 // counted from now. It is the one place a refusal's headers are made, for
 // the middleware, the SDK wrappers and the gateway.
 func (r *Refusal) SetHeaders(h HeaderSetter, now time.Time) {
+	buf := make([]byte, 0, 128)
 	switch {
 	case r.refusal != nil:
-		setLimitHeaders(h, headroom(r.refusal), now)
+		setLimitHeaders(h, buf, headroom(r.refusal), now)
 	case r.result != nil && r.result.Rule != "":
 		// Never fits: the fields describe the rule the request never
 		// fits, as its body does, however much room it has.
-		setLimitHeaders(h, r.result.Headroom, now)
+		setLimitHeaders(h, buf, r.result.Headroom, now)
 	}
 	if r.result != nil {
-		setOpenAILimitHeaders(h, openAIRequestHeaders, r.result.Requests, now)
-		setOpenAILimitHeaders(h, openAITokenHeaders, r.result.Tokens, now)
+		setOpenAILimitHeaders(h, buf, openAIRequestHeaders, r.result.Requests, now)
+		setOpenAILimitHeaders(h, buf, openAITokenHeaders, r.result.Tokens, now)
 	}
 	if r.RetryAfter > 0 {
 		secs := (r.RetryAfter + time.Second - 1) / time.Second
@@ -85,7 +104,7 @@ func headroom(r *sluice.Refusal) sluice.Headroom {
 
 // setLimitHeaders writes X-RateLimit-Limit, -Remaining and -Reset (seconds)
 // and the IETF RateLimit-Policy and RateLimit fields for r, reset counted
-// from now.
+// from now, building each value in buf.
 //
 // The IETF fields follow draft-ietf-httpapi-ratelimit-headers-11 (§3, §4):
 // RateLimit-Policy: "name";q=<quota>;qu="<unit>";w=<window seconds> and
@@ -97,31 +116,28 @@ func headroom(r *sluice.Refusal) sluice.Headroom {
 // the rule's window rounded up to a whole second (the draft allows no
 // fraction, nor zero), a budget's being its period; a concurrency rule has
 // none.
-func setLimitHeaders(h HeaderSetter, r sluice.Headroom, now time.Time) {
+func setLimitHeaders(h HeaderSetter, buf []byte, r sluice.Headroom, now time.Time) {
 	reset := int64(0)
 	if d := r.ResetAt.Sub(now); d > 0 {
 		reset = int64((d + time.Second - 1) / time.Second)
 	}
 	remaining := max(0, r.Remaining)
-	limit := strconv.FormatInt(r.Limit, 10)
-	h.Set("X-RateLimit-Limit", limit)
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
-	// Every answer carries these two, so each is built in one buffer.
-	var buf [128]byte
+	set(h, "X-RateLimit-Limit", strconv.AppendInt(buf[:0], r.Limit, 10))
+	set(h, "X-RateLimit-Remaining", strconv.AppendInt(buf[:0], remaining, 10))
+	set(h, "X-RateLimit-Reset", strconv.AppendInt(buf[:0], reset, 10))
 	policy := append(strconv.AppendQuote(buf[:0], r.Rule), ";q="...)
-	policy = append(policy, limit...)
+	policy = strconv.AppendInt(policy, r.Limit, 10)
 	if unit := quotaUnit(r.Kind, r.Metric); unit != "" {
 		policy = strconv.AppendQuote(append(policy, ";qu="...), unit)
 	}
 	if r.Window > 0 {
 		policy = strconv.AppendInt(append(policy, ";w="...), int64((r.Window+time.Second-1)/time.Second), 10)
 	}
-	h.Set("RateLimit-Policy", string(policy))
+	set(h, "RateLimit-Policy", policy)
 	limits := append(strconv.AppendQuote(buf[:0], r.Rule), ";r="...)
 	limits = strconv.AppendInt(limits, remaining, 10)
 	limits = strconv.AppendInt(append(limits, ";t="...), reset, 10)
-	h.Set("RateLimit", string(limits))
+	set(h, "RateLimit", limits)
 }
 
 // quotaUnit is the qu parameter of a rule's policy; "" for requests.
@@ -150,7 +166,7 @@ var (
 // reset}-<unit> (names) for the rule of that unit with the least room, so
 // that a client (or another Sluice pacing from these headers) reads Sluice
 // as it reads OpenAI; the reset is a duration ("1s", "6m0s").
-func setOpenAILimitHeaders(h HeaderSetter, names openAILimitHeaders, r sluice.Headroom, now time.Time) {
+func setOpenAILimitHeaders(h HeaderSetter, buf []byte, names openAILimitHeaders, r sluice.Headroom, now time.Time) {
 	if r.Rule == "" {
 		return
 	}
@@ -160,7 +176,7 @@ func setOpenAILimitHeaders(h HeaderSetter, names openAILimitHeaders, r sluice.He
 	} else {
 		reset = reset.Round(time.Millisecond)
 	}
-	h.Set(names.limit, strconv.FormatInt(r.Limit, 10))
-	h.Set(names.remaining, strconv.FormatInt(max(r.Remaining, 0), 10))
+	set(h, names.limit, strconv.AppendInt(buf[:0], r.Limit, 10))
+	set(h, names.remaining, strconv.AppendInt(buf[:0], max(r.Remaining, 0), 10))
 	h.Set(names.reset, reset.String())
 }
