@@ -353,7 +353,7 @@ type Rule struct {
 }
 
 // SluiceRule returns r as the engine's rule (Source is left for
-// sluice.Resolve to set).
+// Resolve to set).
 func (r *Rule) SluiceRule() sluice.Rule {
 	sr := r.Rule
 	sr.Disabled = r.Enabled != nil && !*r.Enabled
