@@ -113,7 +113,7 @@ func (c *call) openLive() (*liveConn, error) {
 	}
 	c.maxWait = 0 // a live connection is answered at once
 	c.event.Model = m.Name
-	secs, bound, err := c.admitConnection(m)
+	secs, err := c.admitConnection(m)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (c *call) openLive() (*liveConn, error) {
 		return nil, err
 	}
 	lc := newLiveConn(c, m, up)
-	lc.seconds, lc.secondsRule = secs, bound
+	lc.secs.first, lc.secs.reserved = secs, secs
 	return lc, nil
 }
 
@@ -172,24 +172,26 @@ func (c *call) joinMinted(minted string, m *model) error {
 }
 
 // admitConnection admits the connection on m: its lease on concurrency
-// rules, one request, no tokens, and the seconds it may stay open (see
-// reserveSeconds).
-func (c *call) admitConnection(m *model) (secs int64, bound string, err error) {
+// rules, one request, no tokens, and its first slice of seconds (see
+// MetricSeconds), which it returns.
+func (c *call) admitConnection(m *model) (secs int64, err error) {
 	t0 := c.g.now()
 	defer func() { c.event.Decision += c.g.since(t0) }()
 	room, err := c.secondsLeft(m)
 	if err != nil {
-		return 0, "", err
+		return 0, err
 	}
 	req := c.request(m, 0)
-	secs, bound = c.reserveSeconds(&req, room)
+	secs = max(c.secondsSlice(0, room), 1)
+	req.Max.Custom = map[string]int64{MetricSeconds: secs}
+	req.Timeout = c.deadline.Sub(c.g.now())
 	res, err := c.g.limiter.Admit(context.Background(), req)
 	if err != nil {
-		return 0, "", err
+		return 0, err
 	}
 	c.held = admission{model: m, res: res}
 	c.event.Classes = res.Result().Classes
-	return secs, bound, nil
+	return secs, nil
 }
 
 // liveDialer dials providers' realtime endpoints.

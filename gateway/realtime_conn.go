@@ -50,10 +50,8 @@ type liveConn struct {
 	// cancelled are the responses the provider started by itself that
 	// the rules refused, by id: cancelled, and charged nothing.
 	cancelled map[string]bool
-	// seconds is what the connection reserved of MetricSeconds;
-	// secondsRule names the seconds rule whose room set its deadline.
-	seconds     int64
-	secondsRule string
+	// secs are the seconds the connection reserved (MetricSeconds).
+	secs liveSeconds
 }
 
 func newLiveConn(c *call, m *model, up *websocket.Conn) *liveConn {
@@ -71,6 +69,7 @@ func (lc *liveConn) run(client *websocket.Conn) {
 	g.live.add(lc)
 	defer g.live.remove(lc)
 	stop := g.clock.AfterFunc(lc.c.deadline.Sub(g.now()), lc.timeUp)
+	lc.startSeconds()
 	go lc.fromUpstream()
 	lc.fromClient()
 	<-lc.upstreamDone
