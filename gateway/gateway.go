@@ -122,6 +122,17 @@ type UsageRecord struct {
 	// the cost in micro-dollars of the call whose answer it replayed.
 	CacheHit   bool
 	CacheSaved int64
+	// SessionID is the Sluice session the call was charged to (its
+	// X-Sluice-Session, or the session a live connection's client secret
+	// was minted with); empty outside a session.
+	SessionID string
+	// ConnectionID is, for a live connection (whose own record carries
+	// its seconds' call) and each response made on it, the connection's
+	// request id; empty for an HTTP call.
+	ConnectionID string
+	// AudioInputTokens and AudioOutputTokens are the audio parts of
+	// InputTokens and OutputTokens (a live response's speech).
+	AudioInputTokens, AudioOutputTokens int64
 }
 
 // UsageRecorder receives settled usage. RecordUsage is called on the

@@ -49,6 +49,7 @@ func (g *Gateway) realtime(ctx *fasthttp.RequestCtx) {
 	now := g.now()
 	c := &call{g: g, ctx: ctx, rt: realtimeRoute, start: now, deadline: now.Add(g.opts.LiveMaxDuration)}
 	c.event.Route, c.event.RequestID = realtimeRoute.name, requestIDOf(ctx)
+	c.connection = c.event.RequestID
 	g.inFlight.add() // until the connection's call ends
 	lc, err := c.openLive()
 	if err == nil {
@@ -111,6 +112,7 @@ func (c *call) openLive() (*liveConn, error) {
 	if err := c.joinMinted(minted, m); err != nil {
 		return nil, err
 	}
+	c.event.SessionID = c.session.id
 	c.maxWait = 0 // a live connection is answered at once
 	c.event.Model = m.Name
 	secs, err := c.admitConnection(m)

@@ -79,7 +79,7 @@ func (lc *liveConn) newResponse(input, capPer int64) *liveResponse {
 	lc.responses++
 	g := lc.g
 	c := &call{g: g, rt: realtimeRoute, who: base.who, asserted: base.asserted, ip: base.ip, model: base.model, ownKey: base.ownKey,
-		tags: base.tags, start: g.now(), deadline: base.deadline, authenticated: true, tried: m}
+		tags: base.tags, start: g.now(), deadline: base.deadline, authenticated: true, tried: m, connection: base.connection}
 	c.session.id, c.session.endsCall = base.session.id, base.session.endsCall
 	c.bound = llm.Bound{Model: base.bound.Model, N: 1, InputTokens: input, HasMaxOutput: true, MaxOutputTokens: capPer, MinOutputTokens: 1}
 	c.event = Event{Route: realtimeRoute.name, RequestID: base.event.RequestID + "/" + strconv.Itoa(lc.responses), Model: m.Name, Provider: m.liveDeployment().provider.Name,
