@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/openai"
 )
 
@@ -48,8 +49,11 @@ type liveConn struct {
 	// responses counts the responses made on the connection.
 	responses int
 	// cancelled are the responses the provider started by itself that
-	// the rules refused, by id: cancelled, and charged nothing.
-	cancelled map[string]bool
+	// the rules refused, by id, until their response.done; unsolicited is
+	// what those that ended used, charged with the connection at its
+	// close (realtime_unsolicited.go).
+	cancelled   map[string]*liveResponse
+	unsolicited llm.Usage
 	// secs are the seconds the connection reserved (MetricSeconds).
 	secs liveSeconds
 }
@@ -260,7 +264,9 @@ func (lc *liveConn) finish() {
 		r.abandon()
 	}
 	c := lc.c
-	c.reported = true // no tokens, and the seconds it was open
+	// The seconds it was open, and what the responses the rules refused
+	// used before their cancel landed.
+	c.usage, c.reported = lc.unsolicitedUsage(), true
 	lc.chargeSeconds()
 	c.event.Outcome = outcomeAdmitted
 	c.event.LiveClose, c.event.LiveCause, c.event.LiveSeconds = lc.closeCode, lc.closeCause, lc.g.since(c.start)

@@ -3,8 +3,10 @@ package gateway_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
 )
 
@@ -42,5 +44,27 @@ func TestRealtime_RecordsNameTheSessionAndTheConnection(t *testing.T) {
 	}
 	if response.AudioInputTokens != 10 || response.AudioOutputTokens != 10 {
 		t.Errorf("response's audio tokens %d in, %d out; want 10 and 10", response.AudioInputTokens, response.AudioOutputTokens)
+	}
+}
+
+// What a response the provider started by itself used before the cancel
+// of its refusal landed counts in the session's tokens, not as a turn.
+func TestRealtime_CancelledResponseCountsInTheSession(t *testing.T) {
+	h := sessionHarness(t, []sluice.Rule{{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}})
+	_, s := h.sessionCall("POST", "/v1/sessions", `{}`, nil)
+	c := h.mustDialLive(t, map[string]string{gateway.HeaderSession: s.ID})
+	c.send(`{"type":"session.update","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad"}}}}}`)
+	c.next("session.updated")
+	c.send(`{"type":"input_audio_buffer.append","audio":"AAAA"}`)
+	c.send(`{"type":"input_audio_buffer.commit"}`)
+	if e := errorOf(c.next("error")); e["code"] != "rate_limit_exceeded" {
+		t.Fatalf("error %v, want the rate limit", e)
+	}
+	in, out := usageOf(c.next("response.done"))
+	_ = c.conn.Close(websocket.StatusNormalClosure, "")
+	eventually(t, "the connection's record", func() bool { return len(h.rec.usage()) == 1 })
+	_, got := h.sessionCall("GET", "/v1/sessions/"+s.ID, "", nil)
+	if got.Used.Tokens != in+out || got.Used.Turns != 0 {
+		t.Fatalf("session used %+v, want the cancelled response's %d tokens and no turn", got.Used, in+out)
 	}
 }
