@@ -381,9 +381,10 @@ type Options struct {
 	// about 16 s of audio per input_audio_buffer.append); a larger frame
 	// closes the connection with 1009.
 	LiveMaxFrameBytes int
-	// LiveSecretKey signs the client secrets of POST
-	// /v1/realtime/client_secrets; replicas must share it (empty: a
-	// random key of this process, whose secrets no other replica takes).
+	// LiveSecretKey seals the client secrets of POST
+	// /v1/realtime/client_secrets (AES-256-GCM under a key derived from
+	// it); replicas must share it (empty: a random key of this process,
+	// whose secrets no other replica takes).
 	LiveSecretKey []byte
 	// LiveWriteTimeout is how long a write to either side of a live
 	// connection may wait for its peer to read (10 s): a peer that does

@@ -149,9 +149,19 @@ func (c *call) authenticateLive() (minted string, err error) {
 			return "", err
 		}
 	}
-	s, err := g.verifyLiveSecret(secret)
+	s, err := g.openLiveSecret(secret)
 	if err != nil {
 		return "", errBadToken("the client secret is invalid or has expired")
+	}
+	// The key it was minted with, looked up again as any call's key is:
+	// revoked or expired since, its secrets are refused.
+	key, err := g.lookupKey(s.Key)
+	var te *tokenError
+	switch {
+	case errors.Is(err, ErrBadKey) || errors.As(err, &te) || err == nil && key.KeyID != s.Who.KeyID:
+		return "", errBadToken("the key the client secret was minted with is no longer valid (revoked, expired or rotated)")
+	case err != nil:
+		return "", errKeyStore(err)
 	}
 	c.who, c.authenticated = s.Who, true
 	c.event.Org, c.event.Workspace, c.event.KeyID = s.Who.Org, s.Who.Workspace, s.Who.KeyID
