@@ -109,21 +109,38 @@ func wholeSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / 
 func (lc *liveConn) startSeconds() {
 	s := &lc.secs
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	lc.scheduleTopUp(s.first)
+	at, ok := lc.nextTopUp(s.first)
+	s.mu.Unlock()
+	if ok {
+		lc.topUpAt(at)
+	}
 }
 
-// scheduleTopUp schedules the next slice liveTopUpLead (at most half of
-// last, the slice just reserved) before the seconds reserved run out,
-// unless they reach the connection's deadline. lc.secs.mu is held.
-func (lc *liveConn) scheduleTopUp(last int64) {
+// nextTopUp is when to reserve the next slice: liveTopUpLead (at most
+// half of last, the slice just reserved) before the seconds reserved run
+// out; false when they reach the connection's deadline. lc.secs.mu is
+// held.
+func (lc *liveConn) nextTopUp(last int64) (time.Time, bool) {
 	c, s := lc.c, &lc.secs
 	if c.secondsSlice(s.reserved, secondsRoom{left: -1}) == 0 {
-		return
+		return time.Time{}, false
 	}
 	lead := min(liveTopUpLead, time.Duration(last)*time.Second/2)
-	at := c.start.Add(time.Duration(s.reserved)*time.Second - lead)
-	s.stop = lc.g.clock.AfterFunc(at.Sub(lc.g.now()), lc.topUpSeconds)
+	return c.start.Add(time.Duration(s.reserved)*time.Second - lead), true
+}
+
+// topUpAt has topUpSeconds run at at. It is called without lc.secs.mu
+// held: a clock whose time is past at runs it at once.
+func (lc *liveConn) topUpAt(at time.Time) {
+	stop := lc.g.clock.AfterFunc(at.Sub(lc.g.now()), lc.topUpSeconds)
+	s := &lc.secs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		stop()
+		return
+	}
+	s.stop = stop
 }
 
 // topUpSeconds reserves the connection's next slice of seconds; refused,
@@ -149,17 +166,20 @@ func (lc *liveConn) topUpSeconds() {
 	if err == nil {
 		s.topUps = append(s.topUps, secondsSlice{res: res, secs: n})
 		s.reserved += n
-		lc.scheduleTopUp(n)
+		at, ok := lc.nextTopUp(n)
 		s.mu.Unlock()
+		if ok {
+			lc.topUpAt(at)
+		}
 		return
 	}
 	runOut := c.start.Add(time.Duration(s.reserved) * time.Second)
-	if wait := runOut.Sub(lc.g.now()); wait > 0 {
-		s.stop = lc.g.clock.AfterFunc(wait, lc.topUpSeconds)
-		s.mu.Unlock()
+	s.mu.Unlock()
+	if runOut.After(lc.g.now()) {
+		// Another connection may have given some back by then.
+		lc.topUpAt(runOut)
 		return
 	}
-	s.mu.Unlock()
 	lc.secondsSpent(err)
 }
 

@@ -93,3 +93,18 @@ func TestRealtime_ConcurrentConnectionsShareTheSeconds(t *testing.T) {
 	}
 	eventually(t, "one record per connection", func() bool { return len(h.rec.usage()) == 2 })
 }
+
+// A clock that jumps past several slices at once (a replica whose timers
+// ran late) tops up every slice it passed, and charges the seconds open.
+func TestRealtime_SecondsToppedUpWhenTheClockJumps(t *testing.T) {
+	clock := clocktest.New(time.Now())
+	h := startHarness(t, setup{clock: clock, rules: secondsRules(1000)})
+	c := h.mustDialLive(t, nil)
+	clock.Advance(150 * time.Second)
+	if got := h.used("live_seconds"); got != 180 {
+		t.Fatalf("reserved %d seconds at 150 s, want 3 slices: 180", got)
+	}
+	alive(t, c)
+	_ = c.conn.Close(websocket.StatusNormalClosure, "")
+	eventually(t, "the connection charged its 150 s", func() bool { return h.used("live_seconds") == 150 })
+}
