@@ -269,6 +269,12 @@ type Request struct {
 	// response of a live connection, whose connection holds the lease):
 	// concurrency rules do not count it again.
 	InFlight bool
+	// NamedMetricsOnly limits the admission to the rules on the custom
+	// metrics Max (or Expected) names: no request is counted, no place on
+	// a concurrency rule taken, no token or cost charged. It tops up what
+	// an admitted call meters as it goes (the next slice of a live
+	// connection's seconds).
+	NamedMetricsOnly bool
 }
 
 // usesMetric reports whether an admission of req is charged by rule: every
@@ -276,9 +282,13 @@ type Request struct {
 // (nor Expected.Custom), which neither charges nor refuses a call that
 // does not meter it (a chat call, by a budget of a live connection's
 // seconds). A call that reports a custom metric only at settlement names
-// it with 0 to be counted.
+// it with 0 to be counted. With NamedMetricsOnly, only the rules on the
+// custom metrics it names charge it.
 func (req *Request) usesMetric(rule *compiledRule) bool {
-	if !rule.amountOfRequest || rule.metric.builtin() {
+	if rule.metric.builtin() {
+		return !req.NamedMetricsOnly
+	}
+	if !rule.amountOfRequest && !req.NamedMetricsOnly {
 		return true
 	}
 	_, inMax := req.Max.Custom[string(rule.metric)]

@@ -24,14 +24,14 @@ func RefusedCall(e event.Event) (_ catalog.CallRecord, ok bool) {
 		return catalog.CallRecord{}, false
 	}
 	return catalog.CallRecord{RequestID: e.RequestID, Org: e.Org, Workspace: e.Workspace, KeyID: e.KeyID,
-		Route: e.Route, Model: e.Model, Provider: e.Provider, Outcome: e.Outcome}, true
+		Route: e.Route, Model: e.Model, Provider: e.Provider, Outcome: e.Outcome, SessionID: e.SessionID}, true
 }
 
 // callQuery reads the filters of GET /admin/v1/calls (and of the console's
 // calls page) and scopes them to what p may read: a viewer its own org and
 // workspaces.
 func callQuery(q url.Values, p *principal) (catalog.CallQuery, error) {
-	cq := catalog.CallQuery{KeyID: q.Get("key"), Model: q.Get("model"), Outcome: q.Get("outcome")}
+	cq := catalog.CallQuery{KeyID: q.Get("key"), Model: q.Get("model"), Outcome: q.Get("outcome"), SessionID: q.Get("session")}
 	org := q.Get("org")
 	if !p.isAdmin() {
 		if org != "" && org != p.org {
@@ -60,11 +60,13 @@ func callQuery(q url.Values, p *principal) (catalog.CallQuery, error) {
 	return cq, err
 }
 
-// calls answers GET /admin/v1/calls?org=&workspace=&key=&model=&outcome=&since=&until=&before_id=&limit=:
-// the per-call records, newest first; outcome=refused keeps the refusals.
+// calls answers GET /admin/v1/calls?org=&workspace=&key=&model=&session=&outcome=&since=&until=&before_id=&limit=:
+// the per-call records, newest first; outcome=refused keeps the refusals,
+// session= the calls of one session (a live session's connections and
+// responses among them).
 func (h *Handler) calls(w http.ResponseWriter, r *http.Request, p *principal) error {
 	q := r.URL.Query()
-	if err := checkParams(q, "org", "workspace", "key", "model", "outcome", "since", "until", "before_id", "limit"); err != nil {
+	if err := checkParams(q, "org", "workspace", "key", "model", "session", "outcome", "since", "until", "before_id", "limit"); err != nil {
 		return err
 	}
 	cq, err := callQuery(q, p)

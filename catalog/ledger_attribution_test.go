@@ -137,6 +137,8 @@ func TestCatalog_CallRecords(t *testing.T) {
 			{RequestID: "r1", Org: "acme", Workspace: "w", KeyID: "k1", Model: "gpt", Provider: "azure-east", Route: "chat", Outcome: OutcomeReported,
 				ReservedTokens: 100, InputTokens: 10, OutputTokens: 20, CostMicros: 30},
 			{RequestID: "r2", Org: "acme", Workspace: "w", KeyID: "k2", Model: "claude", Route: "messages", Outcome: OutcomeEstimated, ReservedTokens: 50},
+			{RequestID: "c1/1", Org: "acme", Workspace: "w", KeyID: "k1", Model: "gpt-realtime", Route: "realtime", Outcome: OutcomeReported,
+				InputTokens: 40, OutputTokens: 30, AudioInputTokens: 25, AudioOutputTokens: 20, SessionID: "sess_1", ConnectionID: "c1"},
 			{RequestID: "r3", Org: "beta", Workspace: "x", KeyID: "k3", Model: "gpt", Outcome: OutcomeCacheHit, CacheSavedMicros: 1234},
 		} {
 			r.At = start.Add(time.Duration(i) * time.Minute)
@@ -162,12 +164,13 @@ func TestCatalog_CallRecords(t *testing.T) {
 			q    CallQuery
 			want []string
 		}{
-			{"all, newest first", CallQuery{}, []string{"r3", "r2", "r1"}},
-			{"org", CallQuery{Org: "acme"}, []string{"r2", "r1"}},
+			{"all, newest first", CallQuery{}, []string{"r3", "c1/1", "r2", "r1"}},
+			{"org", CallQuery{Org: "acme"}, []string{"c1/1", "r2", "r1"}},
 			{"workspace", CallQuery{Workspace: "x"}, []string{"r3"}},
-			{"key", CallQuery{KeyID: "k1"}, []string{"r1"}},
+			{"key", CallQuery{KeyID: "k1"}, []string{"c1/1", "r1"}},
 			{"model", CallQuery{Model: "gpt"}, []string{"r3", "r1"}},
-			{"since", CallQuery{Since: start.Add(time.Minute)}, []string{"r3", "r2"}},
+			{"session", CallQuery{SessionID: "sess_1"}, []string{"c1/1"}},
+			{"since", CallQuery{Since: start.Add(time.Minute)}, []string{"r3", "c1/1", "r2"}},
 			{"until", CallQuery{Until: start.Add(time.Minute)}, []string{"r1"}},
 			{"limit", CallQuery{Limit: 1}, []string{"r3"}},
 		} {
@@ -175,7 +178,14 @@ func TestCatalog_CallRecords(t *testing.T) {
 				t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 			}
 		}
-		rs, err := c.Calls(ctx, CallQuery{KeyID: "k1"})
+		rs, err := c.Calls(ctx, CallQuery{Model: "gpt-realtime"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rs[0]; r.SessionID != "sess_1" || r.ConnectionID != "c1" || r.AudioInputTokens != 25 || r.AudioOutputTokens != 20 {
+			t.Errorf("live response's record %+v, want its session, connection and audio tokens", r)
+		}
+		rs, err = c.Calls(ctx, CallQuery{KeyID: "k1", Model: "gpt"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,9 +207,9 @@ func TestCatalog_CallRecords(t *testing.T) {
 			}
 		}
 		// Past the retention, the oldest go.
-		n, err := c.PruneCalls(ctx, start.Add(DefaultCallRetention+90*time.Second))
-		if err != nil || n != 2 {
-			t.Fatalf("PruneCalls = %d, %v; want 2 deleted", n, err)
+		n, err := c.PruneCalls(ctx, start.Add(DefaultCallRetention+150*time.Second))
+		if err != nil || n != 3 {
+			t.Fatalf("PruneCalls = %d, %v; want 3 deleted", n, err)
 		}
 		if got := ids(CallQuery{}); !slices.Equal(got, []string{"r3"}) {
 			t.Errorf("after pruning: %v, want [r3]", got)

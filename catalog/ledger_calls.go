@@ -76,6 +76,16 @@ type CallRecord struct {
 	// CacheSavedMicros is, for OutcomeCacheHit, what the call the hit
 	// replayed cost: what the response cache saved.
 	CacheSavedMicros int64 `json:"cache_saved_micros,omitempty"`
+	// SessionID is the Sluice session the call was charged to; empty for
+	// a call made outside one.
+	SessionID string `json:"session_id,omitempty"`
+	// ConnectionID is, for a live connection and each response made on
+	// it, the connection's request id; empty for an HTTP call.
+	ConnectionID string `json:"connection_id,omitempty"`
+	// AudioInputTokens and AudioOutputTokens are the audio parts of
+	// InputTokens and OutputTokens (a live response's speech).
+	AudioInputTokens  int64 `json:"audio_input_tokens,omitempty"`
+	AudioOutputTokens int64 `json:"audio_output_tokens,omitempty"`
 }
 
 // RecordCall queues r to be written with the ledger's next write (the same
@@ -131,7 +141,7 @@ func (l *ledger) requeueCalls(calls []CallRecord) {
 
 // callsPerInsert is the most call records one INSERT carries: one round
 // trip per few hundred calls, well under either database's limit on
-// statement parameters (15 a record).
+// statement parameters (21 a record).
 const callsPerInsert = 256
 
 // queueCalls queues, with queue, the statements that insert calls, many
@@ -139,21 +149,23 @@ const callsPerInsert = 256
 // gateway's records (hundreds a flush) would keep the ledger's write, and
 // so its crash window, long.
 func (c *Catalog) queueCalls(calls []CallRecord, queue func(query string, args ...any)) {
-	const cols = 17
+	const cols = 21
 	for len(calls) > 0 {
 		n := powerOfTwoRows(len(calls), callsPerInsert)
 		var b strings.Builder
 		b.WriteString(`INSERT INTO ` + c.tables + `call_records (at, request_id, org, workspace, key_id, user_id, route, model, provider, outcome,
-			reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros, cache_saved_micros) VALUES `)
+			reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros, cache_saved_micros,
+			session_id, connection_id, audio_input_tokens, audio_output_tokens) VALUES `)
 		args := make([]any, 0, n*cols)
 		for i := range calls[:n] {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 			r := &calls[i]
 			args = append(args, r.At.UnixNano(), r.RequestID, r.Org, r.Workspace, r.KeyID, r.User, r.Route, r.Model, r.Provider, r.Outcome,
-				r.ReservedTokens, r.ReservedCost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CostMicros, r.CacheSavedMicros)
+				r.ReservedTokens, r.ReservedCost, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.CostMicros, r.CacheSavedMicros,
+				r.SessionID, r.ConnectionID, r.AudioInputTokens, r.AudioOutputTokens)
 		}
 		queue(c.d.q(b.String()), args...)
 		calls = calls[n:]
@@ -164,11 +176,12 @@ func (c *Catalog) queueCalls(calls []CallRecord, queue func(query string, args .
 type CallQuery struct {
 	// Org keeps one org; empty keeps all.
 	Org string
-	// Workspace, KeyID and Model keep the records that match; empty keeps
-	// all.
+	// Workspace, KeyID, Model and SessionID keep the records that match;
+	// empty keeps all.
 	Workspace string
 	KeyID     string
 	Model     string
+	SessionID string
 	// Outcome keeps the records of one outcome, or with OutcomeRefused
 	// every refusal; empty keeps all.
 	Outcome string
@@ -208,7 +221,8 @@ func (c *Catalog) Calls(ctx context.Context, q CallQuery) ([]CallRecord, error) 
 		args = append(args, q.BeforeID)
 	}
 	query := `SELECT id, at, request_id, org, workspace, key_id, user_id, route, model, provider, outcome,
-		reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros, cache_saved_micros FROM call_records`
+		reserved_tokens, reserved_cost, input_tokens, output_tokens, cached_input_tokens, cost_micros, cache_saved_micros,
+		session_id, connection_id, audio_input_tokens, audio_output_tokens FROM call_records`
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -224,7 +238,8 @@ func (c *Catalog) Calls(ctx context.Context, q CallQuery) ([]CallRecord, error) 
 		var r CallRecord
 		var at int64
 		if err := rows.Scan(&r.ID, &at, &r.RequestID, &r.Org, &r.Workspace, &r.KeyID, &r.User, &r.Route, &r.Model, &r.Provider, &r.Outcome,
-			&r.ReservedTokens, &r.ReservedCost, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens, &r.CostMicros, &r.CacheSavedMicros); err != nil {
+			&r.ReservedTokens, &r.ReservedCost, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens, &r.CostMicros, &r.CacheSavedMicros,
+			&r.SessionID, &r.ConnectionID, &r.AudioInputTokens, &r.AudioOutputTokens); err != nil {
 			return nil, fmt.Errorf("catalog: calls: %w", err)
 		}
 		r.At = time.Unix(0, at).UTC()
@@ -239,7 +254,7 @@ func (c *Catalog) Calls(ctx context.Context, q CallQuery) ([]CallRecord, error) 
 // filters are the WHERE conditions of q's filters but BeforeID, and their
 // arguments.
 func (q *CallQuery) filters() (where []string, args []any) {
-	for _, f := range []struct{ col, v string }{{"org", q.Org}, {"workspace", q.Workspace}, {"key_id", q.KeyID}, {"model", q.Model}} {
+	for _, f := range []struct{ col, v string }{{"org", q.Org}, {"workspace", q.Workspace}, {"key_id", q.KeyID}, {"model", q.Model}, {"session_id", q.SessionID}} {
 		if f.v != "" {
 			where = append(where, f.col+" = ?")
 			args = append(args, f.v)

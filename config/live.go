@@ -3,7 +3,7 @@ package config
 import "time"
 
 // DefaultLiveSecretKeyEnv names the variable holding the key client
-// secrets are signed with, when live.secret_key_env names none.
+// secrets are sealed with, when live.secret_key_env names none.
 const DefaultLiveSecretKeyEnv = "SLUICE_LIVE_SECRET_KEY"
 
 // Live configures live connections (GET /v1/realtime) and their mint (POST
@@ -18,13 +18,13 @@ type Live struct {
 	// WriteTimeout closes a side that does not read for this long (10s).
 	WriteTimeout time.Duration `yaml:"write_timeout,omitempty"`
 	// SecretKeyEnv names the environment variable holding the key client
-	// secrets are signed with, which replicas must share
-	// (SLUICE_LIVE_SECRET_KEY); unset, each process signs with a random
+	// secrets are sealed with, which replicas must share
+	// (SLUICE_LIVE_SECRET_KEY); unset, each process seals with a random
 	// key of its own.
 	SecretKeyEnv string `yaml:"secret_key_env,omitempty"`
 }
 
-// SecretKey returns the key client secrets are signed with, from the
+// SecretKey returns the key client secrets are sealed with, from the
 // environment (env as os.LookupEnv); nil when unset.
 func (l Live) SecretKey(env func(string) (string, bool)) []byte {
 	name := l.SecretKeyEnv

@@ -104,6 +104,9 @@ type call struct {
 	// custom are the custom metrics the call used, settled with usage (a
 	// live connection's seconds: realtime_seconds.go); nil for the others.
 	custom map[string]int64
+	// connection is, for a live connection and its responses, the
+	// connection's request id (UsageRecord.ConnectionID).
+	connection string
 }
 
 // serve runs one call down the pipeline and ends it: at once, or, when its

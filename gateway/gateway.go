@@ -122,6 +122,17 @@ type UsageRecord struct {
 	// the cost in micro-dollars of the call whose answer it replayed.
 	CacheHit   bool
 	CacheSaved int64
+	// SessionID is the Sluice session the call was charged to (its
+	// X-Sluice-Session, or the session a live connection's client secret
+	// was minted with); empty outside a session.
+	SessionID string
+	// ConnectionID is, for a live connection (whose own record carries
+	// its seconds' call) and each response made on it, the connection's
+	// request id; empty for an HTTP call.
+	ConnectionID string
+	// AudioInputTokens and AudioOutputTokens are the audio parts of
+	// InputTokens and OutputTokens (a live response's speech).
+	AudioInputTokens, AudioOutputTokens int64
 }
 
 // UsageRecorder receives settled usage. RecordUsage is called on the
@@ -370,9 +381,10 @@ type Options struct {
 	// about 16 s of audio per input_audio_buffer.append); a larger frame
 	// closes the connection with 1009.
 	LiveMaxFrameBytes int
-	// LiveSecretKey signs the client secrets of POST
-	// /v1/realtime/client_secrets; replicas must share it (empty: a
-	// random key of this process, whose secrets no other replica takes).
+	// LiveSecretKey seals the client secrets of POST
+	// /v1/realtime/client_secrets (AES-256-GCM under a key derived from
+	// it); replicas must share it (empty: a random key of this process,
+	// whose secrets no other replica takes).
 	LiveSecretKey []byte
 	// LiveWriteTimeout is how long a write to either side of a live
 	// connection may wait for its peer to read (10 s): a peer that does

@@ -49,6 +49,7 @@ func (g *Gateway) realtime(ctx *fasthttp.RequestCtx) {
 	now := g.now()
 	c := &call{g: g, ctx: ctx, rt: realtimeRoute, start: now, deadline: now.Add(g.opts.LiveMaxDuration)}
 	c.event.Route, c.event.RequestID = realtimeRoute.name, requestIDOf(ctx)
+	c.connection = c.event.RequestID
 	g.inFlight.add() // until the connection's call ends
 	lc, err := c.openLive()
 	if err == nil {
@@ -111,9 +112,10 @@ func (c *call) openLive() (*liveConn, error) {
 	if err := c.joinMinted(minted, m); err != nil {
 		return nil, err
 	}
+	c.event.SessionID = c.session.id
 	c.maxWait = 0 // a live connection is answered at once
 	c.event.Model = m.Name
-	secs, bound, err := c.admitConnection(m)
+	secs, err := c.admitConnection(m)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +125,7 @@ func (c *call) openLive() (*liveConn, error) {
 		return nil, err
 	}
 	lc := newLiveConn(c, m, up)
-	lc.seconds, lc.secondsRule = secs, bound
+	lc.secs.first, lc.secs.reserved = secs, secs
 	return lc, nil
 }
 
@@ -147,9 +149,19 @@ func (c *call) authenticateLive() (minted string, err error) {
 			return "", err
 		}
 	}
-	s, err := g.verifyLiveSecret(secret)
+	s, err := g.openLiveSecret(secret)
 	if err != nil {
 		return "", errBadToken("the client secret is invalid or has expired")
+	}
+	// The key it was minted with, looked up again as any call's key is:
+	// revoked or expired since, its secrets are refused.
+	key, err := g.lookupKey(s.Key)
+	var te *tokenError
+	switch {
+	case errors.Is(err, ErrBadKey) || errors.As(err, &te) || err == nil && key.KeyID != s.Who.KeyID:
+		return "", errBadToken("the key the client secret was minted with is no longer valid (revoked, expired or rotated)")
+	case err != nil:
+		return "", errKeyStore(err)
 	}
 	c.who, c.authenticated = s.Who, true
 	c.event.Org, c.event.Workspace, c.event.KeyID = s.Who.Org, s.Who.Workspace, s.Who.KeyID
@@ -172,24 +184,26 @@ func (c *call) joinMinted(minted string, m *model) error {
 }
 
 // admitConnection admits the connection on m: its lease on concurrency
-// rules, one request, no tokens, and the seconds it may stay open (see
-// reserveSeconds).
-func (c *call) admitConnection(m *model) (secs int64, bound string, err error) {
+// rules, one request, no tokens, and its first slice of seconds (see
+// MetricSeconds), which it returns.
+func (c *call) admitConnection(m *model) (secs int64, err error) {
 	t0 := c.g.now()
 	defer func() { c.event.Decision += c.g.since(t0) }()
 	room, err := c.secondsLeft(m)
 	if err != nil {
-		return 0, "", err
+		return 0, err
 	}
 	req := c.request(m, 0)
-	secs, bound = c.reserveSeconds(&req, room)
+	secs = max(c.secondsSlice(0, room), 1)
+	req.Max.Custom = map[string]int64{MetricSeconds: secs}
+	req.Timeout = c.deadline.Sub(c.g.now())
 	res, err := c.g.limiter.Admit(context.Background(), req)
 	if err != nil {
-		return 0, "", err
+		return 0, err
 	}
 	c.held = admission{model: m, res: res}
 	c.event.Classes = res.Result().Classes
-	return secs, bound, nil
+	return secs, nil
 }
 
 // liveDialer dials providers' realtime endpoints.

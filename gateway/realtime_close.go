@@ -214,10 +214,6 @@ func (lc *liveConn) sendError(ev []byte) { lc.send(websocket.TextMessage, ev) }
 // ceiling (a quota close), or the gateway's LiveMaxDuration.
 func (lc *liveConn) timeUp() {
 	c := lc.c
-	if lc.secondsRule != "" {
-		lc.secondsSpent()
-		return
-	}
 	if !c.session.endsCall {
 		lc.end(websocket.CloseNormalClosure, "maximum connection duration reached", causeMaxDuration, errorEventOf(liveError{Type: "invalid_request_error",
 			Code: "max_duration_reached", Message: fmt.Sprintf("This gateway closes live connections after %s; open a new one.", lc.g.opts.LiveMaxDuration)}))

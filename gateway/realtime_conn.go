@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/sluicehq/sluice/llm"
 	"github.com/sluicehq/sluice/llm/openai"
 )
 
@@ -48,12 +49,13 @@ type liveConn struct {
 	// responses counts the responses made on the connection.
 	responses int
 	// cancelled are the responses the provider started by itself that
-	// the rules refused, by id: cancelled, and charged nothing.
-	cancelled map[string]bool
-	// seconds is what the connection reserved of MetricSeconds;
-	// secondsRule names the seconds rule whose room set its deadline.
-	seconds     int64
-	secondsRule string
+	// the rules refused, by id, until their response.done; unsolicited is
+	// what those that ended used, charged with the connection at its
+	// close (realtime_unsolicited.go).
+	cancelled   map[string]*liveResponse
+	unsolicited llm.Usage
+	// secs are the seconds the connection reserved (MetricSeconds).
+	secs liveSeconds
 }
 
 func newLiveConn(c *call, m *model, up *websocket.Conn) *liveConn {
@@ -71,6 +73,7 @@ func (lc *liveConn) run(client *websocket.Conn) {
 	g.live.add(lc)
 	defer g.live.remove(lc)
 	stop := g.clock.AfterFunc(lc.c.deadline.Sub(g.now()), lc.timeUp)
+	lc.startSeconds()
 	go lc.fromUpstream()
 	lc.fromClient()
 	<-lc.upstreamDone
@@ -261,7 +264,9 @@ func (lc *liveConn) finish() {
 		r.abandon()
 	}
 	c := lc.c
-	c.reported = true // no tokens, and the seconds it was open
+	// The seconds it was open, and what the responses the rules refused
+	// used before their cancel landed.
+	c.usage, c.reported = lc.unsolicitedUsage(), true
 	lc.chargeSeconds()
 	c.event.Outcome = outcomeAdmitted
 	c.event.LiveClose, c.event.LiveCause, c.event.LiveSeconds = lc.closeCode, lc.closeCause, lc.g.since(c.start)

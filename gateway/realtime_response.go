@@ -79,7 +79,7 @@ func (lc *liveConn) newResponse(input, capPer int64) *liveResponse {
 	lc.responses++
 	g := lc.g
 	c := &call{g: g, rt: realtimeRoute, who: base.who, asserted: base.asserted, ip: base.ip, model: base.model, ownKey: base.ownKey,
-		tags: base.tags, start: g.now(), deadline: base.deadline, authenticated: true, tried: m}
+		tags: base.tags, start: g.now(), deadline: base.deadline, authenticated: true, tried: m, connection: base.connection}
 	c.session.id, c.session.endsCall = base.session.id, base.session.endsCall
 	c.bound = llm.Bound{Model: base.bound.Model, N: 1, InputTokens: input, HasMaxOutput: true, MaxOutputTokens: capPer, MinOutputTokens: 1}
 	c.event = Event{Route: realtimeRoute.name, RequestID: base.event.RequestID + "/" + strconv.Itoa(lc.responses), Model: m.Name, Provider: m.liveDeployment().provider.Name,
@@ -172,6 +172,8 @@ func (lc *liveConn) account(ev *openai.RealtimeServerEvent) {
 			lc.mu.Lock()
 			if r := lc.byID(ev.ResponseID); r != nil {
 				r.output += n
+			} else if r := lc.cancelled[ev.ResponseID]; r != nil {
+				r.output += n
 			}
 			lc.mu.Unlock()
 		}
@@ -180,7 +182,9 @@ func (lc *liveConn) account(ev *openai.RealtimeServerEvent) {
 
 // created gives the oldest response not yet created its provider's id. A
 // response nobody asked for (the provider's voice activity detection
-// starts one by itself) is admitted now: refused, it is cancelled.
+// starts one by itself) is admitted now: refused, it is cancelled, and
+// what it used before the cancel landed is charged with the connection
+// (realtime_unsolicited.go).
 func (lc *liveConn) created(id string) {
 	lc.mu.Lock()
 	i := slices.IndexFunc(lc.pending, func(r *liveResponse) bool { return r.id == "" })
@@ -193,13 +197,7 @@ func (lc *liveConn) created(id string) {
 	r.id, r.appendedAt = id, lc.appended
 	lc.mu.Unlock()
 	if err := r.admit(); err != nil {
-		lc.mu.Lock()
-		if lc.cancelled == nil {
-			lc.cancelled = map[string]bool{}
-		}
-		lc.cancelled[id] = true
-		lc.mu.Unlock()
-		lc.forward([]byte(`{"type":"response.cancel","response_id":` + strconv.Quote(id) + `}`))
+		lc.cancel(r)
 		lc.refuseResponse(r, err, "")
 		return
 	}
@@ -215,20 +213,21 @@ func (lc *liveConn) done(ev *openai.RealtimeServerEvent) {
 	lc.mu.Lock()
 	r := lc.byID(ev.Response.ID)
 	if r == nil {
-		cancelled := lc.cancelled[ev.Response.ID]
-		delete(lc.cancelled, ev.Response.ID)
+		lc.cancelledDone(ev)
 		lc.mu.Unlock()
-		if cancelled && ev.Response.Usage != nil {
-			// What the provider did before the cancel landed: no
-			// admission holds it, so nothing can be charged. Said, so
-			// that it is seen.
-			u := ev.Response.Usage
-			lc.g.log.Warn("a refused response the provider started by itself used tokens before its cancel; not charged",
-				"request_id", lc.c.event.RequestID, "response_id", ev.Response.ID, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens)
-		}
 		return
 	}
 	lc.pending = slices.DeleteFunc(lc.pending, func(p *liveResponse) bool { return p == r })
+	u := lc.usageOfDone(r, ev)
+	lc.mu.Unlock()
+	r.c.usage, r.c.reported = u, true
+	r.c.end()
+}
+
+// usageOfDone is the usage r's response.done reports (or, with none, its
+// input estimate and the output seen), and follows the conversation's
+// size with it. lc.mu is held.
+func (lc *liveConn) usageOfDone(r *liveResponse, ev *openai.RealtimeServerEvent) llm.Usage {
 	u := llm.Usage{InputTokens: r.input, OutputTokens: r.output}
 	reported := ev.Response.Usage != nil
 	if reported {
@@ -239,9 +238,7 @@ func (lc *liveConn) done(ev *openai.RealtimeServerEvent) {
 		lc.lastInput = u.InputTokens + u.OutputTokens
 		lc.appended = max(0, lc.appended-r.appendedAt)
 	}
-	lc.mu.Unlock()
-	r.c.usage, r.c.reported = u, true
-	r.c.end()
+	return u
 }
 
 // refusedUpstream gives back a response the provider refused (its error

@@ -2,11 +2,15 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -20,21 +24,27 @@ import (
 // cap) and returns a short-lived secret bound to it, which a browser or a
 // phone connects to GET /v1/realtime with (in Authorization, or as the
 // subprotocol openai-insecure-api-key.SECRET): never a provider key, nor
-// the application's.
+// the application's in a form the device can read.
 //
-// The secret is signed, not stored: it carries the key's principal, the
-// session and its expiry, under Options.LiveSecretKey, which replicas
-// must share. A key revoked after the mint keeps its secrets until they
-// expire (10 minutes by default, at most 2 hours).
+// The secret is sealed, not stored: it carries the key's principal, the
+// credential the mint was authenticated with, the session and its expiry,
+// encrypted and authenticated (AES-256-GCM) under a key derived from
+// Options.LiveSecretKey, which replicas must share. The device can read
+// nothing of it, nor change it. At connect, the credential is looked up
+// again as any call's key is, so a key revoked (or expired, or rotated)
+// after the mint ends its secrets at once.
 
 // liveSecretPrefix starts every client secret of this gateway.
 const liveSecretPrefix = "ek_sluice_"
 
 // liveSecret is what a client secret carries.
 type liveSecret struct {
-	Who       Principal `json:"who"`
-	Session   string    `json:"session"`
-	ExpiresAt int64     `json:"exp"`
+	Who Principal `json:"who"`
+	// Key is the credential the mint was authenticated with (an API key,
+	// or a JWT), authenticated again at connect.
+	Key       string `json:"key"`
+	Session   string `json:"session"`
+	ExpiresAt int64  `json:"exp"`
 }
 
 // clientSecretRequest is the part of the provider's request the gateway
@@ -77,7 +87,13 @@ func (g *Gateway) clientSecrets(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	exp := g.now().Add(lifetime)
-	secret := g.signLiveSecret(liveSecret{Who: who, Session: s.ID, ExpiresAt: exp.Unix()})
+	secret, err := g.sealLiveSecret(liveSecret{Who: who, Key: bearer(&ctx.Request.Header), Session: s.ID, ExpiresAt: exp.Unix()})
+	if err != nil {
+		g.writeError(ctx, rt, err)
+		ev.Model, ev.Cause, ev.Outcome, ev.Class = s.Model, causeOf(err), "bad_request", "terminal"
+		g.observe(ctx, ev)
+		return
+	}
 	body, _ := json.Marshal(map[string]any{
 		"value": secret, "expires_at": exp.Unix(),
 		"session":        map[string]any{"type": "realtime", "object": "realtime.session", "model": s.Model},
@@ -113,34 +129,49 @@ func secretLifetime(body []byte) (time.Duration, error) {
 	return time.Duration(req.ExpiresAfter.Seconds) * time.Second, nil
 }
 
-// signLiveSecret makes the client secret of s.
-func (g *Gateway) signLiveSecret(s liveSecret) string {
-	payload, _ := json.Marshal(s)
-	p := base64.RawURLEncoding.EncodeToString(payload)
-	return liveSecretPrefix + p + "." + base64.RawURLEncoding.EncodeToString(g.liveMAC(p))
+// liveSecretLabel derives the key client secrets are sealed with from
+// Options.LiveSecretKey, and binds a sealed secret to its use.
+const liveSecretLabel = "sluice realtime client secret v2"
+
+// liveAEAD is the AES-256-GCM client secrets are sealed with.
+func (g *Gateway) liveAEAD() cipher.AEAD {
+	m := hmac.New(sha256.New, g.opts.LiveSecretKey)
+	m.Write([]byte(liveSecretLabel))
+	block, _ := aes.NewCipher(m.Sum(nil)) // never fails: the key is 32 bytes
+	aead, _ := cipher.NewGCM(block)       // never fails with aes
+	return aead
 }
 
-func (g *Gateway) liveMAC(payload string) []byte {
-	m := hmac.New(sha256.New, g.opts.LiveSecretKey)
-	m.Write([]byte(payload))
-	return m.Sum(nil)
+// sealLiveSecret makes the client secret of s: its JSON, encrypted under a
+// random nonce, which leads it.
+func (g *Gateway) sealLiveSecret(s liveSecret) (string, error) {
+	payload, err := json.Marshal(s)
+	if err != nil {
+		return "", fmt.Errorf("seal client secret: %w", err)
+	}
+	aead := g.liveAEAD()
+	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(payload)+aead.Overhead())
+	_, _ = rand.Read(nonce) // never fails (crypto/rand)
+	sealed := aead.Seal(nonce, nonce, payload, []byte(liveSecretLabel))
+	return liveSecretPrefix + base64.RawURLEncoding.EncodeToString(sealed), nil
 }
 
 // errBadSecret refuses a client secret that is forged, malformed or
 // expired.
 var errBadSecret = errors.New("client secret invalid or expired")
 
-// verifyLiveSecret returns what a client secret carries, if this gateway
-// (or one sharing its LiveSecretKey) signed it and it has not expired.
-func (g *Gateway) verifyLiveSecret(secret string) (liveSecret, error) {
+// openLiveSecret returns what a client secret carries, if this gateway
+// (or one sharing its LiveSecretKey) sealed it and it has not expired.
+func (g *Gateway) openLiveSecret(secret string) (liveSecret, error) {
 	var s liveSecret
-	p, sig, ok := strings.Cut(strings.TrimPrefix(secret, liveSecretPrefix), ".")
-	mac, err := base64.RawURLEncoding.DecodeString(sig)
-	if !ok || err != nil || !hmac.Equal(mac, g.liveMAC(p)) {
+	sealed, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(secret, liveSecretPrefix))
+	aead := g.liveAEAD()
+	if err != nil || len(sealed) < aead.NonceSize()+aead.Overhead() {
 		return s, errBadSecret
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(p)
-	if err != nil || json.Unmarshal(payload, &s) != nil || g.now().Unix() >= s.ExpiresAt || s.Session == "" {
+	nonce, box := sealed[:aead.NonceSize()], sealed[aead.NonceSize():]
+	payload, err := aead.Open(nil, nonce, box, []byte(liveSecretLabel))
+	if err != nil || json.Unmarshal(payload, &s) != nil || g.now().Unix() >= s.ExpiresAt || s.Session == "" || s.Key == "" {
 		return s, errBadSecret
 	}
 	return s, nil

@@ -1,10 +1,14 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +95,76 @@ func TestRealtime_ClientSecretIsTheSessionsGate(t *testing.T) {
 	}
 	if r, _ := h.mintSecret(t, `{}`, map[string]string{"Authorization": "Bearer nope"}); r.status != http.StatusUnauthorized {
 		t.Fatalf("a mint with a bad key: %d", r.status)
+	}
+}
+
+// revocableKeys is a key store whose keys can be revoked while the
+// gateway runs.
+type revocableKeys struct {
+	mu      sync.Mutex
+	keys    map[string]gateway.Principal
+	revoked map[string]bool
+}
+
+func (k *revocableKeys) Authenticate(_ context.Context, secret string) (gateway.Principal, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p, ok := k.keys[secret]
+	if !ok || k.revoked[secret] {
+		return gateway.Principal{}, gateway.ErrBadKey
+	}
+	return p, nil
+}
+
+func (k *revocableKeys) revoke(secret string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.revoked[secret] = true
+}
+
+// A client secret tells its holder nothing: not the key it was minted
+// with, nor its id, org, workspace, user or session; and a secret sealed
+// under another gateway's key is refused.
+func TestRealtime_ClientSecretIsOpaque(t *testing.T) {
+	h := sessionHarness(t, nil, func(o *gateway.Options) { o.LiveSecretKey = []byte("the replicas' shared secret key") })
+	r, cs := h.mintSecret(t, `{}`, nil)
+	if r.status != 200 {
+		t.Fatalf("mint: %d %s", r.status, r.body)
+	}
+	sealed, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(cs.Value, "ek_sluice_"))
+	if err != nil {
+		t.Fatalf("the secret %q is not base64url after its prefix: %v", cs.Value, err)
+	}
+	for _, clear := range []string{testKey, `"k1"`, `"o1"`, `"w1"`, `"u1"`, cs.SluiceSession.ID, "session", "who"} {
+		if bytes.Contains(sealed, []byte(clear)) || strings.Contains(cs.Value, base64.RawURLEncoding.EncodeToString([]byte(clear))) {
+			t.Errorf("the secret shows %q", clear)
+		}
+	}
+	if _, resp, err := h.dialLive(t, "mock-small", map[string]string{"Authorization": "Bearer " + cs.Value}); err != nil {
+		t.Fatalf("connect with the secret: %v %v", err, resp)
+	}
+	other := sessionHarness(t, nil, func(o *gateway.Options) { o.LiveSecretKey = []byte("another deployment's key") })
+	if _, resp, err := other.dialLive(t, "mock-small", map[string]string{"Authorization": "Bearer " + cs.Value}); err == nil || resp == nil || resp.StatusCode != 401 {
+		t.Fatalf("another deployment took the secret: %v %v, want 401", err, resp)
+	}
+}
+
+// A key revoked after a mint ends its secrets at once: the connection is
+// refused, though the secret has not expired.
+func TestRealtime_ClientSecretOfARevokedKeyIsRefused(t *testing.T) {
+	keys := &revocableKeys{keys: map[string]gateway.Principal{testKey: {KeyID: "k1", Org: "o1", Workspace: "w1", User: "u1"}}, revoked: map[string]bool{}}
+	h := sessionHarness(t, nil, func(o *gateway.Options) { o.Keys = keys })
+	_, before := h.mintSecret(t, `{}`, nil)
+	_, still := h.mintSecret(t, `{}`, nil)
+	if _, resp, err := h.dialLive(t, "mock-small", map[string]string{"Authorization": "Bearer " + before.Value}); err != nil {
+		t.Fatalf("connect with the secret of a valid key: %v %v", err, resp)
+	}
+	keys.revoke(testKey)
+	_, resp, err := h.dialLive(t, "mock-small", map[string]string{"Authorization": "Bearer " + still.Value})
+	if err == nil || resp == nil || resp.StatusCode != 401 {
+		t.Fatalf("a secret of a revoked key: %v %v, want 401", err, resp)
+	}
+	if body, _ := io.ReadAll(resp.Body); !strings.Contains(string(body), "no longer valid") {
+		t.Fatalf("refusal %s, want it to say the key is no longer valid", body)
 	}
 }

@@ -275,9 +275,11 @@ func TestRealtime_ResponseTheProviderStartsIsAdmittedAndSettled(t *testing.T) {
 	}
 }
 
-func TestRealtime_RefusedResponseTheProviderStartsIsCancelled(t *testing.T) {
+func TestRealtime_RefusedResponseTheProviderStartsIsCancelledAndCharged(t *testing.T) {
 	// The connection takes the one request a minute.
-	h := newHarness(t, []sluice.Rule{{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}})
+	h := newHarness(t, []sluice.Rule{{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute},
+		{Name: "tokens_daily", Kind: sluice.KindBudget, Subject: "key", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}},
+		func(o *gateway.Options) { o.Models[0].Price = sluice.Price{Input: 4_000_000, Output: 16_000_000} })
 	c := h.mustDialLive(t, nil)
 	c.send(`{"type":"session.update","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad"}}}}}`)
 	c.next("session.updated")
@@ -287,12 +289,57 @@ func TestRealtime_RefusedResponseTheProviderStartsIsCancelled(t *testing.T) {
 		t.Fatalf("error %v, want the rate limit", e)
 	}
 	// The mock answers whole before it reads the cancel: the response
-	// ends, charged nothing (no admission holds it), and the connection
-	// goes on.
-	c.next("response.done")
+	// ends, and the connection goes on.
+	in, out := usageOf(c.next("response.done"))
 	eventually(t, "the cancel sent to the provider", func() bool { return h.mock.RealtimeStats().ClientEvents == 4 })
 	if recs := h.rec.usage(); len(recs) != 0 {
-		t.Fatalf("records %+v, want none", recs)
+		t.Fatalf("records %+v, want none while the connection is open", recs)
+	}
+	// What the provider did before the cancel landed is charged with the
+	// connection, at its close: to the budget and in its record.
+	_ = c.conn.Close(websocket.StatusNormalClosure, "")
+	eventually(t, "the connection's record", func() bool { return len(h.rec.usage()) == 1 })
+	r := h.rec.usage()[0]
+	if in+out == 0 || r.InputTokens != in || r.OutputTokens != out || r.Cost != in*4+out*16 {
+		t.Fatalf("connection's record %+v, want the cancelled response's %d+%d tokens and their cost", r, in, out)
+	}
+	if got := h.used("tokens_daily"); got != in+out {
+		t.Fatalf("tokens charged %d, want %d", got, in+out)
+	}
+}
+
+// A connection that ends before a cancelled response's response.done
+// charges that response its input estimate and the output seen so far, as
+// an abandoned stream is.
+func TestRealtime_CancelledResponseCutByTheCloseIsCharged(t *testing.T) {
+	// The mock answers a response whole, a delta every 5 ms, before it
+	// reads the cancel.
+	h := startHarness(t, setup{mock: mockOptions(5 * time.Millisecond), rules: []sluice.Rule{
+		{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute},
+		{Name: "tokens_daily", Kind: sluice.KindBudget, Subject: "key", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}}})
+	c := h.mustDialLive(t, nil)
+	c.send(`{"type":"session.update","session":{"type":"realtime","instructions":"[mock tokens=200]","audio":{"input":{"turn_detection":{"type":"server_vad"}}}}}`)
+	c.next("session.updated")
+	c.send(`{"type":"conversation.item.create","item":{"type":"message","role":"user","content":[{"type":"input_text","text":"` + strings.Repeat("x", 300) + `"}]}}`)
+	c.send(`{"type":"input_audio_buffer.append","audio":"AAAA"}`)
+	c.send(`{"type":"input_audio_buffer.commit"}`)
+	if e := errorOf(c.next("error")); e["code"] != "rate_limit_exceeded" {
+		t.Fatalf("error %v, want the rate limit", e)
+	}
+	for range 3 {
+		c.next("response.output_text.delta")
+	}
+	c.conn.CloseNow()
+	eventually(t, "the connection's record", func() bool { return len(h.rec.usage()) == 1 })
+	r := h.rec.usage()[0]
+	if h.mock.RealtimeStats().Completed != 0 {
+		t.Fatal("the response completed: it was not cut")
+	}
+	if r.InputTokens < 100 || r.OutputTokens < 3 || r.OutputTokens >= 200 {
+		t.Fatalf("connection's record %+v, want the cut response's input estimate (100 tokens of text) and its output so far", r)
+	}
+	if got := h.used("tokens_daily"); got != r.InputTokens+r.OutputTokens {
+		t.Fatalf("tokens charged %d, want the record's %d", got, r.InputTokens+r.OutputTokens)
 	}
 }
 

@@ -103,7 +103,8 @@ func (c *call) settle() {
 	c.record = UsageRecord{At: c.g.now(), Org: c.who.Org, Workspace: c.who.Workspace, Route: c.rt.name, Model: adm.model.Name, Provider: c.event.Provider,
 		InputTokens: charged.InputTokens, OutputTokens: charged.OutputTokens, CachedInputTokens: charged.CachedInputTokens, Cost: charged.Cost, Tags: c.tags,
 		KeyID: c.who.KeyID, User: c.who.User, Team: c.who.Team, RequestID: c.event.RequestID, Estimated: estimated, Reserved: reserved,
-		CacheHit: c.cache.hit != nil, CacheSaved: c.event.CacheSaved}
+		CacheHit: c.cache.hit != nil, CacheSaved: c.event.CacheSaved, SessionID: c.session.id, ConnectionID: c.connection,
+		AudioInputTokens: charged.AudioInputTokens, AudioOutputTokens: charged.AudioOutputTokens}
 	c.event.Usage = charged
 	ctx, taken := c.g.attach(c.record)
 	adm.res.SettleAsync(ctx, su, func(err error) { c.settled(ctx, su, taken, err) })

@@ -548,7 +548,8 @@ func ledgerRecordOf(u gateway.UsageRecord) catalog.LedgerRecord {
 			Route: u.Route, Model: u.Model, Provider: u.Provider, Outcome: outcome,
 			ReservedTokens: u.Reserved.InputTokens + u.Reserved.OutputTokens, ReservedCost: u.Reserved.Cost,
 			InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedInputTokens: u.CachedInputTokens, CostMicros: u.Cost,
-			CacheSavedMicros: u.CacheSaved},
+			CacheSavedMicros: u.CacheSaved, SessionID: u.SessionID, ConnectionID: u.ConnectionID,
+			AudioInputTokens: u.AudioInputTokens, AudioOutputTokens: u.AudioOutputTokens},
 	}
 }
 
