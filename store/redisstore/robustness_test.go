@@ -354,10 +354,13 @@ func TestOutage_FailsFastAndRecovers(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	// Goroutines settle back to where they were (the client's connection
-	// goroutines are replaced, not piled up).
+	// Goroutines settle back to about where they were: the client's
+	// connection goroutines are replaced, not piled up. A pile-up would be
+	// one or more per failed admission (25 above); the client may keep a
+	// few more than before, for a connection it opened while the server
+	// hung (seen: 3 more, on a loaded machine).
 	deadline = time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > goroutines+2 {
+	for runtime.NumGoroutine() > goroutines+5 {
 		if time.Now().After(deadline) {
 			t.Fatalf("goroutines: %d before the outage, %d after", goroutines, runtime.NumGoroutine())
 		}
