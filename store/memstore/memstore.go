@@ -1,11 +1,11 @@
 // Package memstore is the in-process sluice.Store: counters in sharded maps,
-// found by their whole sluice.CounterKey (a subject's counters, one per
-// rule and period, listed under the subject), one lock per shard. Unrelated subjects
-// rarely contend, and idle counters are evicted so memory stays bounded
+// found by their whole sluice.CounterKey, a subject's counters in one shard,
+// one lock per shard. Unrelated subjects rarely contend, and idle counters are evicted so memory stays bounded
 // with millions of subjects. Nothing survives the process.
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"hash/maphash"
 	"slices"
@@ -69,19 +69,16 @@ type openBatch struct {
 // shard holds the counters of the subjects that hash to it.
 type shard struct {
 	mu       sync.Mutex
-	subjects map[string][]*state
+	counters map[sluice.CounterKey]*state
 	// made counts the counters made since the last eviction scan, ops the
 	// admissions (counted only with Options.EvictEvery).
 	made, ops int
 }
 
-// state is one counter of a subject: the rest of its key, and its state. A
-// key belongs to one rule, so to one kind; a key charged under another kind
-// than before (which no Limiter does: a rule's fingerprint covers its kind)
-// starts afresh.
+// state is one counter: its kind, and its state. A key belongs to one rule,
+// so to one kind; a key charged under another kind than before (which no
+// Limiter does: a rule's fingerprint covers its kind) starts afresh.
 type state struct {
-	rule   uint64
-	period int64
 	kind   sluice.Kind
 	rate   counter.Rate
 	budget counter.Budget
@@ -93,20 +90,12 @@ type state struct {
 
 // New returns an empty Store.
 func New(opts Options) *Store {
-	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, max(1, opts.Shards)),
-		evictScan: opts.EvictScan, evictEvery: opts.EvictEvery, evictIdle: int64(opts.EvictIdle),
-		open: map[uint64]openBatch{}}
-	if opts.Shards <= 0 {
-		s.shards = make([]shard, 64)
-	}
-	if s.evictScan <= 0 {
-		s.evictScan = 2
-	}
-	if s.evictIdle <= 0 {
-		s.evictIdle = int64(10 * time.Second)
-	}
+	// A setting that is not positive takes its default.
+	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, cmp.Or(max(opts.Shards, 0), 64)),
+		evictScan: cmp.Or(max(opts.EvictScan, 0), 2), evictEvery: opts.EvictEvery,
+		evictIdle: int64(cmp.Or(max(opts.EvictIdle, 0), 10*time.Second)), open: map[uint64]openBatch{}}
 	for i := range s.shards {
-		s.shards[i].subjects = map[string][]*state{}
+		s.shards[i].counters = map[sluice.CounterKey]*state{}
 	}
 	return s
 }
@@ -117,11 +106,11 @@ func (s *Store) shardOf(subject string) int {
 	return int(maphash.String(s.seed, subject) % uint64(len(s.shards)))
 }
 
-// shardsOf appends to of the shard of each of b's charges, and to lock the
-// shards to lock: ascending and each once, so that two calls never wait
+// lock appends to of the shard of each of b's charges, and to locked the
+// shards it locks: ascending and each once, so that two calls never wait
 // for each other in a cycle. The callers pass slices of arrays of their
 // own, room for most calls without allocating.
-func (s *Store) shardsOf(b *sluice.Batch, of, lock []int) ([]int, []int) {
+func (s *Store) lock(b *sluice.Batch, of, locked []int) ([]int, []int) {
 	j := -1
 	for i := range b.Charges {
 		// Most often a charge has the subject of the one before.
@@ -129,17 +118,14 @@ func (s *Store) shardsOf(b *sluice.Batch, of, lock []int) ([]int, []int) {
 			j = s.shardOf(subject)
 		}
 		of = append(of, j)
-		if k, found := slices.BinarySearch(lock, j); !found {
-			lock = slices.Insert(lock, k, j)
+		if k, found := slices.BinarySearch(locked, j); !found {
+			locked = slices.Insert(locked, k, j)
 		}
 	}
-	return of, lock
-}
-
-func (s *Store) lock(shards []int) {
-	for _, j := range shards {
+	for _, j := range locked {
 		s.shards[j].mu.Lock()
 	}
+	return of, locked
 }
 
 func (s *Store) unlock(shards []int) {
@@ -150,25 +136,15 @@ func (s *Store) unlock(shards []int) {
 
 // get returns the counter of key, made if missing, in a locked shard.
 func (sh *shard) get(key sluice.CounterKey, kind sluice.Kind) *state {
-	st := sh.find(key)
+	st := sh.counters[key]
 	if st == nil {
-		st = &state{rule: key.Rule, period: key.Period, kind: kind}
-		sh.subjects[key.Subject] = append(sh.subjects[key.Subject], st)
+		st = &state{kind: kind}
+		sh.counters[key] = st
 		sh.made++
 	} else if st.kind != kind {
-		*st = state{rule: key.Rule, period: key.Period, kind: kind}
+		*st = state{kind: kind}
 	}
 	return st
-}
-
-// find returns the counter of key in a locked shard, nil if it has none.
-func (sh *shard) find(key sluice.CounterKey) *state {
-	for _, st := range sh.subjects[key.Subject] {
-		if st.rule == key.Rule && st.period == key.Period {
-			return st
-		}
-	}
-	return nil
 }
 
 func bucketOf(c *sluice.Charge) counter.Bucket {
@@ -176,12 +152,12 @@ func bucketOf(c *sluice.Charge) counter.Bucket {
 }
 
 // check evaluates amount of charge c on its counter st at now, fills c's
-// results, and returns the bucket as a rate charge would leave it.
-func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, allowed bool) {
+// results, and reports whether it fits.
+func check(c *sluice.Charge, st *state, amount, now int64) bool {
 	var res counter.Result
 	switch c.Kind {
 	case sluice.KindRate:
-		next, res = bucketOf(c).Check(st.rate, amount, now)
+		_, res = bucketOf(c).Check(st.rate, amount, now)
 	case sluice.KindBudget:
 		res = st.budget.Check(c.Limit, amount, c.PeriodEnd.UnixNano())
 	case sluice.KindConcurrency:
@@ -197,15 +173,14 @@ func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, a
 	default:
 		c.ResetAt = time.Time{}
 	}
-	return next, res.Allowed
+	return res.Allowed
 }
 
 // Admit checks every charge of b and applies all of them or none.
 func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
 	at := now.UnixNano()
 	var ofBuf, lockBuf [8]int
-	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
-	s.lock(lock)
+	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
 	ok := s.admit(at, b, of)
 	for _, j := range lock {
 		s.maybeEvict(&s.shards[j], at)
@@ -219,42 +194,32 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 	return ok, nil
 }
 
-// checked is a charge's counter and, for a rate charge, the bucket as the
-// charge would leave it.
-type checked struct {
-	st   *state
-	next counter.Rate
-}
-
 // admit checks and applies b on locked shards: first every charge is
 // checked, then, when every charge that is not Shadow fits, all are
 // applied.
 func (s *Store) admit(now int64, b *sluice.Batch, of []int) bool {
-	var buf [8]checked
+	var buf [8]*state
 	found := buf[:0]
 	admit := true
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		st := s.shards[of[i]].get(c.Key, c.Kind)
-		next, allowed := check(c, st, c.Amount, now)
+		allowed := check(c, st, c.Amount, now)
 		admit = admit && (allowed || c.Shadow)
-		found = append(found, checked{st: st, next: next})
+		found = append(found, st)
 	}
 	if !admit {
 		return false
 	}
 	for i := range b.Charges {
-		c, st := &b.Charges[i], found[i].st
+		c, st := &b.Charges[i], found[i]
 		st.touched = now
 		switch c.Kind {
 		case sluice.KindRate:
-			if c.Allowed {
-				st.rate = found[i].next
-			} else {
-				// A shadow charge over its limit draws the bucket as an
-				// overrun does.
-				st.rate = bucketOf(c).Adjust(st.rate, c.Amount, now)
-			}
+			// A charge draws the bucket as an overrun does, which for a
+			// charge that fits is as its check found; a shadow charge over
+			// its limit draws it into debt.
+			st.rate = bucketOf(c).Adjust(st.rate, c.Amount, now)
 		case sluice.KindBudget:
 			st.budget = st.budget.Reserve(c.Amount, c.PeriodEnd.UnixNano())
 		case sluice.KindConcurrency:
@@ -291,19 +256,16 @@ func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch,
 func (s *Store) takeOpen(id uint64) bool {
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
-	if _, ok := s.open[id]; !ok {
-		return false
-	}
+	_, ok := s.open[id]
 	delete(s.open, id)
-	return true
+	return ok
 }
 
 // apply settles b at its Actual amounts, or at actual when it is not nil
 // (the sweep's decision).
 func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 	var ofBuf, lockBuf [8]int
-	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
-	s.lock(lock)
+	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
 	defer s.unlock(lock)
 	for i := range b.Charges {
 		c := &b.Charges[i]
@@ -337,12 +299,11 @@ func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	at := now.UnixNano()
 	var ofBuf, lockBuf [8]int
-	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
-	s.lock(lock)
+	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
 	defer s.unlock(lock)
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		st := s.shards[of[i]].find(c.Key)
+		st := s.shards[of[i]].counters[c.Key]
 		if st == nil || st.kind != c.Kind {
 			// No counter yet, or one an admission would start afresh.
 			st = &state{}
@@ -364,7 +325,7 @@ func (s *Store) Reserved(_ context.Context, keys []sluice.CounterKey) ([]int64, 
 	for i, k := range keys {
 		sh := &s.shards[s.shardOf(k.Subject)]
 		sh.mu.Lock()
-		if st := sh.find(k); st != nil && st.kind == sluice.KindBudget {
+		if st := sh.counters[k]; st != nil && st.kind == sluice.KindBudget {
 			out[i] = st.budget.Reserved
 		}
 		sh.mu.Unlock()
@@ -381,9 +342,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, list := range sh.subjects {
-			n += len(list)
-		}
+		n += len(sh.counters)
 		sh.mu.Unlock()
 	}
 	return n
@@ -404,10 +363,5 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 }
 
 func hasBudget(b *sluice.Batch) bool {
-	for i := range b.Charges {
-		if b.Charges[i].Kind == sluice.KindBudget {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(b.Charges, func(c sluice.Charge) bool { return c.Kind == sluice.KindBudget })
 }

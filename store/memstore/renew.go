@@ -40,15 +40,14 @@ func (s *Store) renewOpen(id uint64, now, deadline time.Time) bool {
 // renewLeases moves the expiry of b's live leases later.
 func (s *Store) renewLeases(b *sluice.Batch, now, expiry int64) {
 	var ofBuf, lockBuf [8]int
-	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
-	s.lock(lock)
+	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
 	defer s.unlock(lock)
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		if c.Kind != sluice.KindConcurrency {
 			continue
 		}
-		st := s.shards[of[i]].find(c.Key)
+		st := s.shards[of[i]].counters[c.Key]
 		if st == nil || st.kind != c.Kind {
 			continue
 		}

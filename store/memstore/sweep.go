@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -113,21 +112,17 @@ func (s *Store) maybeEvict(sh *shard, now int64) {
 	}
 }
 
-// evict looks at the counters of a locked shard's subjects, from a place
-// the map picks at random, until it has looked at n, and drops those idle
-// for grace ns, and the subjects left with none.
+// evict looks at the counters of a locked shard, from a place the map
+// picks at random, until it has looked at n, and drops those idle for
+// grace ns.
 func (sh *shard) evict(n int, now, grace int64) {
-	for subject, list := range sh.subjects {
+	for key, st := range sh.counters {
 		if n <= 0 {
 			break
 		}
-		n -= len(list)
-		kept := slices.DeleteFunc(list, func(st *state) bool { return st.idle(now, grace) })
-		switch {
-		case len(kept) == 0:
-			delete(sh.subjects, subject)
-		case len(kept) < len(list):
-			sh.subjects[subject] = kept
+		n--
+		if st.idle(now, grace) {
+			delete(sh.counters, key)
 		}
 	}
 }
