@@ -71,7 +71,7 @@ type shard struct {
 	mu       sync.Mutex
 	counters map[sluice.CounterKey]*state
 	// made counts the counters made since the last eviction scan, ops the
-	// admissions (counted only with Options.EvictEvery).
+	// admissions since the last scan owed to Options.EvictEvery.
 	made, ops int
 }
 
@@ -111,12 +111,8 @@ func (s *Store) shardOf(subject string) int {
 // for each other in a cycle. The callers pass slices of arrays of their
 // own, room for most calls without allocating.
 func (s *Store) lock(b *sluice.Batch, of, locked []int) ([]int, []int) {
-	j := -1
 	for i := range b.Charges {
-		// Most often a charge has the subject of the one before.
-		if subject := b.Charges[i].Key.Subject; j < 0 || subject != b.Charges[i-1].Key.Subject {
-			j = s.shardOf(subject)
-		}
+		j := s.shardOf(b.Charges[i].Key.Subject)
 		of = append(of, j)
 		if k, found := slices.BinarySearch(locked, j); !found {
 			locked = slices.Insert(locked, k, j)
@@ -239,8 +235,14 @@ func (s *Store) Settle(_ context.Context, now time.Time, b *sluice.Batch) error 
 // SettleOpen is Settle, reporting whether the batch was applied (false when
 // the sweep had already settled it), for a durable store built on this one.
 func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
-	if hasBudget(b) && !s.takeOpen(b.ID) {
-		return false, nil
+	if hasBudget(b) {
+		s.openMu.Lock()
+		_, open := s.open[b.ID]
+		delete(s.open, b.ID)
+		s.openMu.Unlock()
+		if !open {
+			return false, nil
+		}
 	}
 	s.apply(now.UnixNano(), b, nil)
 	return true, nil
@@ -250,15 +252,6 @@ func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
 // memory is waited for.
 func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch, done func(error)) {
 	done(s.Settle(ctx, now, b))
-}
-
-// takeOpen removes an open batch, reporting whether it was there.
-func (s *Store) takeOpen(id uint64) bool {
-	s.openMu.Lock()
-	defer s.openMu.Unlock()
-	_, ok := s.open[id]
-	delete(s.open, id)
-	return ok
 }
 
 // apply settles b at its Actual amounts, or at actual when it is not nil

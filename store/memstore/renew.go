@@ -16,7 +16,21 @@ func (s *Store) RenewLeases(_ context.Context, now time.Time, renewals []sluice.
 		if hasBudget(b) && !s.renewOpen(b.ID, now, b.Deadline) {
 			continue
 		}
-		s.renewLeases(b, now.UnixNano(), b.Deadline.UnixNano())
+		// Move the expiry of b's live leases later.
+		at, expiry := now.UnixNano(), b.Deadline.UnixNano()
+		var ofBuf, lockBuf [8]int
+		of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
+		for i := range b.Charges {
+			c := &b.Charges[i]
+			if st := s.shards[of[i]].counters[c.Key]; c.Kind == sluice.KindConcurrency && st != nil && st.kind == c.Kind {
+				for j := range st.leases {
+					if l := &st.leases[j]; l.ID == b.ID && l.Expiry > at && l.Expiry < expiry {
+						l.Expiry = expiry
+					}
+				}
+			}
+		}
+		s.unlock(lock)
 	}
 	return nil
 }
@@ -35,26 +49,4 @@ func (s *Store) renewOpen(id uint64, now, deadline time.Time) bool {
 		s.open[id] = o
 	}
 	return true
-}
-
-// renewLeases moves the expiry of b's live leases later.
-func (s *Store) renewLeases(b *sluice.Batch, now, expiry int64) {
-	var ofBuf, lockBuf [8]int
-	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
-	defer s.unlock(lock)
-	for i := range b.Charges {
-		c := &b.Charges[i]
-		if c.Kind != sluice.KindConcurrency {
-			continue
-		}
-		st := s.shards[of[i]].counters[c.Key]
-		if st == nil || st.kind != c.Kind {
-			continue
-		}
-		for j := range st.leases {
-			if l := &st.leases[j]; l.ID == b.ID && l.Expiry > now && l.Expiry < expiry {
-				l.Expiry = expiry
-			}
-		}
-	}
 }

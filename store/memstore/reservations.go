@@ -3,6 +3,7 @@ package memstore
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 
 	"github.com/sluicehq/sluice"
@@ -20,17 +21,13 @@ func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.Batch, erro
 		return nil, nil
 	}
 	s.openMu.Lock()
-	open := make([]openBatch, 0, len(s.open))
-	for _, o := range s.open {
-		open = append(open, o)
-	}
+	open := slices.SortedFunc(maps.Values(s.open), func(a, b openBatch) int {
+		return cmp.Or(a.deadline.Compare(b.deadline), cmp.Compare(a.batch.ID, b.batch.ID))
+	})
 	s.openMu.Unlock()
 	// An admitted batch's charges stay as they are until it is settled
 	// (the engine writes only Actual), so they are read without the lock,
 	// as the sweep reads them.
-	slices.SortFunc(open, func(a, b openBatch) int {
-		return cmp.Or(a.deadline.Compare(b.deadline), cmp.Compare(a.batch.ID, b.batch.ID))
-	})
 	open = open[:min(limit, len(open))]
 	out := make([]sluice.Batch, len(open))
 	for i, o := range open {

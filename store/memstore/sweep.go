@@ -39,18 +39,16 @@ func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResul
 // Report describes what SweepExpired settled, for SweepReport: each
 // charge, a budget's with the amount it was charged.
 func Report(expired []Expired) []sluice.Batch {
-	if len(expired) == 0 {
-		return nil
-	}
-	out := make([]sluice.Batch, len(expired))
-	for i, e := range expired {
-		out[i].Charges = make([]sluice.Charge, len(e.Batch.Charges))
+	var out []sluice.Batch
+	for _, e := range expired {
+		told := sluice.Batch{Charges: make([]sluice.Charge, len(e.Batch.Charges))}
 		for j, c := range e.Batch.Charges {
-			out[i].Charges[j] = sluice.Charge{Key: c.Key, Kind: c.Kind}
+			told.Charges[j] = sluice.Charge{Key: c.Key, Kind: c.Kind}
 			if c.Kind == sluice.KindBudget {
-				out[i].Charges[j].Actual = e.Actual[j]
+				told.Charges[j].Actual = e.Actual[j]
 			}
 		}
+		out = append(out, told)
 	}
 	return out
 }
@@ -60,35 +58,33 @@ func Report(expired []Expired) []sluice.Batch {
 // charge is charged its Amount, or refunded when its rule says
 // ExpiryRelease; leases are freed; rate buckets keep what they hold.
 func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
-	var due []*sluice.Batch
+	var out []Expired
+	var res sluice.SweepResult
 	s.openMu.Lock()
 	for id, o := range s.open {
-		if !o.deadline.After(now) {
-			due = append(due, o.batch)
-			delete(s.open, id)
+		if o.deadline.After(now) {
+			continue
 		}
-	}
-	s.openMu.Unlock()
-	var res sluice.SweepResult
-	out := make([]Expired, 0, len(due))
-	for _, b := range due {
-		e := Expired{Batch: b, Actual: make([]int64, len(b.Charges))}
-		for i := range b.Charges {
-			c := &b.Charges[i]
-			e.Actual[i] = c.Amount
-			if c.Kind == sluice.KindBudget {
-				if c.OnExpiry == sluice.ExpiryRelease {
-					e.Actual[i] = 0
-					res.Released++
-				} else {
-					res.Charged++
-				}
+		delete(s.open, id)
+		e := Expired{Batch: o.batch, Actual: make([]int64, len(o.batch.Charges))}
+		for i, c := range o.batch.Charges {
+			switch {
+			case c.Kind != sluice.KindBudget:
+				e.Actual[i] = c.Amount
+			case c.OnExpiry == sluice.ExpiryRelease:
+				res.Released++
+			default:
+				e.Actual[i] = c.Amount
+				res.Charged++
 			}
 		}
-		s.apply(now.UnixNano(), b, e.Actual)
-		res.Reservations++
 		out = append(out, e)
 	}
+	s.openMu.Unlock()
+	for _, e := range out {
+		s.apply(now.UnixNano(), e.Batch, e.Actual)
+	}
+	res.Reservations = len(out)
 	return out, res
 }
 
@@ -101,11 +97,9 @@ func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
 func (s *Store) maybeEvict(sh *shard, now int64) {
 	n := sh.made * s.evictScan
 	sh.made = 0
-	if s.evictEvery > 0 {
-		if sh.ops++; sh.ops >= s.evictEvery {
-			sh.ops = 0
-			n += s.evictScan
-		}
+	if sh.ops++; s.evictEvery > 0 && sh.ops >= s.evictEvery {
+		sh.ops = 0
+		n += s.evictScan
 	}
 	if n > 0 {
 		sh.evict(n, now, s.evictIdle)
