@@ -263,6 +263,7 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		return nil, fmt.Errorf("sluice: policy: %d rules, at most %d", len(p.Rules), maxRules)
 	}
 	cp := &compiledPolicy{source: p, byName: map[ruleName]*compiledRule{}, names: map[string]bool{},
+		overrides: map[overrideKey][]*Override{}, tiers: map[string]int64{}, orgCandidates: map[string][]uint32{},
 		rules: make([]*compiledRule, 0, len(p.Rules)), candidates: make([]uint32, 0, len(p.Rules))}
 	for _, r := range p.Rules {
 		c, err := compileRule(r)
@@ -292,9 +293,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		if (o.Limit != nil && *o.Limit < 0) || (o.Burst != nil && *o.Burst < 0) {
 			return nil, fmt.Errorf("sluice: override of %q for %s %q: limits must not be negative", o.Rule, o.Attribute, o.Value)
 		}
-		if cp.overrides == nil {
-			cp.overrides = map[overrideKey][]*Override{}
-		}
 		k := overrideKey{a, o.Value}
 		if a == attrWorkspace || a == attrTeam || a == attrUser {
 			k.value = (&Identity{Org: o.Org}).qualifiedValue(o.Value)
@@ -313,9 +311,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		if t.Name == "" || t.Percent <= 0 {
 			return nil, fmt.Errorf("sluice: tier %q: needs a name and a positive percent", t.Name)
 		}
-		if cp.tiers == nil {
-			cp.tiers = map[string]int64{}
-		}
 		cp.tiers[t.Name] = t.Percent
 	}
 	candidate := func(r *compiledRule) bool { return !r.Disabled && (r.Limit != 0 || len(cp.overrides) > 0) }
@@ -325,29 +320,23 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		}
 	}
 	// Each org's list: the deployment's candidates its own rules do not
-	// replace, then its own candidates.
-	own := map[string][]uint32{}
+	// replace (a disabled org rule replaces the deployment's too), then its
+	// own candidates.
 	for i, r := range cp.rules {
-		if r.Org != "" {
-			list := own[r.Org]
-			if candidate(r) {
-				list = append(list, uint32(i))
-			}
-			own[r.Org] = list
+		if r.Org == "" {
+			continue
 		}
-	}
-	if len(own) > 0 {
-		cp.orgCandidates = map[string][]uint32{}
-	}
-	for org, list := range own {
-		merged := make([]uint32, 0, len(cp.candidates)+len(list))
-		for _, i := range cp.candidates {
-			// A disabled org rule still replaces the deployment's.
-			if _, replaced := cp.byName[ruleName{org, cp.rules[i].Name}]; !replaced {
-				merged = append(merged, i)
-			}
+		list, ok := cp.orgCandidates[r.Org]
+		if !ok {
+			list = slices.DeleteFunc(slices.Clone(cp.candidates), func(j uint32) bool {
+				_, replaced := cp.byName[ruleName{r.Org, cp.rules[j].Name}]
+				return replaced
+			})
 		}
-		cp.orgCandidates[org] = append(merged, list...)
+		if candidate(r) {
+			list = append(list, uint32(i))
+		}
+		cp.orgCandidates[r.Org] = list
 	}
 	return cp, nil
 }
@@ -358,9 +347,6 @@ type ruleName struct{ org, name string }
 // candidatesFor returns the rules an admission of an identity in org looks
 // at.
 func (cp *compiledPolicy) candidatesFor(org string) []uint32 {
-	if cp.orgCandidates == nil {
-		return cp.candidates
-	}
 	if org == "" {
 		org = DefaultOrg
 	}
@@ -440,12 +426,7 @@ func scale(v, pct int64) int64 {
 	if pct > 100 && v/100 > math.MaxInt64/pct {
 		return math.MaxInt64
 	}
-	s := v / 100 * pct
-	s += v % 100 * pct / 100
-	if s < 1 {
-		s = 1
-	}
-	return s
+	return max(1, v/100*pct+v%100*pct/100)
 }
 
 func (r *compiledRule) matches(id *Identity) bool {
