@@ -52,11 +52,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 
 // try runs one admission attempt at now.
 func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now time.Time) error {
-	timeout := req.Timeout
-	if timeout <= 0 {
-		timeout = l.defaultTimeout
-	}
-	expiry := timeout + l.expirySlack
+	expiry := cmp.Or(max(req.Timeout, 0), l.defaultTimeout) + l.expirySlack
 	if expiry < 0 {
 		expiry = math.MaxInt64
 	}
@@ -159,20 +155,20 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		if req.CacheHit && rule.metric != MetricRequests {
 			c.Amount = cacheHitAmount(rule, &req.Max)
 		}
+		// The most the rule could ever admit: a bucket's capacity (a
+		// class's share of it), a budget's limit; concurrency charges one.
 		most := c.BurstOrLimit()
 		if rule.classes != nil {
 			most = classCharge(c, id)
 			r.classes = true
 		}
-		switch rule.Kind {
-		case KindRate:
-			if checkFit && !c.Shadow && c.Amount > most {
-				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: most, Source: source.name(rule)}
-			}
-		case KindBudget:
-			if checkFit && !c.Shadow && c.Amount > limit {
-				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: limit, Source: source.name(rule)}
-			}
+		if rule.Kind == KindBudget {
+			most = limit
+		}
+		if checkFit && !c.Shadow && rule.Kind != KindConcurrency && c.Amount > most {
+			return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: most, Source: source.name(rule)}
+		}
+		if rule.Kind == KindBudget {
 			start, end := PeriodBounds(rule.Period, now, rule.location)
 			c.Key.Period, c.PeriodEnd = start.Unix(), end
 		}

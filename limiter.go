@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -113,13 +114,14 @@ func New(opts Options) (*Limiter, error) {
 	if opts.Store == nil {
 		return nil, errors.New("sluice: new: Options.Store is required")
 	}
+	// A duration that is not positive takes its default.
 	l := &Limiter{
 		store:          opts.Store,
 		clock:          opts.Clock,
 		serverID:       opts.ServerID,
-		defaultTimeout: opts.DefaultTimeout,
-		expirySlack:    opts.ExpirySlack,
-		busyRetryAfter: opts.BusyRetryAfter,
+		defaultTimeout: cmp.Or(max(opts.DefaultTimeout, 0), 10*time.Minute),
+		expirySlack:    cmp.Or(max(opts.ExpirySlack, 0), 30*time.Second),
+		busyRetryAfter: cmp.Or(max(opts.BusyRetryAfter, 0), time.Second),
 		retryBuffer:    max(opts.RetryAfterBuffer, 0),
 		onOverrun:      opts.OnOverrun,
 		onSwept:        opts.OnSwept,
@@ -130,15 +132,6 @@ func New(opts Options) (*Limiter, error) {
 	if l.serverID == "" {
 		host, _ := os.Hostname()
 		l.serverID = fmt.Sprintf("%s/%d", host, os.Getpid())
-	}
-	if l.defaultTimeout <= 0 {
-		l.defaultTimeout = 10 * time.Minute
-	}
-	if l.expirySlack <= 0 {
-		l.expirySlack = 30 * time.Second
-	}
-	if l.busyRetryAfter <= 0 {
-		l.busyRetryAfter = time.Second
 	}
 	if renewer, ok := opts.Store.(LeaseRenewer); ok && opts.LeaseTimeout > 0 {
 		l.renewer, l.leaseTimeout = renewer, opts.LeaseTimeout

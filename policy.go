@@ -366,17 +366,12 @@ const (
 	fromProvider
 )
 
+// sourceNames names the sources other than the rule itself.
+var sourceNames = [...]string{fromTier: "tier", fromOverride: "override", fromProvider: LimitFromProvider}
+
 // name returns the source as Effective reports it.
 func (s limitSource) name(r *compiledRule) string {
-	switch s {
-	case fromTier:
-		return "tier"
-	case fromOverride:
-		return "override"
-	case fromProvider:
-		return LimitFromProvider
-	}
-	return r.Source
+	return cmp.Or(sourceNames[s], r.Source)
 }
 
 // effective returns a rule's limit and burst for one identity at now, and
