@@ -109,12 +109,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 // failOpen reports whether every enforced charge's rule admits when the
 // store cannot answer.
 func failOpen(charges []Charge) bool {
-	for i := range charges {
-		if c := &charges[i]; !c.Shadow && c.rule.OnStoreError != StoreErrorOpen {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(charges, func(c Charge) bool { return !c.Shadow && c.rule.OnStoreError != StoreErrorOpen })
 }
 
 // build sets r's charges: one per applicable rule and subject. Without

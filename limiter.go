@@ -3,11 +3,11 @@ package sluice
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -138,9 +138,7 @@ func New(opts Options) (*Limiter, error) {
 	}
 	// Ids start at random, so that two Limiters over one shared store
 	// (several gateways over Redis) do not hand out the same ones.
-	var seed [8]byte
-	_, _ = rand.Read(seed[:])
-	l.nextID.Store(binary.LittleEndian.Uint64(seed[:]) >> 1)
+	l.nextID.Store(rand.Uint64() >> 1)
 	rules := append(opts.Simple.Rules(), opts.Rules...)
 	if err := l.SetPolicy(Policy{Rules: rules, Overrides: opts.Overrides, Tiers: opts.Tiers}); err != nil {
 		return nil, err
@@ -212,13 +210,10 @@ func (l *Limiter) Sweep(ctx context.Context) (SweepResult, error) {
 // of its own, so that a long sweep does not delay renewals). Errors are
 // passed to onError when it is not nil.
 func (l *Limiter) RunSweeper(ctx context.Context, interval time.Duration, onError func(error)) {
+	var renewing sync.WaitGroup
+	defer renewing.Wait()
 	if l.renewer != nil {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			l.runRenewer(ctx, onError)
-		}()
-		defer func() { <-done }()
+		renewing.Go(func() { l.runRenewer(ctx, onError) })
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -142,20 +142,9 @@ func compileRule(r Rule) (*compiledRule, error) {
 			}
 		}
 	}
-	switch r.Reserve {
-	case "", ReserveWorstCase, ReserveEstimate:
-	case ReserveFixed:
-		if r.ReserveAmount <= 0 {
-			return nil, bad("reserve_amount", "must be positive with reserve: fixed")
-		}
-		if capacity := cmp.Or(r.Burst, r.Limit); r.Kind != KindConcurrency && capacity > 0 && r.ReserveAmount > capacity {
-			return nil, bad("reserve_amount", "%d is more than the rule could ever admit (%d)", r.ReserveAmount, capacity)
-		}
-	default:
-		return nil, bad("reserve", "must be worst_case, estimate or fixed, not %q", r.Reserve)
-	}
 	// The choices whose empty value is their default.
 	for _, f := range []struct{ field, value, choice, say string }{
+		{"reserve", r.Reserve, "worst_case estimate fixed", "worst_case, estimate or fixed"},
 		{"on_expiry", string(r.OnExpiry), "charge release", "charge or release"},
 		{"on_store_error", string(r.OnStoreError), "closed open", "closed or open"},
 		{"mode", string(r.Mode), "enforce shadow", "enforce or shadow"},
@@ -165,6 +154,14 @@ func compileRule(r Rule) (*compiledRule, error) {
 	} {
 		if f.value != "" && !slices.Contains(strings.Fields(f.choice), f.value) {
 			return nil, bad(f.field, "must be %s, not %q", f.say, f.value)
+		}
+	}
+	if r.Reserve == ReserveFixed {
+		if r.ReserveAmount <= 0 {
+			return nil, bad("reserve_amount", "must be positive with reserve: fixed")
+		}
+		if capacity := cmp.Or(r.Burst, r.Limit); r.Kind != KindConcurrency && capacity > 0 && r.ReserveAmount > capacity {
+			return nil, bad("reserve_amount", "%d is more than the rule could ever admit (%d)", r.ReserveAmount, capacity)
 		}
 	}
 	if r.LimitFrom == LimitFromProvider {
