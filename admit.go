@@ -125,12 +125,11 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 			continue
 		}
 		limit, burst, source := p.effective(rule, id, now, &l.provided)
+		// A cache hit holds no place under a concurrency rule, nor a call
+		// in flight, whose connection holds the lease.
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" ||
-			req.CacheHit && rule.Kind == KindConcurrency {
+			(req.CacheHit || req.InFlight) && rule.Kind == KindConcurrency {
 			continue
-		}
-		if req.InFlight && rule.Kind == KindConcurrency {
-			continue // its connection holds the lease
 		}
 		if checkFit && !req.usesMetric(rule) {
 			continue

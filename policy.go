@@ -194,15 +194,12 @@ func fingerprint(r *Rule, m Metric) uint64 {
 	h := fnv.New64a()
 	for _, s := range []string{r.Name, string(r.Kind), r.Subject, string(m),
 		strconv.FormatInt(int64(r.Window), 10), string(r.Period), r.TimeZone} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
+		h.Write([]byte(s + "\x00"))
 	}
 	// An org's rule counts apart from the deployment's rule of the same
 	// name; a rule without an org keeps the fingerprint it always had.
 	if r.Org != "" {
-		h.Write([]byte("org"))
-		h.Write([]byte{0})
-		h.Write([]byte(r.Org))
+		h.Write([]byte("org\x00" + r.Org))
 	}
 	// A rule matched to other models counts other calls: its counters start
 	// afresh, as they do when its window changes. The order the models are
@@ -210,11 +207,9 @@ func fingerprint(r *Rule, m Metric) uint64 {
 	// fingerprint.
 	if len(r.Match.Models) > 0 {
 		models := slices.Sorted(slices.Values(r.Match.Models))
-		h.Write([]byte{0})
-		h.Write([]byte("models"))
+		h.Write([]byte("\x00models"))
 		for _, m := range slices.Compact(models) {
-			h.Write([]byte{0})
-			h.Write([]byte(m))
+			h.Write([]byte("\x00" + m))
 		}
 	}
 	return h.Sum64()
@@ -344,10 +339,7 @@ type ruleName struct{ org, name string }
 // candidatesFor returns the rules an admission of an identity in org looks
 // at.
 func (cp *compiledPolicy) candidatesFor(org string) []uint32 {
-	if org == "" {
-		org = DefaultOrg
-	}
-	if list, ok := cp.orgCandidates[org]; ok {
+	if list, ok := cp.orgCandidates[cmp.Or(org, DefaultOrg)]; ok {
 		return list
 	}
 	return cp.candidates
@@ -382,12 +374,10 @@ func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time
 			limit, source = n, fromProvider
 		}
 	}
-	if len(cp.tiers) > 0 {
-		if pct, ok := cp.tiers[id.Tier]; ok && pct != 100 {
-			limit = scale(limit, pct)
-			burst = scale(burst, pct)
-			source = fromTier
-		}
+	if pct, ok := cp.tiers[id.Tier]; ok && pct != 100 {
+		limit = scale(limit, pct)
+		burst = scale(burst, pct)
+		source = fromTier
 	}
 	for _, a := range cp.overrideAttrs {
 		v := id.attribute(a)
