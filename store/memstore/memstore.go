@@ -1,7 +1,8 @@
 // Package memstore is the in-process sluice.Store: counters in sharded maps,
 // found by their whole sluice.CounterKey, a subject's counters in one shard,
-// one lock per shard. Unrelated subjects rarely contend, and idle counters are evicted so memory stays bounded
-// with millions of subjects. Nothing survives the process.
+// one lock per shard. Unrelated subjects rarely contend, and idle counters
+// are evicted so memory stays bounded with millions of subjects. Nothing
+// survives the process.
 package memstore
 
 import (
@@ -47,11 +48,10 @@ type Options struct {
 
 // Store is an in-memory sluice.Store. It is safe for concurrent use.
 type Store struct {
-	seed       maphash.Seed
-	shards     []shard
-	evictScan  int
-	evictEvery int
-	evictIdle  int64
+	seed   maphash.Seed
+	shards []shard
+	// opts are the Options with their defaults.
+	opts Options
 
 	// open holds the admitted batches with budget charges, for the sweep
 	// to settle if nobody does.
@@ -91,9 +91,10 @@ type state struct {
 // New returns an empty Store.
 func New(opts Options) *Store {
 	// A setting that is not positive takes its default.
-	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, cmp.Or(max(opts.Shards, 0), 64)),
-		evictScan: cmp.Or(max(opts.EvictScan, 0), 2), evictEvery: opts.EvictEvery,
-		evictIdle: int64(cmp.Or(max(opts.EvictIdle, 0), 10*time.Second)), open: map[uint64]openBatch{}}
+	opts.Shards = cmp.Or(max(opts.Shards, 0), 64)
+	opts.EvictScan = cmp.Or(max(opts.EvictScan, 0), 2)
+	opts.EvictIdle = cmp.Or(max(opts.EvictIdle, 0), 10*time.Second)
+	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, opts.Shards), opts: opts, open: map[uint64]openBatch{}}
 	for i := range s.shards {
 		s.shards[i].counters = map[sluice.CounterKey]*state{}
 	}
@@ -161,23 +162,48 @@ func check(c *sluice.Charge, st *state, amount, now int64) bool {
 		res = counter.CheckLeases(st.leases, c.Limit, now)
 	}
 	c.Allowed, c.Remaining, c.Used, c.RetryAfter = res.Allowed, res.Remaining, res.Used, time.Duration(res.RetryAfter)
-	switch {
-	case c.Kind == sluice.KindBudget:
+	c.ResetAt = time.Time{}
+	if c.Kind == sluice.KindBudget {
 		c.ResetAt = c.PeriodEnd
-	case res.ResetAt != 0:
+	} else if res.ResetAt != 0 {
 		c.ResetAt = time.Unix(0, res.ResetAt)
-	default:
-		c.ResetAt = time.Time{}
 	}
 	return res.Allowed
 }
 
-// Admit checks every charge of b and applies all of them or none.
+// Admit checks every charge of b and applies all of them or none: first
+// every charge is checked, then, when every charge that is not Shadow
+// fits, all are applied.
 func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
 	at := now.UnixNano()
 	var ofBuf, lockBuf [8]int
 	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
-	ok := s.admit(at, b, of)
+	var buf [8]*state
+	found, ok := buf[:0], true
+	for i := range b.Charges {
+		c := &b.Charges[i]
+		st := s.shards[of[i]].get(c.Key, c.Kind)
+		allowed := check(c, st, c.Amount, at)
+		ok = ok && (allowed || c.Shadow)
+		found = append(found, st)
+	}
+	if ok {
+		for i := range b.Charges {
+			c, st := &b.Charges[i], found[i]
+			st.touched = at
+			switch c.Kind {
+			case sluice.KindRate:
+				// A charge draws the bucket as an overrun does, which for a
+				// charge that fits is as its check found; a shadow charge over
+				// its limit draws it into debt.
+				st.rate = bucketOf(c).Adjust(st.rate, c.Amount, at)
+			case sluice.KindBudget:
+				st.budget = st.budget.Reserve(c.Amount, c.PeriodEnd.UnixNano())
+			case sluice.KindConcurrency:
+				st.leases = append(st.leases, counter.Lease{ID: b.ID, Expiry: b.Deadline.UnixNano()})
+			}
+		}
+	}
 	for _, j := range lock {
 		s.maybeEvict(&s.shards[j], at)
 	}
@@ -188,41 +214,6 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 		s.openMu.Unlock()
 	}
 	return ok, nil
-}
-
-// admit checks and applies b on locked shards: first every charge is
-// checked, then, when every charge that is not Shadow fits, all are
-// applied.
-func (s *Store) admit(now int64, b *sluice.Batch, of []int) bool {
-	var buf [8]*state
-	found := buf[:0]
-	admit := true
-	for i := range b.Charges {
-		c := &b.Charges[i]
-		st := s.shards[of[i]].get(c.Key, c.Kind)
-		allowed := check(c, st, c.Amount, now)
-		admit = admit && (allowed || c.Shadow)
-		found = append(found, st)
-	}
-	if !admit {
-		return false
-	}
-	for i := range b.Charges {
-		c, st := &b.Charges[i], found[i]
-		st.touched = now
-		switch c.Kind {
-		case sluice.KindRate:
-			// A charge draws the bucket as an overrun does, which for a
-			// charge that fits is as its check found; a shadow charge over
-			// its limit draws it into debt.
-			st.rate = bucketOf(c).Adjust(st.rate, c.Amount, now)
-		case sluice.KindBudget:
-			st.budget = st.budget.Reserve(c.Amount, c.PeriodEnd.UnixNano())
-		case sluice.KindConcurrency:
-			st.leases = append(st.leases, counter.Lease{ID: b.ID, Expiry: b.Deadline.UnixNano()})
-		}
-	}
-	return true
 }
 
 // Settle applies each charge's Actual in place of its Amount and frees the
@@ -333,10 +324,9 @@ func (s *Store) Close() error { return nil }
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.counters)
-		sh.mu.Unlock()
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].counters)
+		s.shards[i].mu.Unlock()
 	}
 	return n
 }
@@ -347,12 +337,9 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 	sh := &s.shards[s.shardOf(key.Subject)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	made := sh.made
-	st := sh.get(key, sluice.KindBudget)
-	// A counter reloaded from the journal is not a new arrival and owes
-	// no eviction scan.
-	sh.made = made
-	st.budget.Used, st.budget.End = counter.Clamp(used), periodEnd.UnixNano()
+	// Made without get: a counter reloaded from the journal is not a new
+	// arrival and owes no eviction scan.
+	sh.counters[key] = &state{kind: sluice.KindBudget, budget: counter.Budget{Used: counter.Clamp(used), End: periodEnd.UnixNano()}}
 }
 
 func hasBudget(b *sluice.Batch) bool {

@@ -30,7 +30,7 @@ func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResul
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.evict(math.MaxInt, at, s.evictIdle)
+		sh.evict(math.MaxInt, at, int64(s.opts.EvictIdle))
 		sh.mu.Unlock()
 	}
 	return res, Report(expired), nil
@@ -95,14 +95,14 @@ func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
 // two counters looked at per counter made, idle counters take about as much
 // room again as the live ones at most.
 func (s *Store) maybeEvict(sh *shard, now int64) {
-	n := sh.made * s.evictScan
+	n := sh.made * s.opts.EvictScan
 	sh.made = 0
-	if sh.ops++; s.evictEvery > 0 && sh.ops >= s.evictEvery {
+	if sh.ops++; s.opts.EvictEvery > 0 && sh.ops >= s.opts.EvictEvery {
 		sh.ops = 0
-		n += s.evictScan
+		n += s.opts.EvictScan
 	}
 	if n > 0 {
-		sh.evict(n, now, s.evictIdle)
+		sh.evict(n, now, int64(s.opts.EvictIdle))
 	}
 }
 
