@@ -54,16 +54,10 @@ type Store struct {
 	opts Options
 
 	// open holds the admitted batches with budget charges, for the sweep
-	// to settle if nobody does.
+	// to settle if nobody does: each a copy of the batch (sharing its
+	// charges) whose Deadline is the batch's own, or a renewal's.
 	openMu sync.Mutex
-	open   map[uint64]openBatch
-}
-
-// openBatch is an admitted batch and its deadline: the batch's own, or a
-// renewal's.
-type openBatch struct {
-	batch    *sluice.Batch
-	deadline time.Time
+	open   map[uint64]sluice.Batch
 }
 
 // shard holds the counters of the subjects that hash to it.
@@ -94,7 +88,7 @@ func New(opts Options) *Store {
 	opts.Shards = cmp.Or(max(opts.Shards, 0), 64)
 	opts.EvictScan = cmp.Or(max(opts.EvictScan, 0), 2)
 	opts.EvictIdle = cmp.Or(max(opts.EvictIdle, 0), 10*time.Second)
-	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, opts.Shards), opts: opts, open: map[uint64]openBatch{}}
+	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, opts.Shards), opts: opts, open: map[uint64]sluice.Batch{}}
 	for i := range s.shards {
 		s.shards[i].counters = map[sluice.CounterKey]*state{}
 	}
@@ -210,7 +204,7 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 	s.unlock(lock)
 	if ok && hasBudget(b) {
 		s.openMu.Lock()
-		s.open[b.ID] = openBatch{batch: b, deadline: b.Deadline}
+		s.open[b.ID] = *b
 		s.openMu.Unlock()
 	}
 	return ok, nil

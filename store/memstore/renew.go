@@ -41,11 +41,11 @@ func (s *Store) renewOpen(id uint64, now, deadline time.Time) bool {
 	s.openMu.Lock()
 	defer s.openMu.Unlock()
 	o, ok := s.open[id]
-	if !ok || !o.deadline.After(now) {
+	if !ok || !o.Deadline.After(now) {
 		return false
 	}
-	if deadline.After(o.deadline) {
-		o.deadline = deadline
+	if deadline.After(o.Deadline) {
+		o.Deadline = deadline
 		s.open[id] = o
 	}
 	return true

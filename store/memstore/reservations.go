@@ -21,8 +21,8 @@ func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.Batch, erro
 		return nil, nil
 	}
 	s.openMu.Lock()
-	open := slices.SortedFunc(maps.Values(s.open), func(a, b openBatch) int {
-		return cmp.Or(a.deadline.Compare(b.deadline), cmp.Compare(a.batch.ID, b.batch.ID))
+	open := slices.SortedFunc(maps.Values(s.open), func(a, b sluice.Batch) int {
+		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
 	})
 	s.openMu.Unlock()
 	// An admitted batch's charges stay as they are until it is settled
@@ -31,17 +31,15 @@ func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.Batch, erro
 	open = open[:min(limit, len(open))]
 	out := make([]sluice.Batch, len(open))
 	for i, o := range open {
-		b := o.batch
-		r := sluice.Batch{ID: b.ID, Deadline: o.deadline}
-		for j := range b.Charges {
-			switch c := &b.Charges[j]; c.Kind {
+		out[i] = sluice.Batch{ID: o.ID, Deadline: o.Deadline}
+		for j := range o.Charges {
+			switch c := &o.Charges[j]; c.Kind {
 			case sluice.KindBudget:
-				r.Charges = append(r.Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: c.Amount})
+				out[i].Charges = append(out[i].Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: c.Amount})
 			case sluice.KindConcurrency:
-				r.Charges = append(r.Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: 1})
+				out[i].Charges = append(out[i].Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: 1})
 			}
 		}
-		out[i] = r
 	}
 	return out, nil
 }

@@ -25,7 +25,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 
 // SweepReport is Sweep, and tells what it settled.
 func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResult, []sluice.Batch, error) {
-	expired, res := s.SweepExpired(now)
+	_, report, res := s.SweepExpired(now)
 	at := now.UnixNano()
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -33,59 +33,47 @@ func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResul
 		sh.evict(math.MaxInt, at, int64(s.opts.EvictIdle))
 		sh.mu.Unlock()
 	}
-	return res, Report(expired), nil
-}
-
-// Report describes what SweepExpired settled, for SweepReport: each
-// charge, a budget's with the amount it was charged.
-func Report(expired []Expired) []sluice.Batch {
-	var out []sluice.Batch
-	for _, e := range expired {
-		told := sluice.Batch{Charges: make([]sluice.Charge, len(e.Batch.Charges))}
-		for j, c := range e.Batch.Charges {
-			told.Charges[j] = sluice.Charge{Key: c.Key, Kind: c.Kind}
-			if c.Kind == sluice.KindBudget {
-				told.Charges[j].Actual = e.Actual[j]
-			}
-		}
-		out = append(out, told)
-	}
-	return out
+	return res, report, nil
 }
 
 // SweepExpired settles the batches past their deadline and returns them, so
-// that a durable store built on this one can journal what it did. A budget
-// charge is charged its Amount, or refunded when its rule says
-// ExpiryRelease; leases are freed; rate buckets keep what they hold.
-func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
+// that a durable store built on this one can journal what it did, and the
+// report SweepReport makes of them: each charge, a budget's with the amount
+// it was charged. A budget charge is charged its Amount, or refunded when
+// its rule says ExpiryRelease; leases are freed; rate buckets keep what
+// they hold.
+func (s *Store) SweepExpired(now time.Time) ([]Expired, []sluice.Batch, sluice.SweepResult) {
 	var out []Expired
+	var report []sluice.Batch
 	var res sluice.SweepResult
 	s.openMu.Lock()
 	for id, o := range s.open {
-		if o.deadline.After(now) {
+		if o.Deadline.After(now) {
 			continue
 		}
 		delete(s.open, id)
-		e := Expired{Batch: o.batch, Actual: make([]int64, len(o.batch.Charges))}
-		for i, c := range o.batch.Charges {
+		e := Expired{Batch: &o, Actual: make([]int64, len(o.Charges))}
+		told := sluice.Batch{Charges: make([]sluice.Charge, len(o.Charges))}
+		for i, c := range o.Charges {
+			told.Charges[i] = sluice.Charge{Key: c.Key, Kind: c.Kind}
 			switch {
 			case c.Kind != sluice.KindBudget:
 				e.Actual[i] = c.Amount
 			case c.OnExpiry == sluice.ExpiryRelease:
 				res.Released++
 			default:
-				e.Actual[i] = c.Amount
+				e.Actual[i], told.Charges[i].Actual = c.Amount, c.Amount
 				res.Charged++
 			}
 		}
-		out = append(out, e)
+		out, report = append(out, e), append(report, told)
 	}
 	s.openMu.Unlock()
 	for _, e := range out {
 		s.apply(now.UnixNano(), e.Batch, e.Actual)
 	}
 	res.Reservations = len(out)
-	return out, res
+	return out, report, res
 }
 
 // maybeEvict runs the eviction scan a locked shard owes: EvictScan counters
