@@ -156,10 +156,10 @@ func check(c *sluice.Charge, st *state, amount, now int64) bool {
 		res = counter.CheckLeases(st.leases, c.Limit, now)
 	}
 	c.Allowed, c.Remaining, c.Used, c.RetryAfter = res.Allowed, res.Remaining, res.Used, time.Duration(res.RetryAfter)
+	// A budget resets at its period's end, a bucket when full, leases at
+	// the earliest expiry.
 	c.ResetAt = time.Time{}
-	if c.Kind == sluice.KindBudget {
-		c.ResetAt = c.PeriodEnd
-	} else if res.ResetAt != 0 {
+	if res.ResetAt != 0 {
 		c.ResetAt = time.Unix(0, res.ResetAt)
 	}
 	return res.Allowed

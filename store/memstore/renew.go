@@ -13,8 +13,20 @@ import (
 func (s *Store) RenewLeases(_ context.Context, now time.Time, renewals []sluice.Batch) error {
 	for i := range renewals {
 		b := &renewals[i]
-		if hasBudget(b) && !s.renewOpen(b.ID, now, b.Deadline) {
-			continue
+		if hasBudget(b) {
+			// Move the open batch's deadline later, unless it is settled,
+			// swept or past its deadline.
+			s.openMu.Lock()
+			o, open := s.open[b.ID]
+			open = open && o.Deadline.After(now)
+			if open && b.Deadline.After(o.Deadline) {
+				o.Deadline = b.Deadline
+				s.open[b.ID] = o
+			}
+			s.openMu.Unlock()
+			if !open {
+				continue
+			}
 		}
 		// Move the expiry of b's live leases later.
 		at, expiry := now.UnixNano(), b.Deadline.UnixNano()
@@ -33,20 +45,4 @@ func (s *Store) RenewLeases(_ context.Context, now time.Time, renewals []sluice.
 		s.unlock(lock)
 	}
 	return nil
-}
-
-// renewOpen moves an open batch's deadline later, reporting whether the
-// batch is open and not past its deadline at now.
-func (s *Store) renewOpen(id uint64, now, deadline time.Time) bool {
-	s.openMu.Lock()
-	defer s.openMu.Unlock()
-	o, ok := s.open[id]
-	if !ok || !o.Deadline.After(now) {
-		return false
-	}
-	if deadline.After(o.Deadline) {
-		o.Deadline = deadline
-		s.open[id] = o
-	}
-	return true
 }
