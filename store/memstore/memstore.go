@@ -255,11 +255,6 @@ func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 		} else {
 			amount = c.Actual
 		}
-		if c.Kind == sluice.KindRate && amount == c.Amount {
-			// A charge settled at its reservation leaves its bucket as
-			// it is.
-			continue
-		}
 		st := s.shards[of[i]].get(c.Key, c.Kind)
 		st.touched = max(st.touched, now)
 		switch c.Kind {

@@ -42,10 +42,7 @@ func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResul
 // it was charged. A budget charge is charged its Amount, or refunded when
 // its rule says ExpiryRelease; leases are freed; rate buckets keep what
 // they hold.
-func (s *Store) SweepExpired(now time.Time) ([]Expired, []sluice.Batch, sluice.SweepResult) {
-	var out []Expired
-	var report []sluice.Batch
-	var res sluice.SweepResult
+func (s *Store) SweepExpired(now time.Time) (out []Expired, report []sluice.Batch, res sluice.SweepResult) {
 	s.openMu.Lock()
 	for id, o := range s.open {
 		if o.Deadline.After(now) {
@@ -89,9 +86,7 @@ func (s *Store) maybeEvict(sh *shard, now int64) {
 		sh.ops = 0
 		n += s.opts.EvictScan
 	}
-	if n > 0 {
-		sh.evict(n, now, int64(s.opts.EvictIdle))
-	}
+	sh.evict(n, now, int64(s.opts.EvictIdle))
 }
 
 // evict looks at the counters of a locked shard, from a place the map
