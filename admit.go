@@ -18,10 +18,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := req.Max.validate(); err != nil {
-		return nil, err
-	}
-	if err := req.Expected.validate(); err != nil {
+	if err := cmp.Or(req.Max.validate(), req.Expected.validate()); err != nil {
 		return nil, err
 	}
 	r := &Reservation{l: l}

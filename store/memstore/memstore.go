@@ -1,6 +1,6 @@
 // Package memstore is the in-process sluice.Store: counters in sharded maps,
-// found by their whole sluice.CounterKey, a subject's counters in one shard,
-// one lock per shard. Unrelated subjects rarely contend, and idle counters
+// found by their whole sluice.CounterKey (a subject's counters, one per
+// rule and period, listed under the subject), one lock per shard. Unrelated subjects rarely contend, and idle counters
 // are evicted so memory stays bounded with millions of subjects. Nothing
 // survives the process.
 package memstore
@@ -63,16 +63,19 @@ type Store struct {
 // shard holds the counters of the subjects that hash to it.
 type shard struct {
 	mu       sync.Mutex
-	counters map[sluice.CounterKey]*state
+	subjects map[string][]*state
 	// made counts the counters made since the last eviction scan, ops the
 	// admissions since the last scan owed to Options.EvictEvery.
 	made, ops int
 }
 
-// state is one counter: its kind, and its state. A key belongs to one rule,
-// so to one kind; a key charged under another kind than before (which no
-// Limiter does: a rule's fingerprint covers its kind) starts afresh.
+// state is one counter of a subject: the rest of its key, and its state. A
+// key belongs to one rule, so to one kind; a key charged under another kind
+// than before (which no Limiter does: a rule's fingerprint covers its kind)
+// starts afresh.
 type state struct {
+	rule   uint64
+	period int64
 	kind   sluice.Kind
 	rate   counter.Rate
 	budget counter.Budget
@@ -90,7 +93,7 @@ func New(opts Options) *Store {
 	opts.EvictIdle = cmp.Or(max(opts.EvictIdle, 0), 10*time.Second)
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, opts.Shards), opts: opts, open: map[uint64]sluice.Batch{}}
 	for i := range s.shards {
-		s.shards[i].counters = map[sluice.CounterKey]*state{}
+		s.shards[i].subjects = map[string][]*state{}
 	}
 	return s
 }
@@ -127,15 +130,25 @@ func (s *Store) unlock(shards []int) {
 
 // get returns the counter of key, made if missing, in a locked shard.
 func (sh *shard) get(key sluice.CounterKey, kind sluice.Kind) *state {
-	st := sh.counters[key]
+	st := sh.find(key)
 	if st == nil {
-		st = &state{kind: kind}
-		sh.counters[key] = st
+		st = &state{rule: key.Rule, period: key.Period, kind: kind}
+		sh.subjects[key.Subject] = append(sh.subjects[key.Subject], st)
 		sh.made++
 	} else if st.kind != kind {
-		*st = state{kind: kind}
+		*st = state{rule: key.Rule, period: key.Period, kind: kind}
 	}
 	return st
+}
+
+// find returns the counter of key in a locked shard, nil if it has none.
+func (sh *shard) find(key sluice.CounterKey) *state {
+	for _, st := range sh.subjects[key.Subject] {
+		if st.rule == key.Rule && st.period == key.Period {
+			return st
+		}
+	}
+	return nil
 }
 
 func bucketOf(c *sluice.Charge) counter.Bucket {
@@ -255,6 +268,11 @@ func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 		} else {
 			amount = c.Actual
 		}
+		if c.Kind == sluice.KindRate && amount == c.Amount {
+			// A charge settled at its reservation leaves its bucket as
+			// it is, and is not looked up.
+			continue
+		}
 		st := s.shards[of[i]].get(c.Key, c.Kind)
 		st.touched = max(st.touched, now)
 		switch c.Kind {
@@ -276,7 +294,7 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	defer s.unlock(lock)
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		st := s.shards[of[i]].counters[c.Key]
+		st := s.shards[of[i]].find(c.Key)
 		if st == nil || st.kind != c.Kind {
 			// No counter yet, or one an admission would start afresh.
 			st = &state{}
@@ -298,7 +316,7 @@ func (s *Store) Reserved(_ context.Context, keys []sluice.CounterKey) ([]int64, 
 	for i, k := range keys {
 		sh := &s.shards[s.shardOf(k.Subject)]
 		sh.mu.Lock()
-		if st := sh.counters[k]; st != nil && st.kind == sluice.KindBudget {
+		if st := sh.find(k); st != nil && st.kind == sluice.KindBudget {
 			out[i] = st.budget.Reserved
 		}
 		sh.mu.Unlock()
@@ -314,7 +332,9 @@ func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
 		s.shards[i].mu.Lock()
-		n += len(s.shards[i].counters)
+		for _, list := range s.shards[i].subjects {
+			n += len(list)
+		}
 		s.shards[i].mu.Unlock()
 	}
 	return n
@@ -326,11 +346,19 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 	sh := &s.shards[s.shardOf(key.Subject)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	// Made without get: a counter reloaded from the journal is not a new
-	// arrival and owes no eviction scan.
-	sh.counters[key] = &state{kind: sluice.KindBudget, budget: counter.Budget{Used: counter.Clamp(used), End: periodEnd.UnixNano()}}
+	made := sh.made
+	st := sh.get(key, sluice.KindBudget)
+	// A counter reloaded from the journal is not a new arrival and owes
+	// no eviction scan.
+	sh.made = made
+	st.budget.Used, st.budget.End = counter.Clamp(used), periodEnd.UnixNano()
 }
 
 func hasBudget(b *sluice.Batch) bool {
-	return slices.ContainsFunc(b.Charges, func(c sluice.Charge) bool { return c.Kind == sluice.KindBudget })
+	for i := range b.Charges {
+		if b.Charges[i].Kind == sluice.KindBudget {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -86,20 +87,27 @@ func (s *Store) maybeEvict(sh *shard, now int64) {
 		sh.ops = 0
 		n += s.opts.EvictScan
 	}
-	sh.evict(n, now, int64(s.opts.EvictIdle))
+	if n > 0 {
+		// An admission to counters that exist scans nothing.
+		sh.evict(n, now, int64(s.opts.EvictIdle))
+	}
 }
 
-// evict looks at the counters of a locked shard, from a place the map
-// picks at random, until it has looked at n, and drops those idle for
-// grace ns.
+// evict looks at the counters of a locked shard's subjects, from a place
+// the map picks at random, until it has looked at n, and drops those idle
+// for grace ns, and the subjects left with none.
 func (sh *shard) evict(n int, now, grace int64) {
-	for key, st := range sh.counters {
+	for subject, list := range sh.subjects {
 		if n <= 0 {
 			break
 		}
-		n--
-		if st.idle(now, grace) {
-			delete(sh.counters, key)
+		n -= len(list)
+		kept := slices.DeleteFunc(list, func(st *state) bool { return st.idle(now, grace) })
+		switch {
+		case len(kept) == 0:
+			delete(sh.subjects, subject)
+		case len(kept) < len(list):
+			sh.subjects[subject] = kept
 		}
 	}
 }
