@@ -70,13 +70,12 @@ type shard struct {
 }
 
 // state is one counter of a subject: the rest of its key, and its state. A
-// key belongs to one rule, so to one kind; a key charged under another kind
-// than before (which no Limiter does: a rule's fingerprint covers its kind)
-// starts afresh.
+// key belongs to one rule, so to one kind (a rule's fingerprint covers its
+// kind), whose field holds the state; the fields of the other kinds stay
+// zero, which is what a fresh counter holds.
 type state struct {
 	rule   uint64
 	period int64
-	kind   sluice.Kind
 	rate   counter.Rate
 	budget counter.Budget
 	leases []counter.Lease
@@ -129,14 +128,12 @@ func (s *Store) unlock(shards []int) {
 }
 
 // get returns the counter of key, made if missing, in a locked shard.
-func (sh *shard) get(key sluice.CounterKey, kind sluice.Kind) *state {
+func (sh *shard) get(key sluice.CounterKey) *state {
 	st := sh.find(key)
 	if st == nil {
-		st = &state{rule: key.Rule, period: key.Period, kind: kind}
+		st = &state{rule: key.Rule, period: key.Period}
 		sh.subjects[key.Subject] = append(sh.subjects[key.Subject], st)
 		sh.made++
-	} else if st.kind != kind {
-		*st = state{rule: key.Rule, period: key.Period, kind: kind}
 	}
 	return st
 }
@@ -189,7 +186,7 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 	found, ok := buf[:0], true
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		st := s.shards[of[i]].get(c.Key, c.Kind)
+		st := s.shards[of[i]].get(c.Key)
 		allowed := check(c, st, c.Amount, at)
 		ok = ok && (allowed || c.Shadow)
 		found = append(found, st)
@@ -273,7 +270,7 @@ func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 			// it is, and is not looked up.
 			continue
 		}
-		st := s.shards[of[i]].get(c.Key, c.Kind)
+		st := s.shards[of[i]].get(c.Key)
 		st.touched = max(st.touched, now)
 		switch c.Kind {
 		case sluice.KindRate:
@@ -295,8 +292,8 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		st := s.shards[of[i]].find(c.Key)
-		if st == nil || st.kind != c.Kind {
-			// No counter yet, or one an admission would start afresh.
+		if st == nil {
+			// No counter yet: what an admission would make.
 			st = &state{}
 		}
 		check(c, st, 0, at)
@@ -316,7 +313,7 @@ func (s *Store) Reserved(_ context.Context, keys []sluice.CounterKey) ([]int64, 
 	for i, k := range keys {
 		sh := &s.shards[s.shardOf(k.Subject)]
 		sh.mu.Lock()
-		if st := sh.find(k); st != nil && st.kind == sluice.KindBudget {
+		if st := sh.find(k); st != nil {
 			out[i] = st.budget.Reserved
 		}
 		sh.mu.Unlock()
@@ -347,7 +344,7 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	made := sh.made
-	st := sh.get(key, sluice.KindBudget)
+	st := sh.get(key)
 	// A counter reloaded from the journal is not a new arrival and owes
 	// no eviction scan.
 	sh.made = made

@@ -34,7 +34,7 @@ func (s *Store) RenewLeases(_ context.Context, now time.Time, renewals []sluice.
 		of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
 		for i := range b.Charges {
 			c := &b.Charges[i]
-			if st := s.shards[of[i]].find(c.Key); c.Kind == sluice.KindConcurrency && st != nil && st.kind == c.Kind {
+			if st := s.shards[of[i]].find(c.Key); st != nil {
 				for j := range st.leases {
 					if l := &st.leases[j]; l.ID == b.ID && l.Expiry > at && l.Expiry < expiry {
 						l.Expiry = expiry

@@ -113,19 +113,13 @@ func (sh *shard) evict(n int, now, grace int64) {
 }
 
 // idle reports whether a counter holds nothing worth keeping (a full
-// bucket, an empty or finished budget, no live lease) and has not been
-// touched for grace ns.
+// bucket, an empty or finished budget, no live lease: the zero fields of
+// the kinds it is not hold nothing either) and has not been touched for
+// grace ns.
 func (st *state) idle(now, grace int64) bool {
 	if now-st.touched < grace {
 		return false
 	}
-	switch st.kind {
-	case sluice.KindBudget:
-		return st.budget.Idle(now)
-	case sluice.KindConcurrency:
-		st.leases = counter.Live(st.leases, now)
-		return len(st.leases) == 0
-	}
-	// A rate counter, or one never charged, whose state is all zero.
-	return st.rate.Full(now)
+	st.leases = counter.Live(st.leases, now)
+	return st.rate.Full(now) && st.budget.Idle(now) && len(st.leases) == 0
 }
