@@ -153,12 +153,12 @@ func bucketOf(c *sluice.Charge) counter.Bucket {
 }
 
 // check evaluates amount of charge c on its counter st at now, fills c's
-// results, and reports whether it fits.
-func check(c *sluice.Charge, st *state, amount, now int64) bool {
+// results, and returns the bucket as a rate charge would leave it.
+func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, allowed bool) {
 	var res counter.Result
 	switch c.Kind {
 	case sluice.KindRate:
-		_, res = bucketOf(c).Check(st.rate, amount, now)
+		next, res = bucketOf(c).Check(st.rate, amount, now)
 	case sluice.KindBudget:
 		res = st.budget.Check(c.Limit, amount, c.PeriodEnd.UnixNano())
 	case sluice.KindConcurrency:
@@ -172,7 +172,14 @@ func check(c *sluice.Charge, st *state, amount, now int64) bool {
 	if res.ResetAt != 0 {
 		c.ResetAt = time.Unix(0, res.ResetAt)
 	}
-	return res.Allowed
+	return next, res.Allowed
+}
+
+// checked is a charge's counter and, for a rate charge, the bucket as the
+// charge would leave it.
+type checked struct {
+	st   *state
+	next counter.Rate
 }
 
 // Admit checks every charge of b and applies all of them or none: first
@@ -182,25 +189,28 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 	at := now.UnixNano()
 	var ofBuf, lockBuf [8]int
 	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
-	var buf [8]*state
+	var buf [8]checked
 	found, ok := buf[:0], true
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		st := s.shards[of[i]].get(c.Key)
-		allowed := check(c, st, c.Amount, at)
+		next, allowed := check(c, st, c.Amount, at)
 		ok = ok && (allowed || c.Shadow)
-		found = append(found, st)
+		found = append(found, checked{st: st, next: next})
 	}
 	if ok {
 		for i := range b.Charges {
-			c, st := &b.Charges[i], found[i]
+			c, st := &b.Charges[i], found[i].st
 			st.touched = at
 			switch c.Kind {
 			case sluice.KindRate:
-				// A charge draws the bucket as an overrun does, which for a
-				// charge that fits is as its check found; a shadow charge over
-				// its limit draws it into debt.
-				st.rate = bucketOf(c).Adjust(st.rate, c.Amount, at)
+				if c.Allowed {
+					st.rate = found[i].next
+				} else {
+					// A shadow charge over its limit draws the bucket as
+					// an overrun does.
+					st.rate = bucketOf(c).Adjust(st.rate, c.Amount, at)
+				}
 			case sluice.KindBudget:
 				st.budget = st.budget.Reserve(c.Amount, c.PeriodEnd.UnixNano())
 			case sluice.KindConcurrency:
