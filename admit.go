@@ -18,10 +18,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := req.Max.validate(); err != nil {
-		return nil, err
-	}
-	if err := req.Expected.validate(); err != nil {
+	if err := cmp.Or(req.Max.validate(), req.Expected.validate()); err != nil {
 		return nil, err
 	}
 	r := &Reservation{l: l}
@@ -52,11 +49,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 
 // try runs one admission attempt at now.
 func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now time.Time) error {
-	timeout := req.Timeout
-	if timeout <= 0 {
-		timeout = l.defaultTimeout
-	}
-	expiry := timeout + l.expirySlack
+	expiry := cmp.Or(max(req.Timeout, 0), l.defaultTimeout) + l.expirySlack
 	if expiry < 0 {
 		expiry = math.MaxInt64
 	}
@@ -113,12 +106,7 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 // failOpen reports whether every enforced charge's rule admits when the
 // store cannot answer.
 func failOpen(charges []Charge) bool {
-	for i := range charges {
-		if c := &charges[i]; !c.Shadow && c.rule.OnStoreError != StoreErrorOpen {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(charges, func(c Charge) bool { return !c.Shadow && c.rule.OnStoreError != StoreErrorOpen })
 }
 
 // build sets r's charges: one per applicable rule and subject. Without
@@ -134,12 +122,11 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 			continue
 		}
 		limit, burst, source := p.effective(rule, id, now, &l.provided)
+		// A cache hit holds no place under a concurrency rule, nor a call
+		// in flight, whose connection holds the lease.
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" ||
-			req.CacheHit && rule.Kind == KindConcurrency {
+			(req.CacheHit || req.InFlight) && rule.Kind == KindConcurrency {
 			continue
-		}
-		if req.InFlight && rule.Kind == KindConcurrency {
-			continue // its connection holds the lease
 		}
 		if checkFit && !req.usesMetric(rule) {
 			continue
@@ -159,20 +146,20 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		if req.CacheHit && rule.metric != MetricRequests {
 			c.Amount = cacheHitAmount(rule, &req.Max)
 		}
+		// The most the rule could ever admit: a bucket's capacity (a
+		// class's share of it), a budget's limit; concurrency charges one.
 		most := c.BurstOrLimit()
 		if rule.classes != nil {
 			most = classCharge(c, id)
 			r.classes = true
 		}
-		switch rule.Kind {
-		case KindRate:
-			if checkFit && !c.Shadow && c.Amount > most {
-				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: most, Source: source.name(rule)}
-			}
-		case KindBudget:
-			if checkFit && !c.Shadow && c.Amount > limit {
-				return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: limit, Source: source.name(rule)}
-			}
+		if rule.Kind == KindBudget {
+			most = limit
+		}
+		if checkFit && !c.Shadow && rule.Kind != KindConcurrency && c.Amount > most {
+			return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: most, Source: source.name(rule)}
+		}
+		if rule.Kind == KindBudget {
 			start, end := PeriodBounds(rule.Period, now, rule.location)
 			c.Key.Period, c.PeriodEnd = start.Unix(), end
 		}

@@ -1,12 +1,13 @@
 package sluice
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -113,13 +114,14 @@ func New(opts Options) (*Limiter, error) {
 	if opts.Store == nil {
 		return nil, errors.New("sluice: new: Options.Store is required")
 	}
+	// A duration that is not positive takes its default.
 	l := &Limiter{
 		store:          opts.Store,
 		clock:          opts.Clock,
 		serverID:       opts.ServerID,
-		defaultTimeout: opts.DefaultTimeout,
-		expirySlack:    opts.ExpirySlack,
-		busyRetryAfter: opts.BusyRetryAfter,
+		defaultTimeout: cmp.Or(max(opts.DefaultTimeout, 0), 10*time.Minute),
+		expirySlack:    cmp.Or(max(opts.ExpirySlack, 0), 30*time.Second),
+		busyRetryAfter: cmp.Or(max(opts.BusyRetryAfter, 0), time.Second),
 		retryBuffer:    max(opts.RetryAfterBuffer, 0),
 		onOverrun:      opts.OnOverrun,
 		onSwept:        opts.OnSwept,
@@ -131,23 +133,12 @@ func New(opts Options) (*Limiter, error) {
 		host, _ := os.Hostname()
 		l.serverID = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
-	if l.defaultTimeout <= 0 {
-		l.defaultTimeout = 10 * time.Minute
-	}
-	if l.expirySlack <= 0 {
-		l.expirySlack = 30 * time.Second
-	}
-	if l.busyRetryAfter <= 0 {
-		l.busyRetryAfter = time.Second
-	}
 	if renewer, ok := opts.Store.(LeaseRenewer); ok && opts.LeaseTimeout > 0 {
 		l.renewer, l.leaseTimeout = renewer, opts.LeaseTimeout
 	}
 	// Ids start at random, so that two Limiters over one shared store
 	// (several gateways over Redis) do not hand out the same ones.
-	var seed [8]byte
-	_, _ = rand.Read(seed[:])
-	l.nextID.Store(binary.LittleEndian.Uint64(seed[:]) >> 1)
+	l.nextID.Store(rand.Uint64() >> 1)
 	rules := append(opts.Simple.Rules(), opts.Rules...)
 	if err := l.SetPolicy(Policy{Rules: rules, Overrides: opts.Overrides, Tiers: opts.Tiers}); err != nil {
 		return nil, err
@@ -219,13 +210,10 @@ func (l *Limiter) Sweep(ctx context.Context) (SweepResult, error) {
 // of its own, so that a long sweep does not delay renewals). Errors are
 // passed to onError when it is not nil.
 func (l *Limiter) RunSweeper(ctx context.Context, interval time.Duration, onError func(error)) {
+	var renewing sync.WaitGroup
+	defer renewing.Wait()
 	if l.renewer != nil {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			l.runRenewer(ctx, onError)
-		}()
-		defer func() { <-done }()
+		renewing.Go(func() { l.runRenewer(ctx, onError) })
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -142,20 +142,9 @@ func compileRule(r Rule) (*compiledRule, error) {
 			}
 		}
 	}
-	switch r.Reserve {
-	case "", ReserveWorstCase, ReserveEstimate:
-	case ReserveFixed:
-		if r.ReserveAmount <= 0 {
-			return nil, bad("reserve_amount", "must be positive with reserve: fixed")
-		}
-		if capacity := cmp.Or(r.Burst, r.Limit); r.Kind != KindConcurrency && capacity > 0 && r.ReserveAmount > capacity {
-			return nil, bad("reserve_amount", "%d is more than the rule could ever admit (%d)", r.ReserveAmount, capacity)
-		}
-	default:
-		return nil, bad("reserve", "must be worst_case, estimate or fixed, not %q", r.Reserve)
-	}
 	// The choices whose empty value is their default.
 	for _, f := range []struct{ field, value, choice, say string }{
+		{"reserve", r.Reserve, "worst_case estimate fixed", "worst_case, estimate or fixed"},
 		{"on_expiry", string(r.OnExpiry), "charge release", "charge or release"},
 		{"on_store_error", string(r.OnStoreError), "closed open", "closed or open"},
 		{"mode", string(r.Mode), "enforce shadow", "enforce or shadow"},
@@ -165,6 +154,14 @@ func compileRule(r Rule) (*compiledRule, error) {
 	} {
 		if f.value != "" && !slices.Contains(strings.Fields(f.choice), f.value) {
 			return nil, bad(f.field, "must be %s, not %q", f.say, f.value)
+		}
+	}
+	if r.Reserve == ReserveFixed {
+		if r.ReserveAmount <= 0 {
+			return nil, bad("reserve_amount", "must be positive with reserve: fixed")
+		}
+		if capacity := cmp.Or(r.Burst, r.Limit); r.Kind != KindConcurrency && capacity > 0 && r.ReserveAmount > capacity {
+			return nil, bad("reserve_amount", "%d is more than the rule could ever admit (%d)", r.ReserveAmount, capacity)
 		}
 	}
 	if r.LimitFrom == LimitFromProvider {
@@ -197,15 +194,12 @@ func fingerprint(r *Rule, m Metric) uint64 {
 	h := fnv.New64a()
 	for _, s := range []string{r.Name, string(r.Kind), r.Subject, string(m),
 		strconv.FormatInt(int64(r.Window), 10), string(r.Period), r.TimeZone} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
+		h.Write([]byte(s + "\x00"))
 	}
 	// An org's rule counts apart from the deployment's rule of the same
 	// name; a rule without an org keeps the fingerprint it always had.
 	if r.Org != "" {
-		h.Write([]byte("org"))
-		h.Write([]byte{0})
-		h.Write([]byte(r.Org))
+		h.Write([]byte("org\x00" + r.Org))
 	}
 	// A rule matched to other models counts other calls: its counters start
 	// afresh, as they do when its window changes. The order the models are
@@ -213,11 +207,9 @@ func fingerprint(r *Rule, m Metric) uint64 {
 	// fingerprint.
 	if len(r.Match.Models) > 0 {
 		models := slices.Sorted(slices.Values(r.Match.Models))
-		h.Write([]byte{0})
-		h.Write([]byte("models"))
+		h.Write([]byte("\x00models"))
 		for _, m := range slices.Compact(models) {
-			h.Write([]byte{0})
-			h.Write([]byte(m))
+			h.Write([]byte("\x00" + m))
 		}
 	}
 	return h.Sum64()
@@ -263,6 +255,7 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		return nil, fmt.Errorf("sluice: policy: %d rules, at most %d", len(p.Rules), maxRules)
 	}
 	cp := &compiledPolicy{source: p, byName: map[ruleName]*compiledRule{}, names: map[string]bool{},
+		overrides: map[overrideKey][]*Override{}, tiers: map[string]int64{}, orgCandidates: map[string][]uint32{},
 		rules: make([]*compiledRule, 0, len(p.Rules)), candidates: make([]uint32, 0, len(p.Rules))}
 	for _, r := range p.Rules {
 		c, err := compileRule(r)
@@ -292,9 +285,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		if (o.Limit != nil && *o.Limit < 0) || (o.Burst != nil && *o.Burst < 0) {
 			return nil, fmt.Errorf("sluice: override of %q for %s %q: limits must not be negative", o.Rule, o.Attribute, o.Value)
 		}
-		if cp.overrides == nil {
-			cp.overrides = map[overrideKey][]*Override{}
-		}
 		k := overrideKey{a, o.Value}
 		if a == attrWorkspace || a == attrTeam || a == attrUser {
 			k.value = (&Identity{Org: o.Org}).qualifiedValue(o.Value)
@@ -313,9 +303,6 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		if t.Name == "" || t.Percent <= 0 {
 			return nil, fmt.Errorf("sluice: tier %q: needs a name and a positive percent", t.Name)
 		}
-		if cp.tiers == nil {
-			cp.tiers = map[string]int64{}
-		}
 		cp.tiers[t.Name] = t.Percent
 	}
 	candidate := func(r *compiledRule) bool { return !r.Disabled && (r.Limit != 0 || len(cp.overrides) > 0) }
@@ -325,29 +312,23 @@ func compilePolicy(p Policy) (*compiledPolicy, error) {
 		}
 	}
 	// Each org's list: the deployment's candidates its own rules do not
-	// replace, then its own candidates.
-	own := map[string][]uint32{}
+	// replace (a disabled org rule replaces the deployment's too), then its
+	// own candidates.
 	for i, r := range cp.rules {
-		if r.Org != "" {
-			list := own[r.Org]
-			if candidate(r) {
-				list = append(list, uint32(i))
-			}
-			own[r.Org] = list
+		if r.Org == "" {
+			continue
 		}
-	}
-	if len(own) > 0 {
-		cp.orgCandidates = map[string][]uint32{}
-	}
-	for org, list := range own {
-		merged := make([]uint32, 0, len(cp.candidates)+len(list))
-		for _, i := range cp.candidates {
-			// A disabled org rule still replaces the deployment's.
-			if _, replaced := cp.byName[ruleName{org, cp.rules[i].Name}]; !replaced {
-				merged = append(merged, i)
-			}
+		list, ok := cp.orgCandidates[r.Org]
+		if !ok {
+			list = slices.DeleteFunc(slices.Clone(cp.candidates), func(j uint32) bool {
+				_, replaced := cp.byName[ruleName{r.Org, cp.rules[j].Name}]
+				return replaced
+			})
 		}
-		cp.orgCandidates[org] = append(merged, list...)
+		if candidate(r) {
+			list = append(list, uint32(i))
+		}
+		cp.orgCandidates[r.Org] = list
 	}
 	return cp, nil
 }
@@ -358,13 +339,7 @@ type ruleName struct{ org, name string }
 // candidatesFor returns the rules an admission of an identity in org looks
 // at.
 func (cp *compiledPolicy) candidatesFor(org string) []uint32 {
-	if cp.orgCandidates == nil {
-		return cp.candidates
-	}
-	if org == "" {
-		org = DefaultOrg
-	}
-	if list, ok := cp.orgCandidates[org]; ok {
+	if list, ok := cp.orgCandidates[cmp.Or(org, DefaultOrg)]; ok {
 		return list
 	}
 	return cp.candidates
@@ -380,17 +355,12 @@ const (
 	fromProvider
 )
 
+// sourceNames names the sources other than the rule itself.
+var sourceNames = [...]string{fromTier: "tier", fromOverride: "override", fromProvider: LimitFromProvider}
+
 // name returns the source as Effective reports it.
 func (s limitSource) name(r *compiledRule) string {
-	switch s {
-	case fromTier:
-		return "tier"
-	case fromOverride:
-		return "override"
-	case fromProvider:
-		return LimitFromProvider
-	}
-	return r.Source
+	return cmp.Or(sourceNames[s], r.Source)
 }
 
 // effective returns a rule's limit and burst for one identity at now, and
@@ -404,12 +374,10 @@ func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time
 			limit, source = n, fromProvider
 		}
 	}
-	if len(cp.tiers) > 0 {
-		if pct, ok := cp.tiers[id.Tier]; ok && pct != 100 {
-			limit = scale(limit, pct)
-			burst = scale(burst, pct)
-			source = fromTier
-		}
+	if pct, ok := cp.tiers[id.Tier]; ok && pct != 100 {
+		limit = scale(limit, pct)
+		burst = scale(burst, pct)
+		source = fromTier
 	}
 	for _, a := range cp.overrideAttrs {
 		v := id.attribute(a)
@@ -440,12 +408,7 @@ func scale(v, pct int64) int64 {
 	if pct > 100 && v/100 > math.MaxInt64/pct {
 		return math.MaxInt64
 	}
-	s := v / 100 * pct
-	s += v % 100 * pct / 100
-	if s < 1 {
-		s = 1
-	}
-	return s
+	return max(1, v/100*pct+v%100*pct/100)
 }
 
 func (r *compiledRule) matches(id *Identity) bool {

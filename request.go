@@ -349,8 +349,5 @@ func (p Price) Cost(u Usage) int64 {
 	if r > 0 {
 		q++
 	}
-	if q > 1<<63-1 {
-		return 1<<63 - 1
-	}
-	return int64(q)
+	return int64(min(q, 1<<63-1))
 }

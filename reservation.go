@@ -71,9 +71,6 @@ func (r *Reservation) Result() Result {
 func (r *Reservation) Charges() []Charge {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.batch.Charges) == 0 {
-		return nil
-	}
 	return append([]Charge(nil), r.batch.Charges...)
 }
 

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"context"
 	"time"
 )
@@ -74,40 +75,40 @@ type Warning struct {
 // application or the gateway makes itself. The zero Result when no rule
 // applies; a *StoreError when the store does not answer.
 func (l *Limiter) Room(ctx context.Context, req Request) (Result, error) {
-	return l.room(ctx, &req, l.clock.Now())
+	charges, err := l.peekRoom(ctx, &req, l.clock.Now())
+	if err != nil {
+		return Result{}, err
+	}
+	return resultOf(charges), nil
 }
 
 // Effective lists the limits that apply to id now, each with where it came
 // from and its headroom. Rules that match a model or route apply only when
 // id names it.
 func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Headroom, error) {
-	r := &Reservation{l: l}
-	now := l.clock.Now()
-	req := Request{Identity: id}
-	if err := l.build(l.policy.Load(), &req, now, r, false); err != nil {
+	charges, err := l.peekRoom(ctx, &Request{Identity: id}, l.clock.Now())
+	if err != nil {
 		return nil, err
 	}
-	if len(r.batch.Charges) > 0 {
-		if err := l.peek(ctx, now, r); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]Headroom, len(r.batch.Charges))
-	for i := range r.batch.Charges {
-		out[i] = headroomOf(&r.batch.Charges[i])
+	out := make([]Headroom, len(charges))
+	for i := range charges {
+		out[i] = headroomOf(&charges[i])
 	}
 	return out, nil
 }
 
-func (l *Limiter) room(ctx context.Context, req *Request, now time.Time) (Result, error) {
+// peekRoom builds the charges of every rule that applies to req at now,
+// without checking that they fit, and fills their results from the store
+// without charging.
+func (l *Limiter) peekRoom(ctx context.Context, req *Request, now time.Time) ([]Charge, error) {
 	r := &Reservation{l: l}
 	if err := l.build(l.policy.Load(), req, now, r, false); err != nil || len(r.batch.Charges) == 0 {
-		return Result{}, err
+		return nil, err
 	}
 	if err := l.peek(ctx, now, r); err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	return resultOf(r.batch.Charges), nil
+	return r.batch.Charges, nil
 }
 
 // peek fills the results of r's charges from the store without charging.
@@ -182,12 +183,8 @@ func headroomOf(c *Charge) Headroom {
 		return Headroom{}
 	}
 	rule := c.rule
-	mode := rule.Mode
-	if mode == "" {
-		mode = ModeEnforce
-	}
 	return Headroom{Rule: rule.Name, Kind: c.Kind, Subject: rule.Subject, Metric: rule.metric, Limit: c.Limit, Burst: c.Burst,
-		Source: c.source.name(rule), Mode: mode, Used: c.Used, Remaining: c.Remaining, ResetAt: c.ResetAt, Window: policyWindow(c)}
+		Source: c.source.name(rule), Mode: cmp.Or(rule.Mode, ModeEnforce), Used: c.Used, Remaining: c.Remaining, ResetAt: c.ResetAt, Window: policyWindow(c)}
 }
 
 // warningOf reports the highest warning a budget charge has reached.
@@ -227,16 +224,13 @@ func policyWindow(c *Charge) time.Duration {
 // least room among request and token rules); nil when the store does not
 // answer (the refusal stands without them).
 func (l *Limiter) tooLargeRoom(ctx context.Context, req *Request, now time.Time, rule string) *Result {
-	r := &Reservation{l: l}
-	if err := l.build(l.policy.Load(), req, now, r, false); err != nil || len(r.batch.Charges) == 0 {
+	charges, err := l.peekRoom(ctx, req, now)
+	if err != nil || len(charges) == 0 {
 		return nil
 	}
-	if err := l.peek(ctx, now, r); err != nil {
-		return nil
-	}
-	res := resultOf(r.batch.Charges)
-	for i := range r.batch.Charges {
-		if c := &r.batch.Charges[i]; c.rule.Name == rule && !c.Shadow {
+	res := resultOf(charges)
+	for i := range charges {
+		if c := &charges[i]; c.rule.Name == rule && !c.Shadow {
 			res.Headroom = headroomOf(c)
 			break
 		}

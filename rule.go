@@ -1,8 +1,10 @@
 package sluice
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -276,7 +278,6 @@ func parseSubject(subject string) ([]attribute, error) {
 	}
 	parts := strings.Split(subject, "+")
 	attrs := make([]attribute, 0, len(parts))
-	seen := map[attribute]bool{}
 	for _, p := range parts {
 		a, ok := attributeNames[p]
 		if !ok {
@@ -285,25 +286,16 @@ func parseSubject(subject string) ([]attribute, error) {
 		if (a == attrGlobal || a == attrServer) && len(parts) > 1 {
 			return nil, fmt.Errorf("%q cannot be combined", p)
 		}
-		if seen[a] {
+		if slices.Contains(attrs, a) {
 			return nil, fmt.Errorf("attribute %q repeated", p)
 		}
-		seen[a] = true
 		attrs = append(attrs, a)
 	}
 	return attrs, nil
 }
 
 func validMetricName(m Metric) bool {
-	if m == "" || len(m) > 64 {
-		return false
-	}
-	for _, r := range m {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-			return false
-		}
-	}
-	return true
+	return m != "" && len(m) <= 64 && strings.Trim(string(m), "abcdefghijklmnopqrstuvwxyz0123456789_") == ""
 }
 
 // Validate reports the first problem with r as a *RuleError.
@@ -314,11 +306,8 @@ func (r *Rule) Validate() error {
 
 // metric returns the rule's metric with its default applied.
 func (r *Rule) metric() Metric {
-	if r.Metric != "" {
-		return r.Metric
-	}
 	if r.Kind == KindConcurrency {
-		return MetricConcurrency
+		return cmp.Or(r.Metric, MetricConcurrency)
 	}
-	return MetricRequests
+	return cmp.Or(r.Metric, MetricRequests)
 }

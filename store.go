@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"context"
 	"time"
 )
@@ -156,8 +157,5 @@ type Batch struct {
 
 // BurstOrLimit returns a rate charge's bucket capacity.
 func (c *Charge) BurstOrLimit() int64 {
-	if c.Burst > 0 {
-		return c.Burst
-	}
-	return c.Limit
+	return cmp.Or(max(c.Burst, 0), c.Limit)
 }

@@ -1,11 +1,12 @@
 // Package memstore is the in-process sluice.Store: counters in sharded maps,
 // found by their whole sluice.CounterKey (a subject's counters, one per
-// rule and period, listed under the subject), one lock per shard. Unrelated subjects
-// rarely contend, and idle counters are evicted so memory stays bounded
-// with millions of subjects. Nothing survives the process.
+// rule and period, listed under the subject), one lock per shard. Unrelated subjects rarely contend, and idle counters
+// are evicted so memory stays bounded with millions of subjects. Nothing
+// survives the process.
 package memstore
 
 import (
+	"cmp"
 	"context"
 	"hash/maphash"
 	"slices"
@@ -47,23 +48,16 @@ type Options struct {
 
 // Store is an in-memory sluice.Store. It is safe for concurrent use.
 type Store struct {
-	seed       maphash.Seed
-	shards     []shard
-	evictScan  int
-	evictEvery int
-	evictIdle  int64
+	seed   maphash.Seed
+	shards []shard
+	// opts are the Options with their defaults.
+	opts Options
 
 	// open holds the admitted batches with budget charges, for the sweep
-	// to settle if nobody does.
+	// to settle if nobody does: each a copy of the batch (sharing its
+	// charges) whose Deadline is the batch's own, or a renewal's.
 	openMu sync.Mutex
-	open   map[uint64]openBatch
-}
-
-// openBatch is an admitted batch and its deadline: the batch's own, or a
-// renewal's.
-type openBatch struct {
-	batch    *sluice.Batch
-	deadline time.Time
+	open   map[uint64]sluice.Batch
 }
 
 // shard holds the counters of the subjects that hash to it.
@@ -71,18 +65,17 @@ type shard struct {
 	mu       sync.Mutex
 	subjects map[string][]*state
 	// made counts the counters made since the last eviction scan, ops the
-	// admissions (counted only with Options.EvictEvery).
+	// admissions since the last scan owed to Options.EvictEvery.
 	made, ops int
 }
 
 // state is one counter of a subject: the rest of its key, and its state. A
-// key belongs to one rule, so to one kind; a key charged under another kind
-// than before (which no Limiter does: a rule's fingerprint covers its kind)
-// starts afresh.
+// key belongs to one rule, so to one kind (a rule's fingerprint covers its
+// kind), whose field holds the state; the fields of the other kinds stay
+// zero, which is what a fresh counter holds.
 type state struct {
 	rule   uint64
 	period int64
-	kind   sluice.Kind
 	rate   counter.Rate
 	budget counter.Budget
 	leases []counter.Lease
@@ -93,18 +86,11 @@ type state struct {
 
 // New returns an empty Store.
 func New(opts Options) *Store {
-	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, max(1, opts.Shards)),
-		evictScan: opts.EvictScan, evictEvery: opts.EvictEvery, evictIdle: int64(opts.EvictIdle),
-		open: map[uint64]openBatch{}}
-	if opts.Shards <= 0 {
-		s.shards = make([]shard, 64)
-	}
-	if s.evictScan <= 0 {
-		s.evictScan = 2
-	}
-	if s.evictIdle <= 0 {
-		s.evictIdle = int64(10 * time.Second)
-	}
+	// A setting that is not positive takes its default.
+	opts.Shards = cmp.Or(max(opts.Shards, 0), 64)
+	opts.EvictScan = cmp.Or(max(opts.EvictScan, 0), 2)
+	opts.EvictIdle = cmp.Or(max(opts.EvictIdle, 0), 10*time.Second)
+	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, opts.Shards), opts: opts, open: map[uint64]sluice.Batch{}}
 	for i := range s.shards {
 		s.shards[i].subjects = map[string][]*state{}
 	}
@@ -117,29 +103,22 @@ func (s *Store) shardOf(subject string) int {
 	return int(maphash.String(s.seed, subject) % uint64(len(s.shards)))
 }
 
-// shardsOf appends to of the shard of each of b's charges, and to lock the
-// shards to lock: ascending and each once, so that two calls never wait
+// lock appends to of the shard of each of b's charges, and to locked the
+// shards it locks: ascending and each once, so that two calls never wait
 // for each other in a cycle. The callers pass slices of arrays of their
 // own, room for most calls without allocating.
-func (s *Store) shardsOf(b *sluice.Batch, of, lock []int) ([]int, []int) {
-	j := -1
+func (s *Store) lock(b *sluice.Batch, of, locked []int) ([]int, []int) {
 	for i := range b.Charges {
-		// Most often a charge has the subject of the one before.
-		if subject := b.Charges[i].Key.Subject; j < 0 || subject != b.Charges[i-1].Key.Subject {
-			j = s.shardOf(subject)
-		}
+		j := s.shardOf(b.Charges[i].Key.Subject)
 		of = append(of, j)
-		if k, found := slices.BinarySearch(lock, j); !found {
-			lock = slices.Insert(lock, k, j)
+		if k, found := slices.BinarySearch(locked, j); !found {
+			locked = slices.Insert(locked, k, j)
 		}
 	}
-	return of, lock
-}
-
-func (s *Store) lock(shards []int) {
-	for _, j := range shards {
+	for _, j := range locked {
 		s.shards[j].mu.Lock()
 	}
+	return of, locked
 }
 
 func (s *Store) unlock(shards []int) {
@@ -149,14 +128,12 @@ func (s *Store) unlock(shards []int) {
 }
 
 // get returns the counter of key, made if missing, in a locked shard.
-func (sh *shard) get(key sluice.CounterKey, kind sluice.Kind) *state {
+func (sh *shard) get(key sluice.CounterKey) *state {
 	st := sh.find(key)
 	if st == nil {
-		st = &state{rule: key.Rule, period: key.Period, kind: kind}
+		st = &state{rule: key.Rule, period: key.Period}
 		sh.subjects[key.Subject] = append(sh.subjects[key.Subject], st)
 		sh.made++
-	} else if st.kind != kind {
-		*st = state{rule: key.Rule, period: key.Period, kind: kind}
 	}
 	return st
 }
@@ -189,34 +166,13 @@ func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, a
 		res = counter.CheckLeases(st.leases, c.Limit, now)
 	}
 	c.Allowed, c.Remaining, c.Used, c.RetryAfter = res.Allowed, res.Remaining, res.Used, time.Duration(res.RetryAfter)
-	switch {
-	case c.Kind == sluice.KindBudget:
-		c.ResetAt = c.PeriodEnd
-	case res.ResetAt != 0:
+	// A budget resets at its period's end, a bucket when full, leases at
+	// the earliest expiry.
+	c.ResetAt = time.Time{}
+	if res.ResetAt != 0 {
 		c.ResetAt = time.Unix(0, res.ResetAt)
-	default:
-		c.ResetAt = time.Time{}
 	}
 	return next, res.Allowed
-}
-
-// Admit checks every charge of b and applies all of them or none.
-func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
-	at := now.UnixNano()
-	var ofBuf, lockBuf [8]int
-	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
-	s.lock(lock)
-	ok := s.admit(at, b, of)
-	for _, j := range lock {
-		s.maybeEvict(&s.shards[j], at)
-	}
-	s.unlock(lock)
-	if ok && hasBudget(b) {
-		s.openMu.Lock()
-		s.open[b.ID] = openBatch{batch: b, deadline: b.Deadline}
-		s.openMu.Unlock()
-	}
-	return ok, nil
 }
 
 // checked is a charge's counter and, for a rate charge, the bucket as the
@@ -226,42 +182,52 @@ type checked struct {
 	next counter.Rate
 }
 
-// admit checks and applies b on locked shards: first every charge is
-// checked, then, when every charge that is not Shadow fits, all are
-// applied.
-func (s *Store) admit(now int64, b *sluice.Batch, of []int) bool {
+// Admit checks every charge of b and applies all of them or none: first
+// every charge is checked, then, when every charge that is not Shadow
+// fits, all are applied.
+func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+	at := now.UnixNano()
+	var ofBuf, lockBuf [8]int
+	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
 	var buf [8]checked
-	found := buf[:0]
-	admit := true
+	found, ok := buf[:0], true
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		st := s.shards[of[i]].get(c.Key, c.Kind)
-		next, allowed := check(c, st, c.Amount, now)
-		admit = admit && (allowed || c.Shadow)
+		st := s.shards[of[i]].get(c.Key)
+		next, allowed := check(c, st, c.Amount, at)
+		ok = ok && (allowed || c.Shadow)
 		found = append(found, checked{st: st, next: next})
 	}
-	if !admit {
-		return false
-	}
-	for i := range b.Charges {
-		c, st := &b.Charges[i], found[i].st
-		st.touched = now
-		switch c.Kind {
-		case sluice.KindRate:
-			if c.Allowed {
-				st.rate = found[i].next
-			} else {
-				// A shadow charge over its limit draws the bucket as an
-				// overrun does.
-				st.rate = bucketOf(c).Adjust(st.rate, c.Amount, now)
+	if ok {
+		for i := range b.Charges {
+			c, st := &b.Charges[i], found[i].st
+			st.touched = at
+			switch c.Kind {
+			case sluice.KindRate:
+				if c.Allowed {
+					st.rate = found[i].next
+				} else {
+					// A shadow charge over its limit draws the bucket as
+					// an overrun does.
+					st.rate = bucketOf(c).Adjust(st.rate, c.Amount, at)
+				}
+			case sluice.KindBudget:
+				st.budget = st.budget.Reserve(c.Amount, c.PeriodEnd.UnixNano())
+			case sluice.KindConcurrency:
+				st.leases = append(st.leases, counter.Lease{ID: b.ID, Expiry: b.Deadline.UnixNano()})
 			}
-		case sluice.KindBudget:
-			st.budget = st.budget.Reserve(c.Amount, c.PeriodEnd.UnixNano())
-		case sluice.KindConcurrency:
-			st.leases = append(st.leases, counter.Lease{ID: b.ID, Expiry: b.Deadline.UnixNano()})
 		}
 	}
-	return true
+	for _, j := range lock {
+		s.maybeEvict(&s.shards[j], at)
+	}
+	s.unlock(lock)
+	if ok && hasBudget(b) {
+		s.openMu.Lock()
+		s.open[b.ID] = *b
+		s.openMu.Unlock()
+	}
+	return ok, nil
 }
 
 // Settle applies each charge's Actual in place of its Amount and frees the
@@ -274,8 +240,14 @@ func (s *Store) Settle(_ context.Context, now time.Time, b *sluice.Batch) error 
 // SettleOpen is Settle, reporting whether the batch was applied (false when
 // the sweep had already settled it), for a durable store built on this one.
 func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
-	if hasBudget(b) && !s.takeOpen(b.ID) {
-		return false, nil
+	if hasBudget(b) {
+		s.openMu.Lock()
+		_, open := s.open[b.ID]
+		delete(s.open, b.ID)
+		s.openMu.Unlock()
+		if !open {
+			return false, nil
+		}
 	}
 	s.apply(now.UnixNano(), b, nil)
 	return true, nil
@@ -287,23 +259,11 @@ func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch,
 	done(s.Settle(ctx, now, b))
 }
 
-// takeOpen removes an open batch, reporting whether it was there.
-func (s *Store) takeOpen(id uint64) bool {
-	s.openMu.Lock()
-	defer s.openMu.Unlock()
-	if _, ok := s.open[id]; !ok {
-		return false
-	}
-	delete(s.open, id)
-	return true
-}
-
 // apply settles b at its Actual amounts, or at actual when it is not nil
 // (the sweep's decision).
 func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 	var ofBuf, lockBuf [8]int
-	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
-	s.lock(lock)
+	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
 	defer s.unlock(lock)
 	for i := range b.Charges {
 		c := &b.Charges[i]
@@ -317,10 +277,10 @@ func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 		}
 		if c.Kind == sluice.KindRate && amount == c.Amount {
 			// A charge settled at its reservation leaves its bucket as
-			// it is.
+			// it is, and is not looked up.
 			continue
 		}
-		st := s.shards[of[i]].get(c.Key, c.Kind)
+		st := s.shards[of[i]].get(c.Key)
 		st.touched = max(st.touched, now)
 		switch c.Kind {
 		case sluice.KindRate:
@@ -337,14 +297,13 @@ func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
 func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 	at := now.UnixNano()
 	var ofBuf, lockBuf [8]int
-	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
-	s.lock(lock)
+	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
 	defer s.unlock(lock)
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		st := s.shards[of[i]].find(c.Key)
-		if st == nil || st.kind != c.Kind {
-			// No counter yet, or one an admission would start afresh.
+		if st == nil {
+			// No counter yet: what an admission would make.
 			st = &state{}
 		}
 		check(c, st, 0, at)
@@ -364,7 +323,7 @@ func (s *Store) Reserved(_ context.Context, keys []sluice.CounterKey) ([]int64, 
 	for i, k := range keys {
 		sh := &s.shards[s.shardOf(k.Subject)]
 		sh.mu.Lock()
-		if st := sh.find(k); st != nil && st.kind == sluice.KindBudget {
+		if st := sh.find(k); st != nil {
 			out[i] = st.budget.Reserved
 		}
 		sh.mu.Unlock()
@@ -379,12 +338,11 @@ func (s *Store) Close() error { return nil }
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for _, list := range sh.subjects {
+		s.shards[i].mu.Lock()
+		for _, list := range s.shards[i].subjects {
 			n += len(list)
 		}
-		sh.mu.Unlock()
+		s.shards[i].mu.Unlock()
 	}
 	return n
 }
@@ -396,7 +354,7 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	made := sh.made
-	st := sh.get(key, sluice.KindBudget)
+	st := sh.get(key)
 	// A counter reloaded from the journal is not a new arrival and owes
 	// no eviction scan.
 	sh.made = made

@@ -13,49 +13,36 @@ import (
 func (s *Store) RenewLeases(_ context.Context, now time.Time, renewals []sluice.Batch) error {
 	for i := range renewals {
 		b := &renewals[i]
-		if hasBudget(b) && !s.renewOpen(b.ID, now, b.Deadline) {
-			continue
-		}
-		s.renewLeases(b, now.UnixNano(), b.Deadline.UnixNano())
-	}
-	return nil
-}
-
-// renewOpen moves an open batch's deadline later, reporting whether the
-// batch is open and not past its deadline at now.
-func (s *Store) renewOpen(id uint64, now, deadline time.Time) bool {
-	s.openMu.Lock()
-	defer s.openMu.Unlock()
-	o, ok := s.open[id]
-	if !ok || !o.deadline.After(now) {
-		return false
-	}
-	if deadline.After(o.deadline) {
-		o.deadline = deadline
-		s.open[id] = o
-	}
-	return true
-}
-
-// renewLeases moves the expiry of b's live leases later.
-func (s *Store) renewLeases(b *sluice.Batch, now, expiry int64) {
-	var ofBuf, lockBuf [8]int
-	of, lock := s.shardsOf(b, ofBuf[:0], lockBuf[:0])
-	s.lock(lock)
-	defer s.unlock(lock)
-	for i := range b.Charges {
-		c := &b.Charges[i]
-		if c.Kind != sluice.KindConcurrency {
-			continue
-		}
-		st := s.shards[of[i]].find(c.Key)
-		if st == nil || st.kind != c.Kind {
-			continue
-		}
-		for j := range st.leases {
-			if l := &st.leases[j]; l.ID == b.ID && l.Expiry > now && l.Expiry < expiry {
-				l.Expiry = expiry
+		if hasBudget(b) {
+			// Move the open batch's deadline later, unless it is settled,
+			// swept or past its deadline.
+			s.openMu.Lock()
+			o, open := s.open[b.ID]
+			open = open && o.Deadline.After(now)
+			if open && b.Deadline.After(o.Deadline) {
+				o.Deadline = b.Deadline
+				s.open[b.ID] = o
+			}
+			s.openMu.Unlock()
+			if !open {
+				continue
 			}
 		}
+		// Move the expiry of b's live leases later.
+		at, expiry := now.UnixNano(), b.Deadline.UnixNano()
+		var ofBuf, lockBuf [8]int
+		of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
+		for i := range b.Charges {
+			c := &b.Charges[i]
+			if st := s.shards[of[i]].find(c.Key); st != nil {
+				for j := range st.leases {
+					if l := &st.leases[j]; l.ID == b.ID && l.Expiry > at && l.Expiry < expiry {
+						l.Expiry = expiry
+					}
+				}
+			}
+		}
+		s.unlock(lock)
 	}
+	return nil
 }

@@ -3,6 +3,7 @@ package memstore
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 
 	"github.com/sluicehq/sluice"
@@ -20,31 +21,25 @@ func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.Batch, erro
 		return nil, nil
 	}
 	s.openMu.Lock()
-	open := make([]openBatch, 0, len(s.open))
-	for _, o := range s.open {
-		open = append(open, o)
-	}
+	open := slices.SortedFunc(maps.Values(s.open), func(a, b sluice.Batch) int {
+		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
+	})
 	s.openMu.Unlock()
 	// An admitted batch's charges stay as they are until it is settled
 	// (the engine writes only Actual), so they are read without the lock,
 	// as the sweep reads them.
-	slices.SortFunc(open, func(a, b openBatch) int {
-		return cmp.Or(a.deadline.Compare(b.deadline), cmp.Compare(a.batch.ID, b.batch.ID))
-	})
 	open = open[:min(limit, len(open))]
 	out := make([]sluice.Batch, len(open))
 	for i, o := range open {
-		b := o.batch
-		r := sluice.Batch{ID: b.ID, Deadline: o.deadline}
-		for j := range b.Charges {
-			switch c := &b.Charges[j]; c.Kind {
+		out[i] = sluice.Batch{ID: o.ID, Deadline: o.Deadline}
+		for j := range o.Charges {
+			switch c := &o.Charges[j]; c.Kind {
 			case sluice.KindBudget:
-				r.Charges = append(r.Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: c.Amount})
+				out[i].Charges = append(out[i].Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: c.Amount})
 			case sluice.KindConcurrency:
-				r.Charges = append(r.Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: 1})
+				out[i].Charges = append(out[i].Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: 1})
 			}
 		}
-		out[i] = r
 	}
 	return out, nil
 }

@@ -25,7 +25,7 @@ func TestStore_RestoredBudgetsOweNoScan(t *testing.T) {
 		t.Fatalf("%d counters restored, want 1000", n)
 	}
 	sh := &s.shards[0]
-	sh.get(sluice.CounterKey{Rule: 1, Subject: "new"}, sluice.KindRate)
+	sh.get(sluice.CounterKey{Rule: 1, Subject: "new"})
 	if sh.made != 1 {
 		t.Fatalf("a counter made by an admission counts %d toward the scan, want 1", sh.made)
 	}

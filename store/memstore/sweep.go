@@ -26,71 +26,52 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 
 // SweepReport is Sweep, and tells what it settled.
 func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResult, []sluice.Batch, error) {
-	expired, res := s.SweepExpired(now)
+	_, report, res := s.SweepExpired(now)
 	at := now.UnixNano()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.evict(math.MaxInt, at, s.evictIdle)
+		sh.evict(math.MaxInt, at, int64(s.opts.EvictIdle))
 		sh.mu.Unlock()
 	}
-	return res, Report(expired), nil
-}
-
-// Report describes what SweepExpired settled, for SweepReport: each
-// charge, a budget's with the amount it was charged.
-func Report(expired []Expired) []sluice.Batch {
-	if len(expired) == 0 {
-		return nil
-	}
-	out := make([]sluice.Batch, len(expired))
-	for i, e := range expired {
-		out[i].Charges = make([]sluice.Charge, len(e.Batch.Charges))
-		for j, c := range e.Batch.Charges {
-			out[i].Charges[j] = sluice.Charge{Key: c.Key, Kind: c.Kind}
-			if c.Kind == sluice.KindBudget {
-				out[i].Charges[j].Actual = e.Actual[j]
-			}
-		}
-	}
-	return out
+	return res, report, nil
 }
 
 // SweepExpired settles the batches past their deadline and returns them, so
-// that a durable store built on this one can journal what it did. A budget
-// charge is charged its Amount, or refunded when its rule says
-// ExpiryRelease; leases are freed; rate buckets keep what they hold.
-func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
-	var due []*sluice.Batch
+// that a durable store built on this one can journal what it did, and the
+// report SweepReport makes of them: each charge, a budget's with the amount
+// it was charged. A budget charge is charged its Amount, or refunded when
+// its rule says ExpiryRelease; leases are freed; rate buckets keep what
+// they hold.
+func (s *Store) SweepExpired(now time.Time) (out []Expired, report []sluice.Batch, res sluice.SweepResult) {
 	s.openMu.Lock()
 	for id, o := range s.open {
-		if !o.deadline.After(now) {
-			due = append(due, o.batch)
-			delete(s.open, id)
+		if o.Deadline.After(now) {
+			continue
 		}
-	}
-	s.openMu.Unlock()
-	var res sluice.SweepResult
-	out := make([]Expired, 0, len(due))
-	for _, b := range due {
-		e := Expired{Batch: b, Actual: make([]int64, len(b.Charges))}
-		for i := range b.Charges {
-			c := &b.Charges[i]
-			e.Actual[i] = c.Amount
-			if c.Kind == sluice.KindBudget {
-				if c.OnExpiry == sluice.ExpiryRelease {
-					e.Actual[i] = 0
-					res.Released++
-				} else {
-					res.Charged++
-				}
+		delete(s.open, id)
+		e := Expired{Batch: &o, Actual: make([]int64, len(o.Charges))}
+		told := sluice.Batch{Charges: make([]sluice.Charge, len(o.Charges))}
+		for i, c := range o.Charges {
+			told.Charges[i] = sluice.Charge{Key: c.Key, Kind: c.Kind}
+			switch {
+			case c.Kind != sluice.KindBudget:
+				e.Actual[i] = c.Amount
+			case c.OnExpiry == sluice.ExpiryRelease:
+				res.Released++
+			default:
+				e.Actual[i], told.Charges[i].Actual = c.Amount, c.Amount
+				res.Charged++
 			}
 		}
-		s.apply(now.UnixNano(), b, e.Actual)
-		res.Reservations++
-		out = append(out, e)
+		out, report = append(out, e), append(report, told)
 	}
-	return out, res
+	s.openMu.Unlock()
+	for _, e := range out {
+		s.apply(now.UnixNano(), e.Batch, e.Actual)
+	}
+	res.Reservations = len(out)
+	return out, report, res
 }
 
 // maybeEvict runs the eviction scan a locked shard owes: EvictScan counters
@@ -100,16 +81,15 @@ func (s *Store) SweepExpired(now time.Time) ([]Expired, sluice.SweepResult) {
 // two counters looked at per counter made, idle counters take about as much
 // room again as the live ones at most.
 func (s *Store) maybeEvict(sh *shard, now int64) {
-	n := sh.made * s.evictScan
+	n := sh.made * s.opts.EvictScan
 	sh.made = 0
-	if s.evictEvery > 0 {
-		if sh.ops++; sh.ops >= s.evictEvery {
-			sh.ops = 0
-			n += s.evictScan
-		}
+	if sh.ops++; s.opts.EvictEvery > 0 && sh.ops >= s.opts.EvictEvery {
+		sh.ops = 0
+		n += s.opts.EvictScan
 	}
 	if n > 0 {
-		sh.evict(n, now, s.evictIdle)
+		// An admission to counters that exist scans nothing.
+		sh.evict(n, now, int64(s.opts.EvictIdle))
 	}
 }
 
@@ -133,19 +113,13 @@ func (sh *shard) evict(n int, now, grace int64) {
 }
 
 // idle reports whether a counter holds nothing worth keeping (a full
-// bucket, an empty or finished budget, no live lease) and has not been
-// touched for grace ns.
+// bucket, an empty or finished budget, no live lease: the zero fields of
+// the kinds it is not hold nothing either) and has not been touched for
+// grace ns.
 func (st *state) idle(now, grace int64) bool {
 	if now-st.touched < grace {
 		return false
 	}
-	switch st.kind {
-	case sluice.KindBudget:
-		return st.budget.Idle(now)
-	case sluice.KindConcurrency:
-		st.leases = counter.Live(st.leases, now)
-		return len(st.leases) == 0
-	}
-	// A rate counter, or one never charged, whose state is all zero.
-	return st.rate.Full(now)
+	st.leases = counter.Live(st.leases, now)
+	return st.rate.Full(now) && st.budget.Idle(now) && len(st.leases) == 0
 }

@@ -368,7 +368,7 @@ func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepRes
 		// Told of at the last report, whose caller has recorded them since.
 		last = s.enqueue(op{kind: opForget})
 	}
-	expired, res := s.mem.SweepExpired(now)
+	expired, report, res := s.mem.SweepExpired(now)
 	for _, e := range expired {
 		last = s.enqueue(op{kind: opSettle, batch: e.Batch, actual: e.Actual})
 	}
@@ -378,7 +378,7 @@ func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepRes
 			return res, told, err
 		}
 	}
-	return res, append(told, memstore.Report(expired)...), nil
+	return res, append(told, report...), nil
 }
 
 func hasBudget(b *sluice.Batch) bool {
