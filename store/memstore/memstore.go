@@ -1,8 +1,8 @@
-// Package memstore is the in-process sluice.Store: counters in sharded maps,
-// found by their whole sluice.CounterKey (a subject's counters, one per
-// rule and period, listed under the subject), one lock per shard. Unrelated subjects rarely contend, and idle counters
-// are evicted so memory stays bounded with millions of subjects. Nothing
-// survives the process.
+// Package memstore is the in-process sluice.Store: counters in sharded maps
+// (a subject's counters, one per rule and period, listed under the
+// subject), one lock per shard. Unrelated subjects rarely contend, and idle
+// counters are evicted so memory stays bounded with millions of subjects.
+// Nothing survives the process.
 package memstore
 
 import (
