@@ -208,10 +208,10 @@ func (r *reloader) reload() error {
 	return nil
 }
 
-// startAdmin serves the admin API, /metrics and the console on
-// cfg.AdminListen, and reloads the configuration on SIGHUP. It returns the
+// startAdmin serves the admin API, /metrics and the console on ln (bound
+// to cfg.AdminListen), and reloads the configuration on SIGHUP. It returns the
 // generated admin token when it made one.
-func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *catalog.Catalog, limiter *sluice.Limiter,
+func startAdmin(ctx context.Context, ln net.Listener, cfg *config.Config, flags *common, cat *catalog.Catalog, limiter *sluice.Limiter,
 	obs *observability, log *slog.Logger) (*http.Server, string, error) {
 	token, generated, err := adminToken(cfg)
 	if err != nil {
@@ -231,10 +231,6 @@ func startAdmin(ctx context.Context, cfg *config.Config, flags *common, cat *cat
 		CheckKey:   checkKeyLive(cfg),
 		PurgeCache: obs.purgeCache,
 	})
-	if err != nil {
-		return nil, "", err
-	}
-	ln, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
 		return nil, "", err
 	}

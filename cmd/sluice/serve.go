@@ -124,6 +124,20 @@ func serve(args []string) error {
 		}
 	}()
 
+	// Both listeners are bound before the built-in mock provider takes a
+	// loopback port of its own, so that it never takes either one's (a
+	// port just given back is as free as any), and a taken address fails
+	// the start before anything else runs.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	adminLn, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		return err
+	}
+	defer adminLn.Close()
 	providers, err := providersOf(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -182,10 +196,6 @@ func serve(args []string) error {
 	obs.watchCircuits(g)
 	obs.watchCache(cfg, g)
 	obs.metrics.LiveConnections(g.LiveConnections)
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
 	srv := g.Server()
 	go func() {
 		if err := srv.Serve(g.Listener(ln)); err != nil {
@@ -193,7 +203,7 @@ func serve(args []string) error {
 			stop()
 		}
 	}()
-	admin, token, err := startAdmin(ctx, cfg, &c, cat, limiter, obs, log)
+	admin, token, err := startAdmin(ctx, adminLn, cfg, &c, cat, limiter, obs, log)
 	if err != nil {
 		return err
 	}
