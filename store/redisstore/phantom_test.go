@@ -27,8 +27,9 @@ var (
 // cancellation the store sends then undoes it, whether it knows the
 // admission by its reservation record or, without a budget, by its lease.
 func TestPhantomAdmission_CancelledWhenItsAnswerIsLate(t *testing.T) {
+	t.Parallel()
 	redisURL(t)
-	srv := startRedis(t, freePort(t))
+	srv := startRedis(t)
 	proxy := startDelayProxy(t, srv.addr())
 	url := "redis://" + proxy.addr() + "/0"
 	for _, tc := range []struct {
@@ -72,8 +73,9 @@ func TestPhantomAdmission_CancelledWhenItsAnswerIsLate(t *testing.T) {
 // finds nothing applied and gives nothing back: the rate bucket and the
 // budget stay exactly at their limits.
 func TestCancel_NeverRefundsARefusedAdmission(t *testing.T) {
+	t.Parallel()
 	redisURL(t)
-	srv := startRedis(t, freePort(t))
+	srv := startRedis(t)
 	proxy := startDelayProxy(t, srv.addr())
 	url := "redis://" + proxy.addr() + "/0"
 	perHour := sluice.Rule{Name: "rph", Kind: sluice.KindRate, Subject: "key", Limit: 2, Window: time.Hour}
@@ -131,8 +133,9 @@ func TestCancel_NeverRefundsARefusedAdmission(t *testing.T) {
 // its caller's deadline (Redis busy meanwhile) is refused by the script,
 // with PinTime too (the give-up time is read on the server's own clock).
 func TestLateAdmission_RefusedByRedis(t *testing.T) {
+	t.Parallel()
 	redisURL(t)
-	srv := startRedis(t, freePort(t))
+	srv := startRedis(t)
 	url := "redis://" + srv.addr() + "/0"
 	prefix := freePrefixFor(t, url)
 	h := harness(t, redisstore.Options{URL: url, Prefix: prefix, PinTime: true})
@@ -162,8 +165,9 @@ func TestLateAdmission_RefusedByRedis(t *testing.T) {
 // the store error, and two seconds after Redis resumes the cap is free and
 // no budget holds anything for them.
 func TestStall_NoPhantomHolds(t *testing.T) {
+	t.Parallel()
 	redisURL(t)
-	srv := startRedis(t, freePort(t))
+	srv := startRedis(t)
 	url := "redis://" + srv.addr() + "/0"
 	prefix := freePrefixFor(t, url)
 	s := openStore(t, redisstore.Options{URL: url, Prefix: prefix, Timeout: 250 * time.Millisecond})

@@ -42,7 +42,9 @@ func needBinaries(t testing.TB) {
 	}
 }
 
-// freePort returns a loopback TCP port nobody listens on.
+// freePort returns a loopback TCP port nobody listened on a moment ago.
+// The port is freed for redis-server to take, so another process may take
+// it first: a server started on it fails to start, and startRedis retries.
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -53,17 +55,23 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startRedis starts redis-server on port without persistence and stops it
-// when the test ends.
-func startRedis(t testing.TB, port int) *redisServer {
+// startRedis starts redis-server on a free port without persistence and
+// stops it when the test ends. A server that cannot take its port (taken
+// between freePort and its bind, by a test running in parallel, say) is
+// started again on another.
+func startRedis(t testing.TB) *redisServer {
 	t.Helper()
 	needBinaries(t)
-	s := newRedisServer(port, t.TempDir())
-	if err := s.start(); err != nil {
-		t.Fatal(err)
+	var err error
+	for range 5 {
+		s := newRedisServer(freePort(t), t.TempDir())
+		if err = s.start(); err == nil {
+			t.Cleanup(s.kill)
+			return s
+		}
 	}
-	t.Cleanup(s.kill)
-	return s
+	t.Fatal(err)
+	return nil
 }
 
 func newRedisServer(port int, dir string, extra ...string) *redisServer {
