@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if schema := os.Getenv(childEnv); schema != "" {
 		os.Exit(replica(schema))
 	}
+	// The parallel tests wait on the database (a scenario's schema made
+	// and migrated), a proxy's delay, a row held locked, child processes.
+	testenv.WaitingTests(4)
 	os.Exit(testenv.Run(m))
 }
 
