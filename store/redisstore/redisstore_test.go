@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 	}
 	// The parallel tests wait on stalled servers, delaying proxies, busy
 	// scripts and child processes.
-	testenv.WaitingTests(4)
+	testenv.WaitingTests(8)
 	code := testenv.Run(m)
 	stopCluster()
 	os.Exit(code)
