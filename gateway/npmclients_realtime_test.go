@@ -119,6 +119,7 @@ func lastClose(t *testing.T, lines []sdkLine) sdkLine {
 // "quota exceeded", which the seed's close handler takes as terminal; a
 // provider's drop, which it reconnects after.
 func TestGateway_NPMRealtimeClient(t *testing.T) {
+	t.Parallel()
 	dir := npmClients(t)
 	t.Run("session", func(t *testing.T) {
 		h := newHarness(t, liveRules)

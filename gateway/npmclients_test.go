@@ -68,6 +68,7 @@ func runClients(t *testing.T, dir, base, model string) []clientResult {
 // Anthropic and OpenAI-compatible providers tries a budget refusal exactly
 // once, and retries a rate limit after its hint and succeeds.
 func TestGateway_NPMClientsObeyTheRefusalContract(t *testing.T) {
+	t.Parallel()
 	dir := npmClients(t)
 	t.Run("budget tried once", func(t *testing.T) {
 		h := newHarness(t, []sluice.Rule{oneCallADay})

@@ -30,8 +30,21 @@ func TestRealtime_RecordsNameTheSessionAndTheConnection(t *testing.T) {
 	_ = c.conn.Close(websocket.StatusNormalClosure, "")
 	eventually(t, "three records", func() bool { return len(h.rec.usage()) == 3 })
 
-	recs := h.rec.usage()
-	chat, response, conn := recs[0], recs[1], recs[2]
+	// The records come in no set order: the HTTP call's is written after
+	// its answer, so it may come after the live connection's (seen on a
+	// loaded machine). Each is known by what it is: the HTTP call by its
+	// route, a response by its numbered request id.
+	var chat, response, conn gateway.UsageRecord
+	for _, r := range h.rec.usage() {
+		switch {
+		case r.Route != "realtime":
+			chat = r
+		case strings.Contains(r.RequestID, "/"):
+			response = r
+		default:
+			conn = r
+		}
+	}
 	if chat.SessionID != s.ID || chat.ConnectionID != "" {
 		t.Errorf("HTTP call's record: session %q, connection %q; want %q and none", chat.SessionID, chat.ConnectionID, s.ID)
 	}

@@ -225,6 +225,7 @@ func TestSDK_BudgetExhaustedReachesSDKOnce(t *testing.T) {
 // class terminal), and the official Anthropic SDKs (Go and Node),
 // retrying by default, ask once. With retry-after it stays a throttle the SDK may retry.
 func TestSDK_AnthropicSpendCapIsTerminal(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name         string
 		retryAfter   string

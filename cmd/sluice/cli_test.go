@@ -21,6 +21,18 @@ import (
 // memory-store limiter with the default configuration's rules.
 func adminServer(t *testing.T) (*httptest.Server, *catalog.Catalog, *sluice.Limiter) {
 	t.Helper()
+	srv, cat, l := newAdminServer(t)
+	t.Setenv("SLUICE_ADMIN_TOKEN", adminServerToken)
+	return srv, cat, l
+}
+
+// adminServerToken is the admin token of the servers adminServer starts.
+const adminServerToken = "cli-test-token"
+
+// newAdminServer is adminServer without setting SLUICE_ADMIN_TOKEN, for a
+// parallel test that gives the token to the processes it starts.
+func newAdminServer(t *testing.T) (*httptest.Server, *catalog.Catalog, *sluice.Limiter) {
+	t.Helper()
 	cat, err := catalog.OpenSQLite(filepath.Join(t.TempDir(), "catalog.db"), catalog.Options{FlushInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +43,7 @@ func adminServer(t *testing.T) (*httptest.Server, *catalog.Catalog, *sluice.Limi
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := admin.New(admin.Options{Catalog: cat, Limiter: l, AdminToken: "cli-test-token", OnChange: func() {
+	h, err := admin.New(admin.Options{Catalog: cat, Limiter: l, AdminToken: adminServerToken, OnChange: func() {
 		p, _, err := admin.LoadPolicy(context.Background(), cat, cfg.Layers(), nil)
 		if err == nil {
 			err = l.SetPolicy(p)
@@ -45,7 +57,6 @@ func adminServer(t *testing.T) (*httptest.Server, *catalog.Catalog, *sluice.Limi
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	t.Setenv("SLUICE_ADMIN_TOKEN", "cli-test-token")
 	return srv, cat, l
 }
 

@@ -24,7 +24,9 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// TestMain ends the package's output with the PostgreSQL tests it skipped.
+// TestMain makes the directory buildSluice builds the command in, lets more
+// parallel tests run at once than there are CPUs, and ends the package's
+// output with the PostgreSQL tests it skipped.
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sluice-test-bin-")
 	if err != nil {
@@ -32,6 +34,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	built.dir = dir
+	// The parallel tests mostly wait on the processes they start: a
+	// reservation's deadline and the sweeper's round, a restart.
+	testenv.WaitingTests(4)
 	code := testenv.Run(m)
 	_ = os.RemoveAll(dir)
 	os.Exit(code)

@@ -17,10 +17,12 @@ import (
 // directory and through the admin API, lists them, and refuses a bad
 // permission with the catalog's message.
 func TestKeys_ServiceKeys(t *testing.T) {
+	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
-	srv, cat, _ := adminServer(t)
-	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_CONFIG=", "SLUICE_DATABASE=", "SLUICE_ENV=")
+	srv, cat, _ := newAdminServer(t)
+	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_CONFIG=", "SLUICE_DATABASE=", "SLUICE_ENV=",
+		"SLUICE_ADMIN_TOKEN="+adminServerToken)
 	run := func(args ...string) (string, error) {
 		t.Helper()
 		cmd := exec.Command(bin, args...)

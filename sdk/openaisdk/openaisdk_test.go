@@ -310,6 +310,7 @@ func TestMiddleware_StreamEndedEarlyIsChargedWhatWasReceived(t *testing.T) {
 }
 
 func TestMiddleware_ProviderErrorsReleaseTheReservation(t *testing.T) {
+	t.Parallel()
 	for _, status := range []int{400, 500} {
 		t.Run(http.StatusText(status), func(t *testing.T) {
 			inFlight := sluice.Rule{Name: "in_flight", Kind: sluice.KindConcurrency, Subject: "key", Limit: 1}
@@ -372,6 +373,7 @@ func TestMiddleware_IdentityFromContext(t *testing.T) {
 }
 
 func TestMiddleware_StoreUnavailableIsRetriedAfterASecond(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, mockprovider.Options{}, []sluice.Rule{tokenBudget(1_000_000)}, openaisdk.Options{})
 	l, err := sluice.New(sluice.Options{Store: &downOnce{Store: memstore.New(memstore.Options{})}, Rules: []sluice.Rule{tokenBudget(1_000_000)}})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 // counters, shadow charges go over their limits, refused batches must leave
 // nothing behind: what the conformance suite does not reach.
 func TestDifferential_SameResultsAsMemstore(t *testing.T) {
+	t.Parallel()
 	pg := openStore(t, testSchema(t), pgstore.Options{PinTime: true})
 	ctx := context.Background()
 	admin := adminPool(t)

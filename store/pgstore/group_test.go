@@ -288,6 +288,7 @@ func TestGroup_SettlingTwiceInOneGroupChargesOnce(t *testing.T) {
 // group may commit when the row is freed, after its callers left), and the
 // store works once the row is free.
 func TestGroup_FailingCallReachesEveryCaller(t *testing.T) {
+	t.Parallel()
 	schema := testSchema(t)
 	s := openStore(t, schema, pgstore.Options{Timeout: 500 * time.Millisecond})
 	ctx := context.Background()

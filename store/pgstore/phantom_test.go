@@ -25,6 +25,7 @@ import (
 // reservation stayed until the sweep charged it, and the lease until it
 // expired.
 func TestPhantom_AdmissionAnsweredLateIsReleased(t *testing.T) {
+	t.Parallel()
 	testPhantomReleased(t, "downstream")
 }
 
@@ -33,6 +34,7 @@ func TestPhantom_AdmissionAnsweredLateIsReleased(t *testing.T) {
 // up, and perhaps after the first release, which is why the release is
 // sent again.
 func TestPhantom_AdmissionArrivingLateIsReleased(t *testing.T) {
+	t.Parallel()
 	testPhantomReleased(t, "upstream")
 }
 

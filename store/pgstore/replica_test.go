@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if schema := os.Getenv(childEnv); schema != "" {
 		os.Exit(replica(schema))
 	}
+	// The parallel tests wait on the database (a scenario's schema made
+	// and migrated), a proxy's delay, a row held locked, child processes.
+	testenv.WaitingTests(4)
 	os.Exit(testenv.Run(m))
 }
 
@@ -327,6 +330,7 @@ func effectiveUsed(t *testing.T, l *sluice.Limiter, id sluice.Identity, rule str
 // worst-case budget admits exactly what fits, a rate rule exactly its burst,
 // and a concurrency cap is never exceeded.
 func TestReplicas_ThreeProcessesShareExactLimits(t *testing.T) {
+	t.Parallel()
 	schema := testSchema(t)
 	s := openStore(t, schema, pgstore.Options{})
 	procs := startReplicas(t, schema, 3)
@@ -396,6 +400,7 @@ func TestReplicas_ThreeProcessesShareExactLimits(t *testing.T) {
 // then free; three stores sweeping at once settle its reservations exactly
 // once between them.
 func TestReplicas_KillNineFreesLeasesAndSweepSettlesOnce(t *testing.T) {
+	t.Parallel()
 	schema := testSchema(t)
 	s := openStore(t, schema, pgstore.Options{})
 	procs := startReplicas(t, schema, 1)

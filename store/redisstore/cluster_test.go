@@ -18,6 +18,7 @@ import (
 // the subject), a request's key rules and workspace rules fall in different
 // slots, so the suite also exercises admission in steps and compensation.
 func TestCluster_Conformance(t *testing.T) {
+	t.Parallel()
 	url := clusterURL(t)
 	var split atomic.Int64
 	t.Run("suite", func(t *testing.T) {

@@ -27,8 +27,9 @@ var (
 // cancellation the store sends then undoes it, whether it knows the
 // admission by its reservation record or, without a budget, by its lease.
 func TestPhantomAdmission_CancelledWhenItsAnswerIsLate(t *testing.T) {
+	t.Parallel()
 	redisURL(t)
-	srv := startRedis(t, freePort(t))
+	srv := startRedis(t)
 	proxy := startDelayProxy(t, srv.addr())
 	url := "redis://" + proxy.addr() + "/0"
 	for _, tc := range []struct {
@@ -72,8 +73,9 @@ func TestPhantomAdmission_CancelledWhenItsAnswerIsLate(t *testing.T) {
 // finds nothing applied and gives nothing back: the rate bucket and the
 // budget stay exactly at their limits.
 func TestCancel_NeverRefundsARefusedAdmission(t *testing.T) {
+	t.Parallel()
 	redisURL(t)
-	srv := startRedis(t, freePort(t))
+	srv := startRedis(t)
 	proxy := startDelayProxy(t, srv.addr())
 	url := "redis://" + proxy.addr() + "/0"
 	perHour := sluice.Rule{Name: "rph", Kind: sluice.KindRate, Subject: "key", Limit: 2, Window: time.Hour}
@@ -131,8 +133,9 @@ func TestCancel_NeverRefundsARefusedAdmission(t *testing.T) {
 // its caller's deadline (Redis busy meanwhile) is refused by the script,
 // with PinTime too (the give-up time is read on the server's own clock).
 func TestLateAdmission_RefusedByRedis(t *testing.T) {
+	t.Parallel()
 	redisURL(t)
-	srv := startRedis(t, freePort(t))
+	srv := startRedis(t)
 	url := "redis://" + srv.addr() + "/0"
 	prefix := freePrefixFor(t, url)
 	h := harness(t, redisstore.Options{URL: url, Prefix: prefix, PinTime: true})
@@ -162,8 +165,9 @@ func TestLateAdmission_RefusedByRedis(t *testing.T) {
 // the store error, and two seconds after Redis resumes the cap is free and
 // no budget holds anything for them.
 func TestStall_NoPhantomHolds(t *testing.T) {
+	t.Parallel()
 	redisURL(t)
-	srv := startRedis(t, freePort(t))
+	srv := startRedis(t)
 	url := "redis://" + srv.addr() + "/0"
 	prefix := freePrefixFor(t, url)
 	s := openStore(t, redisstore.Options{URL: url, Prefix: prefix, Timeout: 250 * time.Millisecond})
@@ -252,8 +256,13 @@ func TestStall_NoPhantomHolds(t *testing.T) {
 // master stopped, the first step (the cap) is admitted and the second
 // times out: the first is released, the second refused by Redis when it
 // resumes, and nothing is held afterwards.
+//
+// The cluster is the test's own: the package's is used by tests running
+// beside this one, which a stopped master would fail.
 func TestCluster_StalledGlobalSlotHoldsNothing(t *testing.T) {
-	url := clusterURL(t)
+	t.Parallel()
+	own := ownCluster(t)
+	url := own.url
 	prefix := freePrefixForCluster(t, url)
 	s := openStore(t, redisstore.Options{URL: url, Prefix: prefix, Timeout: 250 * time.Millisecond})
 	l, err := sluice.New(sluice.Options{Store: s, Rules: []sluice.Rule{
@@ -293,7 +302,7 @@ func TestCluster_StalledGlobalSlotHoldsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		if capAt != "" && budgetAt != "" && capAt != budgetAt {
-			for _, srv := range cluster.servers {
+			for _, srv := range own.servers {
 				if srv.addr() == budgetAt {
 					budgetNode = srv
 				}

@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(childEnv); role != "" {
 		os.Exit(runChild(role))
 	}
+	// The parallel tests wait on stalled servers, delaying proxies, busy
+	// scripts and child processes.
+	testenv.WaitingTests(8)
 	code := testenv.Run(m)
 	stopCluster()
 	os.Exit(code)

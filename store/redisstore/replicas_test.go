@@ -37,6 +37,7 @@ func replicaURLs(t *testing.T) []struct{ name, url string } {
 // exactly what fits, the rate rule exactly its burst, and the concurrency
 // cap is never exceeded. Real time, no pinned clock.
 func TestReplicas_ThreeProcessesHoldLimits(t *testing.T) {
+	t.Parallel()
 	for _, tc := range replicaURLs(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := freePrefixFor(t, tc.url)
@@ -99,6 +100,7 @@ func TestReplicas_ThreeProcessesHoldLimits(t *testing.T) {
 // leases and budget reservations: its slots free at the lease deadline, and
 // three replicas sweeping at once settle each reservation exactly once.
 func TestReplicas_KillNineFreesLeasesAndSweepsOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range replicaURLs(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := freePrefixFor(t, tc.url)

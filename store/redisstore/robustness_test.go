@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/redisstore"
 	"github.com/sluicehq/sluice/store/storetest"
 )
@@ -47,9 +48,9 @@ func TestOpen_BadURLs(t *testing.T) {
 }
 
 func TestOpen_UnreachableServerFailsFast(t *testing.T) {
-	port := freePort(t)
+	addr := testenv.RefusedAddr(t) // held: nothing can start listening there meanwhile
 	start := time.Now()
-	_, err := redisstore.Open(context.Background(), redisstore.Options{URL: "redis://127.0.0.1:" + itoa(port)})
+	_, err := redisstore.Open(context.Background(), redisstore.Options{URL: "redis://" + addr})
 	if err == nil {
 		t.Fatal("opened a store on a port nobody listens on")
 	}
@@ -268,7 +269,7 @@ func freePrefixFor(t *testing.T, url string) string {
 // admits again.
 func TestOutage_FailsFastAndRecovers(t *testing.T) {
 	redisURL(t)
-	srv := startRedis(t, freePort(t))
+	srv := startRedis(t)
 	url := "redis://" + srv.addr() + "/0"
 	const timeout = 500 * time.Millisecond
 	// Failing "fast" allows for a loaded CI machine's scheduling delays

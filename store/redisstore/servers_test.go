@@ -42,7 +42,9 @@ func needBinaries(t testing.TB) {
 	}
 }
 
-// freePort returns a loopback TCP port nobody listens on.
+// freePort returns a loopback TCP port nobody listened on a moment ago.
+// The port is freed for redis-server to take, so another process may take
+// it first: a server started on it fails to start, and startRedis retries.
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -53,17 +55,23 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startRedis starts redis-server on port without persistence and stops it
-// when the test ends.
-func startRedis(t testing.TB, port int) *redisServer {
+// startRedis starts redis-server on a free port without persistence and
+// stops it when the test ends. A server that cannot take its port (taken
+// between freePort and its bind, by a test running in parallel, say) is
+// started again on another.
+func startRedis(t testing.TB) *redisServer {
 	t.Helper()
 	needBinaries(t)
-	s := newRedisServer(port, t.TempDir())
-	if err := s.start(); err != nil {
-		t.Fatal(err)
+	var err error
+	for range 5 {
+		s := newRedisServer(freePort(t), t.TempDir())
+		if err = s.start(); err == nil {
+			t.Cleanup(s.kill)
+			return s
+		}
 	}
-	t.Cleanup(s.kill)
-	return s
+	t.Fatal(err)
+	return nil
 }
 
 func newRedisServer(port int, dir string, extra ...string) *redisServer {
@@ -160,15 +168,20 @@ func (s *redisServer) kill() {
 
 func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
-// The package's Redis Cluster: three masters on free loopback ports chosen
-// when it starts, started by the first test that needs it and stopped by
-// TestMain.
-var cluster struct {
-	once    sync.Once
+// redisCluster is a Redis Cluster of three masters on free loopback ports
+// chosen when it starts.
+type redisCluster struct {
 	url     string
-	err     error
 	servers []*redisServer
 	dir     string
+}
+
+// The package's Redis Cluster, started by the first test that needs it and
+// stopped by TestMain.
+var cluster struct {
+	once sync.Once
+	err  error
+	*redisCluster
 }
 
 // clusterURL returns the URL of the package's Redis Cluster, starting it on
@@ -177,35 +190,62 @@ func clusterURL(t testing.TB) string {
 	t.Helper()
 	redisURL(t)
 	needBinaries(t)
-	cluster.once.Do(func() { cluster.url, cluster.err = startCluster() })
+	cluster.once.Do(func() { cluster.redisCluster, cluster.err = startCluster() })
 	if cluster.err != nil {
 		t.Fatal(cluster.err)
 	}
 	return cluster.url
 }
 
-func startCluster() (string, error) {
+// ownCluster starts a Redis Cluster for t alone, stopped when t ends: for
+// a test that stops a master, which the package's cluster cannot have while
+// other tests use it.
+func ownCluster(t testing.TB) *redisCluster {
+	t.Helper()
+	redisURL(t)
+	needBinaries(t)
+	c, err := startCluster()
+	if c != nil {
+		t.Cleanup(c.stop)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startCluster starts a cluster; on an error, the cluster it returns (when
+// not nil) holds what was started, for stop.
+func startCluster() (*redisCluster, error) {
 	dir, err := os.MkdirTemp("", "redisstore-cluster-")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	cluster.dir = dir
+	c := &redisCluster{dir: dir}
 	var addrs []string
 	for node := range 3 {
 		s, err := startClusterNode(filepath.Join(dir, strconv.Itoa(node)))
 		if err != nil {
-			return "", err
+			return c, err
 		}
-		cluster.servers = append(cluster.servers, s)
+		c.servers = append(c.servers, s)
 		addrs = append(addrs, s.addr())
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
+		return c, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	url := "redis-cluster://" + strings.Join(addrs, ",")
-	return url, waitClusterReady(addrs)
+	c.url = "redis-cluster://" + strings.Join(addrs, ",")
+	return c, waitClusterReady(addrs)
+}
+
+// stop kills the cluster's servers and removes their directory.
+func (c *redisCluster) stop() {
+	for _, s := range c.servers {
+		s.kill()
+	}
+	os.RemoveAll(c.dir)
 }
 
 // clusterBusOffset is how far above its client port a cluster node listens
@@ -262,11 +302,8 @@ func clusterPort() (int, error) {
 
 // stopCluster stops the package's cluster, if it was started.
 func stopCluster() {
-	for _, s := range cluster.servers {
-		s.kill()
-	}
-	if cluster.dir != "" {
-		os.RemoveAll(cluster.dir)
+	if cluster.redisCluster != nil {
+		cluster.stop()
 	}
 }
 
