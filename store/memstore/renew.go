@@ -12,7 +12,7 @@ import (
 // or past its deadline is left alone, as is a lease freed or expired.
 func (s *Store) RenewLeases(_ context.Context, now time.Time, renewals []sluice.Batch) error {
 	for i := range renewals {
-		b := &renewals[i]
+		b := renewals[i]
 		if hasBudget(b) {
 			// Move the open batch's deadline later, unless it is settled,
 			// swept or past its deadline.
@@ -31,7 +31,7 @@ func (s *Store) RenewLeases(_ context.Context, now time.Time, renewals []sluice.
 		// Move the expiry of b's live leases later.
 		at, expiry := now.UnixNano(), b.Deadline.UnixNano()
 		var ofBuf, lockBuf [8]int
-		of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
+		of, lock := s.lock(b.Charges, ofBuf[:0], lockBuf[:0])
 		for i := range b.Charges {
 			c := &b.Charges[i]
 			if st := s.shards[of[i]].find(c.Key); st != nil {

@@ -25,9 +25,9 @@ func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.Batch, erro
 		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
 	})
 	s.openMu.Unlock()
-	// An admitted batch's charges stay as they are until it is settled
-	// (the engine writes only Actual), so they are read without the lock,
-	// as the sweep reads them.
+	// The open batches are the store's own copies, of which only the sweep
+	// writes anything (each charge's Actual), so their keys and amounts
+	// are read without the lock.
 	open = open[:min(limit, len(open))]
 	out := make([]sluice.Batch, len(open))
 	for i, o := range open {
