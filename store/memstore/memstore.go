@@ -174,13 +174,6 @@ func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, f
 	return next, found
 }
 
-// checked is a charge's counter and, for a rate charge, the bucket as the
-// charge would leave it.
-type checked struct {
-	st   *state
-	next counter.Rate
-}
-
 // Admit checks every charge of b and applies all of them or none: first
 // every charge is checked, then, when every charge that is not Shadow
 // fits, all are applied.
@@ -188,24 +181,27 @@ func (s *Store) Admit(_ context.Context, now time.Time, b sluice.Batch, results 
 	at := now.UnixNano()
 	var ofBuf, lockBuf [8]int
 	of, lock := s.lock(b.Charges, ofBuf[:0], lockBuf[:0])
-	var buf [8]checked
-	found, ok := buf[:0], true
+	// Each charge's counter and, for a rate charge, the bucket as the
+	// charge would leave it.
+	var stateBuf [8]*state
+	var nextBuf [8]counter.Rate
+	states, next, ok := stateBuf[:0], nextBuf[:0], true
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		st := s.shards[of[i]].get(c.Key)
-		next, res := check(c, st, c.Amount, at)
+		rate, res := check(c, st, c.Amount, at)
 		results[i] = res
 		ok = ok && (res.Allowed || c.Shadow)
-		found = append(found, checked{st: st, next: next})
+		states, next = append(states, st), append(next, rate)
 	}
 	if ok {
-		for i := range b.Charges {
-			c, st := &b.Charges[i], found[i].st
+		for i, st := range states {
+			c := &b.Charges[i]
 			st.touched = at
 			switch c.Kind {
 			case sluice.KindRate:
 				if results[i].Allowed {
-					st.rate = found[i].next
+					st.rate = next[i]
 				} else {
 					// A shadow charge over its limit draws the bucket as
 					// an overrun does.
@@ -357,10 +353,5 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 }
 
 func hasBudget(b sluice.Batch) bool {
-	for i := range b.Charges {
-		if b.Charges[i].Kind == sluice.KindBudget {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(b.Charges, func(c sluice.Charge) bool { return c.Kind == sluice.KindBudget })
 }

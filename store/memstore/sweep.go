@@ -20,11 +20,10 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 // SweepReport is Sweep, and tells what it settled.
 func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResult, []sluice.Batch, error) {
 	swept, res := s.SweepExpired(now)
-	at := now.UnixNano()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.evict(math.MaxInt, at, int64(s.opts.EvictIdle))
+		sh.evict(math.MaxInt, now.UnixNano(), int64(s.opts.EvictIdle))
 		sh.mu.Unlock()
 	}
 	return res, swept, nil
@@ -94,10 +93,9 @@ func (sh *shard) evict(n int, now, grace int64) {
 		}
 		n -= len(list)
 		kept := slices.DeleteFunc(list, func(st *state) bool { return st.idle(now, grace) })
-		switch {
-		case len(kept) == 0:
+		if len(kept) == 0 {
 			delete(sh.subjects, subject)
-		case len(kept) < len(list):
+		} else if len(kept) < len(list) {
 			sh.subjects[subject] = kept
 		}
 	}
