@@ -152,9 +152,10 @@ func bucketOf(c *sluice.Charge) counter.Bucket {
 	return counter.Bucket{Limit: c.Limit, Burst: c.BurstOrLimit(), Window: int64(c.Window)}
 }
 
-// check evaluates amount of charge c on its counter st at now, and returns
-// the bucket as a rate charge would leave it, and what it found.
-func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, found sluice.ChargeResult) {
+// check evaluates amount of charge c on its counter st at now, writes what
+// it found to found, and returns the bucket as a rate charge would leave
+// it.
+func check(c *sluice.Charge, st *state, amount, now int64, found *sluice.ChargeResult) (next counter.Rate) {
 	var res counter.Result
 	switch c.Kind {
 	case sluice.KindRate:
@@ -165,13 +166,13 @@ func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, f
 		st.leases = counter.Live(st.leases, now)
 		res = counter.CheckLeases(st.leases, c.Limit, now)
 	}
-	found = sluice.ChargeResult{Allowed: res.Allowed, Remaining: res.Remaining, Used: res.Used, RetryAfter: time.Duration(res.RetryAfter)}
+	*found = sluice.ChargeResult{Allowed: res.Allowed, Remaining: res.Remaining, Used: res.Used, RetryAfter: time.Duration(res.RetryAfter)}
 	// A budget resets at its period's end, a bucket when full, leases at
 	// the earliest expiry.
 	if res.ResetAt != 0 {
 		found.ResetAt = time.Unix(0, res.ResetAt)
 	}
-	return next, found
+	return next
 }
 
 // Admit checks every charge of b and applies all of them or none: first
@@ -189,10 +190,8 @@ func (s *Store) Admit(_ context.Context, now time.Time, b sluice.Batch, results 
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		st := s.shards[of[i]].get(c.Key)
-		rate, res := check(c, st, c.Amount, at)
-		results[i] = res
-		ok = ok && (res.Allowed || c.Shadow)
-		states, next = append(states, st), append(next, rate)
+		states, next = append(states, st), append(next, check(c, st, c.Amount, at, &results[i]))
+		ok = ok && (results[i].Allowed || c.Shadow)
 	}
 	if ok {
 		for i, st := range states {
@@ -297,7 +296,7 @@ func (s *Store) Peek(_ context.Context, now time.Time, b sluice.Batch, results [
 			// No counter yet: what an admission would make.
 			st = &state{}
 		}
-		_, results[i] = check(c, st, 0, at)
+		check(c, st, 0, at, &results[i])
 		if c.Kind == sluice.KindConcurrency {
 			// The leases held, not counting the one an admission would
 			// add.
@@ -353,5 +352,10 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 }
 
 func hasBudget(b sluice.Batch) bool {
-	return slices.ContainsFunc(b.Charges, func(c sluice.Charge) bool { return c.Kind == sluice.KindBudget })
+	for i := range b.Charges {
+		if b.Charges[i].Kind == sluice.KindBudget {
+			return true
+		}
+	}
+	return false
 }

@@ -104,11 +104,9 @@ func (sh *shard) evict(n int, now, grace int64) {
 // idle reports whether a counter holds nothing worth keeping (a full
 // bucket, an empty or finished budget, no live lease: the zero fields of
 // the kinds it is not hold nothing either) and has not been touched for
-// grace ns.
+// grace ns. Its expired leases are dropped either way, as a check drops
+// them.
 func (st *state) idle(now, grace int64) bool {
-	if now-st.touched < grace {
-		return false
-	}
 	st.leases = counter.Live(st.leases, now)
-	return st.rate.Full(now) && st.budget.Idle(now) && len(st.leases) == 0
+	return now-st.touched >= grace && st.rate.Full(now) && st.budget.Idle(now) && len(st.leases) == 0
 }
