@@ -21,8 +21,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 	if err := cmp.Or(req.Max.validate(), req.Expected.validate()); err != nil {
 		return nil, err
 	}
-	r := &Reservation{l: l}
-	r.batch.ID = l.nextID.Add(1)
+	r := &Reservation{l: l, id: l.nextID.Add(1)}
 	now := l.clock.Now()
 	if err := l.build(l.policy.Load(), &req, now, r, true); err != nil {
 		l.refused.Add(1)
@@ -32,7 +31,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 		return nil, err
 	}
 	if req.MaxWait > 0 && l.waiters.active() {
-		if key, ok := l.waiters.existing(r.batch.Charges); ok {
+		if key, ok := l.waiters.existing(&r.charges); ok {
 			return l.wait(ctx, &req, r, key, now)
 		}
 	}
@@ -41,7 +40,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 		return r, nil
 	}
 	if req.MaxWait > 0 && waitable(err, req.MaxWait) {
-		return l.wait(ctx, &req, r, decidingKey(r.batch.Charges), now)
+		return l.wait(ctx, &req, r, decidingKey(&r.charges), now)
 	}
 	l.refused.Add(1)
 	return nil, err
@@ -53,14 +52,13 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	if expiry < 0 {
 		expiry = math.MaxInt64
 	}
-	r.until = now.Add(expiry)
-	r.batch.Deadline = l.leaseDeadline(now, r.until)
-	r.admittedAt = now
-	if len(r.batch.Charges) == 0 {
+	r.admittedAt, r.expiry = now, expiry
+	r.deadline = l.leaseDeadline(now, now.Add(expiry))
+	if len(r.charges.in) == 0 {
 		l.admitted.Add(1)
 		return nil
 	}
-	if err := l.held(req, r.batch.Charges, now); err != nil {
+	if err := l.held(req, &r.charges, now); err != nil {
 		return err
 	}
 	var ok bool
@@ -68,52 +66,49 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	if r.classes {
 		ok, err = l.admitClasses(ctx, now, r)
 	} else {
-		ok, err = l.store.Admit(ctx, now, &r.batch)
+		ok, err = l.store.Admit(ctx, now, r.batch(), r.charges.out)
 	}
 	if err != nil {
 		if signal, ok := err.(*StoreError); ok {
 			// The refusal's demand signal failed (see admitClasses).
 			return signal
 		}
-		if !failOpen(r.batch.Charges) {
-			return &StoreError{Op: "admit", Err: err}
-		}
-		// Every rule in play says on_store_error: open: admit, charge
-		// nothing, and say so, naming the rules that let it through.
-		for i := range r.batch.Charges {
-			if c := &r.batch.Charges[i]; !c.Shadow {
-				r.failedOpenRules = append(r.failedOpenRules, c.rule.Name)
+		// When every enforced charge's rule says on_store_error: open:
+		// admit, charge nothing, and say so, naming the rules that let it
+		// through.
+		for i, c := range r.charges.origins {
+			if r.charges.in[i].Shadow {
+				continue
 			}
+			if c.rule.OnStoreError != StoreErrorOpen {
+				r.failedOpenRules = nil
+				return &StoreError{Op: "admit", Err: err}
+			}
+			r.failedOpenRules = append(r.failedOpenRules, c.rule.Name)
 		}
-		r.batch.Charges = r.batch.Charges[:0]
+		r.charges = charges{}
 		r.failedOpen = true
 		l.admitted.Add(1)
 		l.failedOpen.Add(1)
 		return nil
 	}
-	inZones(r.batch.Charges)
+	inZones(&r.charges)
 	if !ok {
-		return l.refusal(r.batch.Charges, now)
+		return l.refusal(&r.charges, now)
 	}
 	if req.Turn != "" {
-		l.turns.admitted(r.batch.Charges, req.Identity.Key, req.Turn, now)
+		l.turns.admitted(&r.charges, req.Identity.Key, req.Turn, now)
 	}
 	l.hold(r)
 	l.admitted.Add(1)
 	return nil
 }
 
-// failOpen reports whether every enforced charge's rule admits when the
-// store cannot answer.
-func failOpen(charges []Charge) bool {
-	return !slices.ContainsFunc(charges, func(c Charge) bool { return !c.Shadow && c.rule.OnStoreError != StoreErrorOpen })
-}
-
 // build sets r's charges: one per applicable rule and subject. Without
 // checkFit, a charge too large for its rule is kept rather than refused
 // (to look at a subject's limits).
 func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reservation, checkFit bool) error {
-	charges := r.inline[:0]
+	cs := charges{r.inline[:0], r.inlineResults[:0], r.inlineOrigins[:0]}
 	r.classes = false
 	id := &req.Identity
 	for _, i := range p.candidatesFor(id.Org) {
@@ -131,9 +126,8 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		if checkFit && !req.usesMetric(rule) {
 			continue
 		}
-		charges = append(charges, rule.charge)
-		c := &charges[len(charges)-1]
-		c.Limit, c.Burst, c.source = limit, burst, source
+		c := cs.add(rule.charge, origin{rule: rule, source: source})
+		c.Limit, c.Burst = limit, burst
 		if rule.amountOfRequest {
 			// What the rule reserves: the bound, or the expected usage
 			// with ReserveEstimate when the request gives one.
@@ -171,18 +165,18 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 			continue
 		}
 		// One charge per distinct tag.
-		first := len(charges) - 1
+		first := len(cs.in) - 1
 		for i, tag := range id.Tags {
 			if slices.Contains(id.Tags[:i], tag) {
 				continue
 			}
 			if i > 0 {
-				charges = append(charges, charges[first])
+				cs.add(cs.in[first], cs.origins[first])
 			}
-			charges[len(charges)-1].Key.Subject = subjectValue(rule, id, tag, l.serverID)
+			cs.in[len(cs.in)-1].Key.Subject = subjectValue(rule, id, tag, l.serverID)
 		}
 	}
-	r.batch.Charges = charges
+	r.charges = cs
 	return nil
 }
 
@@ -200,10 +194,10 @@ func cacheHitAmount(rule *compiledRule, orig *Usage) int64 {
 
 // refusal builds the error for a refused admission decided at now: a
 // budget wins over a rate; among rates and concurrency, the longest wait.
-func (l *Limiter) refusal(charges []Charge, now time.Time) error {
-	var budget, wait *Charge
-	for i := range charges {
-		c := &charges[i]
+func (l *Limiter) refusal(cs *charges, now time.Time) error {
+	var budget, wait charge
+	for i := range cs.in {
+		c := cs.at(i)
 		if c.Allowed || c.Shadow {
 			continue
 		}
@@ -223,18 +217,18 @@ func (l *Limiter) refusal(charges []Charge, now time.Time) error {
 		}
 		switch {
 		case c.Kind == KindBudget:
-			if budget == nil || c.ResetAt.After(budget.ResetAt) {
+			if budget.Charge == nil || c.ResetAt.After(budget.ResetAt) {
 				budget = c
 			}
-		case wait == nil || c.RetryAfter > wait.RetryAfter:
+		case wait.Charge == nil || c.RetryAfter > wait.RetryAfter:
 			wait = c
 		}
 	}
-	if budget == nil && wait == nil {
+	if budget.Charge == nil && wait.Charge == nil {
 		return &StoreError{Op: "admit", Err: errors.New("store refused a batch without saying which charge")}
 	}
-	room := resultOf(charges)
-	if budget != nil {
+	room := resultOf(cs)
+	if budget.Charge != nil {
 		return &BudgetError{refusalOf(budget, &room)}
 	}
 	ref := refusalOf(wait, &room)
@@ -245,13 +239,9 @@ func (l *Limiter) refusal(charges []Charge, now time.Time) error {
 	return &RateLimitError{ref}
 }
 
-func refusalOf(c *Charge, room *Result) Refusal {
+func refusalOf(c charge, room *Result) Refusal {
 	rule := c.rule
-	var class *ClassShare
-	if c.class != 0 {
-		class = shareOf(c)
-	}
-	return Refusal{Class: class,
+	return Refusal{Class: shareOf(c),
 		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
 		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining, Requested: c.Amount,
 		Window: rule.Window, Period: rule.Period, Source: c.source.name(rule),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/bits"
+	"slices"
 	"time"
 )
 
@@ -217,7 +218,7 @@ func (s *classSet) sharesAt(rule *compiledRule, capacity int64) []int64 {
 // classCharge turns c, the charge of a class rule for id, into the charge
 // of id's class's share (or, when that share is empty, of the first share
 // it may borrow), and returns the largest charge any share could admit.
-func classCharge(c *Charge, id *Identity) int64 {
+func classCharge(c charge, id *Identity) int64 {
 	rule := c.rule
 	s := rule.classes
 	shares := s.sharesAt(rule, c.Limit)
@@ -235,7 +236,7 @@ func classCharge(c *Charge, id *Identity) int64 {
 }
 
 // setShare points c at the share counter of class c.from.
-func (c *Charge) setShare(shares []int64) {
+func (c charge) setShare(shares []int64) {
 	share := shares[c.from-1]
 	c.Key.Rule = c.rule.classes.list[c.from-1].share
 	c.Limit, c.Burst = share, c.shareBurst(share)
@@ -243,7 +244,7 @@ func (c *Charge) setShare(shares []int64) {
 
 // shareBurst is a share's bucket capacity: the rule's burst scaled as the
 // share scales the limit (a burst of 0, the limit, giving the share).
-func (c *Charge) shareBurst(share int64) int64 {
+func (c charge) shareBurst(share int64) int64 {
 	if c.burst == 0 || c.Kind != KindRate {
 		return share
 	}
@@ -254,7 +255,7 @@ func (c *Charge) shareBurst(share int64) int64 {
 // fixed order (the classes listed last lend first, so the first listed,
 // the most important, find theirs free the most often); false when there
 // is none left.
-func nextLender(c *Charge) bool {
+func nextLender(c charge) bool {
 	s := c.rule.classes
 	shares := s.sharesAt(c.rule, c.capacity)
 	i := len(s.list)
@@ -274,12 +275,16 @@ func nextLender(c *Charge) bool {
 // demandCharge is the charge that lets c borrow class c.from's share only
 // while that class has not signalled demand: a budget of one that charges
 // nothing, which a signal (signalDemand) has filled.
-func demandCharge(c *Charge, now time.Time) Charge {
+func demandCharge(c charge, now time.Time) (Charge, origin) {
 	s := c.rule.classes
 	start, end := demandPeriod(s.period, now, 0)
 	return Charge{Key: CounterKey{Rule: s.list[c.from-1].demand, Subject: c.Key.Subject, Period: start},
-		Kind: KindBudget, Limit: 1, PeriodEnd: end, Shadow: c.Shadow, rule: s.demand}
+		Kind: KindBudget, Limit: 1, PeriodEnd: end, Shadow: c.Shadow}, origin{rule: s.demand}
 }
+
+// truncate keeps the first n charges (a class batch's own, without the
+// demand markers of an attempt).
+func (cs *charges) truncate(n int) { cs.in, cs.out, cs.origins = cs.in[:n], cs.out[:n], cs.origins[:n] }
 
 // demandPeriod returns the start (in Unix seconds) and the end of the
 // period of length p that is ahead of now's by ahead periods.
@@ -296,33 +301,32 @@ func demandPeriod(p time.Duration, now time.Time, ahead int64) (int64, time.Time
 // first attempt's, and each class refused by its own share signals demand;
 // a signal the store fails is the admission's *StoreError.
 func (l *Limiter) admitClasses(ctx context.Context, now time.Time, r *Reservation) (bool, error) {
-	base := len(r.batch.Charges)
-	var first []Charge
+	base := len(r.charges.in)
+	var first charges
 	for {
-		charges := r.batch.Charges[:base]
+		r.charges.truncate(base)
 		for i := range base {
-			if c := &charges[i]; c.class != 0 && c.from != c.class {
-				charges = append(charges, demandCharge(c, now))
+			if c := r.charges.at(i); c.class != 0 && c.from != c.class {
+				r.charges.add(demandCharge(c, now))
 			}
 		}
-		r.batch.Charges = charges
-		ok, err := l.store.Admit(ctx, now, &r.batch)
+		ok, err := l.store.Admit(ctx, now, r.batch(), r.charges.out)
 		if err != nil || ok {
 			if err != nil {
-				r.batch.Charges = charges[:base]
+				r.charges.truncate(base)
 			}
 			return ok, err
 		}
-		if first == nil {
-			first = refusedFirst(charges, base, now)
+		if first.in == nil {
+			first = refusedFirst(&r.charges, base, now)
 		}
-		if !borrowNext(charges, base) {
+		if !borrowNext(&r.charges, base) {
 			break
 		}
 	}
-	r.batch.Charges = append(r.batch.Charges[:0], first...)
-	if classRefusal(first) {
-		if err := l.signalDemand(ctx, now, first); err != nil {
+	r.charges = first
+	if classRefusal(&first) {
+		if err := l.signalDemand(ctx, now, &first); err != nil {
 			return false, err
 		}
 	}
@@ -333,15 +337,15 @@ func (l *Limiter) admitClasses(ctx context.Context, now time.Time, r *Reservatio
 // demand markers: a class charge that was refused because the class it
 // borrows from (its own share being empty) signalled demand is refused
 // until that signal's period ends.
-func refusedFirst(charges []Charge, base int, now time.Time) []Charge {
-	first := append([]Charge(nil), charges[:base]...)
+func refusedFirst(cs *charges, base int, now time.Time) charges {
+	first := charges{slices.Clone(cs.in[:base]), slices.Clone(cs.out[:base]), slices.Clone(cs.origins[:base])}
 	marker := base
-	for i := range first {
-		c := &first[i]
+	for i := range base {
+		c := first.at(i)
 		if c.class == 0 || c.from == c.class {
 			continue
 		}
-		if m := &charges[marker]; !m.Allowed && c.Allowed {
+		if m := cs.at(marker); !m.Allowed && c.Allowed {
 			c.Allowed, c.Remaining, c.ResetAt = false, 0, m.PeriodEnd
 			c.RetryAfter = m.PeriodEnd.Sub(now)
 		}
@@ -354,19 +358,19 @@ func refusedFirst(charges []Charge, base int, now time.Time) []Charge {
 // marker of the share it borrowed) to its next lender; false when the
 // batch cannot be admitted by borrowing: a charge of another rule refused,
 // or a class charge has no lender left.
-func borrowNext(charges []Charge, base int) bool {
-	if !classRefusal(charges) {
+func borrowNext(cs *charges, base int) bool {
+	if !classRefusal(cs) {
 		return false
 	}
 	marker := base
 	for i := range base {
-		c := &charges[i]
+		c := cs.at(i)
 		if c.class == 0 {
 			continue
 		}
 		refused := !c.Allowed && !c.Shadow
 		if c.from != c.class {
-			refused = refused || !charges[marker].Allowed && !c.Shadow
+			refused = refused || !cs.out[marker].Allowed && !c.Shadow
 			marker++
 		}
 		if refused && !nextLender(c) {
@@ -378,9 +382,9 @@ func borrowNext(charges []Charge, base int) bool {
 
 // classRefusal reports whether every enforced charge refused is a class
 // charge or a demand marker: borrowing another share may admit the batch.
-func classRefusal(charges []Charge) bool {
-	for i := range charges {
-		if c := &charges[i]; !c.Allowed && !c.Shadow && c.class == 0 && !c.rule.isDemand {
+func classRefusal(cs *charges) bool {
+	for i := range cs.in {
+		if c := cs.at(i); !c.Allowed && !c.Shadow && c.class == 0 && !c.rule.isDemand {
 			return false
 		}
 	}
@@ -397,10 +401,10 @@ const maxSignals = 1 << 20
 // the next demand period. The marker of this period and of the next are
 // set together, so a signal lasts at least one whole period; a batch that
 // finds the next period's set already charges nothing.
-func (l *Limiter) signalDemand(ctx context.Context, now time.Time, first []Charge) error {
+func (l *Limiter) signalDemand(ctx context.Context, now time.Time, first *charges) error {
 	b := Batch{ID: l.nextID.Add(1)}
-	for i := range first {
-		c := &first[i]
+	for i := range first.in {
+		c := first.at(i)
 		if c.class == 0 || c.from != c.class || c.Allowed || c.Shadow {
 			continue
 		}
@@ -408,16 +412,16 @@ func (l *Limiter) signalDemand(ctx context.Context, now time.Time, first []Charg
 		for ahead := range int64(2) {
 			start, end := demandPeriod(s.period, now, ahead)
 			b.Charges = append(b.Charges, Charge{Key: CounterKey{Rule: s.list[c.class-1].demand, Subject: c.Key.Subject, Period: start},
-				Kind: KindBudget, Limit: max(1, maxSignals*(1-ahead)), Amount: 1, Actual: 1, PeriodEnd: end, rule: s.demand})
+				Kind: KindBudget, Limit: max(1, maxSignals*(1-ahead)), Amount: 1, Actual: 1, PeriodEnd: end})
 			b.Deadline = end
 		}
 	}
 	if len(b.Charges) == 0 {
 		return nil
 	}
-	ok, err := l.store.Admit(ctx, now, &b)
+	ok, err := l.store.Admit(ctx, now, b, make([]ChargeResult, len(b.Charges)))
 	if err == nil && ok {
-		err = l.store.Settle(ctx, now, &b)
+		err = l.store.Settle(ctx, now, b)
 	}
 	if err != nil {
 		return &StoreError{Op: "signal class demand", Err: err}
@@ -425,8 +429,11 @@ func (l *Limiter) signalDemand(ctx context.Context, now time.Time, first []Charg
 	return nil
 }
 
-// shareOf describes c, a class charge.
-func shareOf(c *Charge) *ClassShare {
+// shareOf describes c when it is a class charge; nil otherwise.
+func shareOf(c charge) *ClassShare {
+	if c.class == 0 {
+		return nil
+	}
 	s := c.rule.classes
 	own := &s.list[c.class-1]
 	cs := &ClassShare{Rule: c.rule.Name, Class: own.Name, Floor: own.Floor,

@@ -329,13 +329,13 @@ func TestClasses_TooLargeOnlyPastTheLargestShare(t *testing.T) {
 // budget charge of one), and serves the others.
 type signalDownStore struct{ sluice.Store }
 
-func (s signalDownStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+func (s signalDownStore) Admit(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) (bool, error) {
 	for _, c := range b.Charges {
 		if c.Kind == sluice.KindBudget && c.Amount == 1 {
 			return false, errors.New("connection reset")
 		}
 	}
-	return s.Store.Admit(ctx, now, b)
+	return s.Store.Admit(ctx, now, b, results)
 }
 
 // A demand signal the store fails is the refusal's store error, with its

@@ -41,7 +41,7 @@ func (s *flakyStore) fail(admit, settle, peek, sweep error) {
 	s.admitErr, s.settleErr, s.peekErr, s.sweepErr = admit, settle, peek, sweep
 }
 
-func (s *flakyStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+func (s *flakyStore) Admit(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) (bool, error) {
 	s.mu.Lock()
 	err := s.admitErr
 	s.admitCalls++
@@ -49,10 +49,10 @@ func (s *flakyStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) 
 	if err != nil {
 		return false, err
 	}
-	return s.Store.Admit(ctx, now, b)
+	return s.Store.Admit(ctx, now, b, results)
 }
 
-func (s *flakyStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
+func (s *flakyStore) Settle(ctx context.Context, now time.Time, b sluice.Batch) error {
 	s.mu.Lock()
 	err := s.settleErr
 	s.settleCalls++
@@ -70,14 +70,14 @@ func (s *flakyStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch)
 	return s.Store.Settle(ctx, now, b)
 }
 
-func (s *flakyStore) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
+func (s *flakyStore) Peek(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) error {
 	s.mu.Lock()
 	err := s.peekErr
 	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return s.Store.Peek(ctx, now, b)
+	return s.Store.Peek(ctx, now, b, results)
 }
 
 func (s *flakyStore) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {

@@ -13,7 +13,7 @@ import (
 // downStore answers nothing.
 type downStore struct{ sluice.Store }
 
-func (downStore) Admit(context.Context, time.Time, *sluice.Batch) (bool, error) {
+func (downStore) Admit(context.Context, time.Time, sluice.Batch, []sluice.ChargeResult) (bool, error) {
 	return false, errors.New("connection refused")
 }
 

@@ -29,15 +29,15 @@ func (l *Limiter) Fit(ctx context.Context, req Request) (int64, error) {
 			return 0, nil
 		}
 	}
-	if len(r.batch.Charges) == 0 {
+	if len(r.charges.in) == 0 {
 		return req.Max.OutputTokens, nil
 	}
-	if err := l.peek(ctx, now, r); err != nil {
-		return 0, err
+	if err := l.store.Peek(ctx, now, r.batch(), r.charges.out); err != nil {
+		return 0, &StoreError{Op: "peek", Err: err}
 	}
 	best := req.Max.OutputTokens
-	for i := range r.batch.Charges {
-		c := &r.batch.Charges[i]
+	for i := range r.charges.in {
+		c := r.charges.at(i)
 		rule := c.rule
 		if c.Shadow || c.Kind == KindConcurrency || rule.Reserve != "" && rule.Reserve != ReserveWorstCase {
 			continue

@@ -32,8 +32,8 @@ func (l *Limiter) hold(r *Reservation) {
 	if l.renewer == nil {
 		return
 	}
-	for i := range r.batch.Charges {
-		if k := r.batch.Charges[i].Kind; k == KindBudget || k == KindConcurrency {
+	for _, c := range r.charges.in {
+		if k := c.Kind; k == KindBudget || k == KindConcurrency {
 			l.leases.mu.Lock()
 			if l.leases.open == nil {
 				l.leases.open = map[*Reservation]struct{}{}
@@ -75,15 +75,15 @@ func (l *Limiter) RenewLeases(ctx context.Context) error {
 	var renewals []Batch
 	l.leases.mu.Lock()
 	for r := range l.leases.open {
-		if !r.until.After(now) {
+		if !r.admittedAt.Add(r.expiry).After(now) {
 			// Past its model deadline: the sweep settles it.
 			delete(l.leases.open, r)
 			continue
 		}
 		held = append(held, r)
 		// The admission's batch, at the deadline to renew it to.
-		b := r.batch
-		b.Deadline = l.leaseDeadline(now, r.until)
+		b := r.batch()
+		b.Deadline = l.leaseDeadline(now, r.admittedAt.Add(r.expiry))
 		renewals = append(renewals, b)
 	}
 	l.leases.mu.Unlock()

@@ -174,7 +174,7 @@ func compileRule(r Rule) (*compiledRule, error) {
 		return nil, err
 	}
 	c.charge = Charge{Key: CounterKey{Rule: c.id}, Kind: r.Kind, Limit: r.Limit, Burst: r.Burst, Window: r.Window,
-		OnExpiry: r.OnExpiry, Shadow: r.Mode == ModeShadow, rule: c}
+		OnExpiry: r.OnExpiry, Shadow: r.Mode == ModeShadow}
 	switch {
 	case c.metric == MetricRequests || c.metric == MetricConcurrency:
 		c.charge.Amount = 1

@@ -106,9 +106,9 @@ func (pl *providerLimits) limitOf(r *compiledRule, model string) (int64, bool) {
 // held refuses an admission whose charges include a rule from the provider
 // while the provider asked to wait: the call would be refused upstream.
 // It is a rate refusal, so a call that may wait waits for it.
-func (l *Limiter) held(req *Request, charges []Charge, now time.Time) error {
-	for i := range charges {
-		c := &charges[i]
+func (l *Limiter) held(req *Request, cs *charges, now time.Time) error {
+	for i := range cs.in {
+		c := cs.at(i)
 		if c.Shadow || c.rule.LimitFrom != LimitFromProvider {
 			continue
 		}

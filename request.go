@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/bits"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -117,14 +116,15 @@ func subjectValue(r *compiledRule, id *Identity, tag, serverID string) string {
 			return id.qualified(a, tag)
 		}
 	}
-	var b strings.Builder
+	// The subject is the one allocation for a subject of up to 64 bytes.
+	b := make([]byte, 0, 64)
 	for i, a := range r.attrs {
 		if i > 0 {
-			b.WriteString(subjectSeparator)
+			b = append(b, subjectSeparator...)
 		}
-		b.WriteString(id.qualified(a, tag))
+		b = append(b, id.qualified(a, tag)...)
 	}
-	return b.String()
+	return string(b)
 }
 
 // Usage is what a call consumed, as the provider reported it, or a bound on

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -13,25 +14,32 @@ import (
 // and its ID, Deadline, Result and Charges stay readable after settlement.
 // The zero Reservation settles and reads nothing.
 type Reservation struct {
-	l     *Limiter
-	batch Batch
+	l *Limiter
+	// id and deadline are the batch's (see batch).
+	id       uint64
+	deadline time.Time
+	// charges are the admission's, each with what the store found and
+	// where it came from.
+	charges charges
 	// admittedAt is the admission's clock reading, which a settlement
 	// without an overrun settles at: a bucket refunded as of then is as
 	// full at any later time.
 	admittedAt time.Time
-	// until is the model deadline plus ExpirySlack: the latest a renewal
-	// moves the reservation's deadline to.
-	until time.Time
-	// failedOpen marks an admission let through uncharged (see
-	// Result.FailedOpen).
-	failedOpen      bool
+	// expiry is, from admittedAt, the model deadline plus ExpirySlack: the
+	// latest a renewal moves the reservation's deadline to.
+	expiry time.Duration
+	// failedOpenRules names the rules of an admission let through
+	// uncharged (see failedOpen).
 	failedOpenRules []string
-	// classes is set when a charge is a class rule's (see admitClasses).
-	classes bool
-	// inline holds the charges of most admissions.
-	inline [3]Charge
+	// The charges of most admissions.
+	inline        [3]Charge
+	inlineResults [3]ChargeResult
+	inlineOrigins [3]origin
 
 	mu sync.Mutex
+	// renewed is the deadline the last renewal gave, when later than the
+	// batch's own.
+	renewed time.Time
 	// settling is set while a settlement is with the store, settled once
 	// it is done.
 	settling, settled bool
@@ -39,39 +47,82 @@ type Reservation struct {
 	// applied it before failing (a reply lost on the way back).
 	uncertain bool
 	overrun   bool
-	// renewed is the deadline the last renewal gave, when later than the
-	// batch's own.
-	renewed time.Time
+
+	// Set at admission, not under mu: failedOpen marks an admission let
+	// through uncharged (see Result.FailedOpen), classes one with a class
+	// rule's charge (see admitClasses).
+	failedOpen, classes bool
+}
+
+// charges are the charges of a batch as the Limiter holds them, in three
+// slices of one length: what the store is asked, what it found, and where
+// each charge came from.
+type charges struct {
+	in      []Charge
+	out     []ChargeResult
+	origins []origin
+}
+
+// origin is where a charge came from: its rule, and the limit's source.
+type origin struct {
+	rule   *compiledRule
+	source limitSource
+	// class and from are, for a charge of a class rule, the index+1 of the
+	// request's class and of the class whose share it draws (0 for other
+	// rules); capacity and burst are the rule's whole limit and burst.
+	class, from     uint8
+	capacity, burst int64
+}
+
+// charge is one charge of a batch, as the Limiter reads it.
+type charge struct {
+	*Charge
+	*ChargeResult
+	*origin
+}
+
+// at returns charge i; add and truncate leave it pointing at what it was.
+func (cs *charges) at(i int) charge { return charge{&cs.in[i], &cs.out[i], &cs.origins[i]} }
+
+// add appends a charge and returns it.
+func (cs *charges) add(c Charge, o origin) charge {
+	cs.in, cs.out, cs.origins = append(cs.in, c), append(cs.out, ChargeResult{}), append(cs.origins, o)
+	return cs.at(len(cs.in) - 1)
+}
+
+// batch is what the store is given of r.
+func (r *Reservation) batch() Batch {
+	return Batch{ID: r.id, Deadline: r.deadline, Charges: r.charges.in}
 }
 
 // ID returns the reservation's identifier, unique per Limiter.
-func (r *Reservation) ID() uint64 { return r.batch.ID }
+func (r *Reservation) ID() uint64 { return r.id }
 
 // Deadline returns when the sweep may settle the reservation: its
 // admission's deadline, or the last renewal's (Options.LeaseTimeout).
 func (r *Reservation) Deadline() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.renewed.After(r.batch.Deadline) {
+	if r.renewed.After(r.deadline) {
 		return r.renewed
 	}
-	return r.batch.Deadline
+	return r.deadline
 }
 
 // Result returns what the admission found: the rule with the least room,
 // the budget warnings reached, the shadow rules that would have refused.
 func (r *Reservation) Result() Result {
-	res := resultOf(r.batch.Charges)
+	res := resultOf(&r.charges)
 	res.FailedOpen, res.FailedOpenRules = r.failedOpen, r.failedOpenRules
 	return res
 }
 
-// Charges returns a copy of the reservation's charges, each with its
-// results; Actual is what settlement charged, zero before.
+// Charges returns a copy of the reservation's charges, as the store was
+// given them; Actual is what settlement charged, zero before.
 func (r *Reservation) Charges() []Charge {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Charge(nil), r.batch.Charges...)
+	return append([]Charge(nil), r.charges.in...)
 }
 
 // Settle replaces each charge with the usage reported: a smaller usage is
@@ -89,10 +140,7 @@ func (r *Reservation) Charges() []Charge {
 // what the failed call made of it): never refunded or charged twice.
 func (r *Reservation) Settle(ctx context.Context, u Usage) error {
 	if invalid := u.validate(); invalid != nil {
-		if err := r.settle(ctx, nil, false, nil); err != nil {
-			return err
-		}
-		return fmt.Errorf("settle: %w", invalid)
+		return cmp.Or(r.settle(ctx, nil, false, nil), fmt.Errorf("settle: %w", invalid))
 	}
 	return r.settle(ctx, &u, false, nil)
 }
@@ -112,12 +160,7 @@ func (r *Reservation) Release(ctx context.Context) error {
 // own. done must not block, nor call the store.
 func (r *Reservation) SettleAsync(ctx context.Context, u Usage, done func(error)) {
 	if invalid := u.validate(); invalid != nil {
-		_ = r.settle(ctx, nil, false, func(err error) {
-			if err == nil {
-				err = fmt.Errorf("settle: %w", invalid)
-			}
-			done(err)
-		})
+		_ = r.settle(ctx, nil, false, func(err error) { done(cmp.Or(err, fmt.Errorf("settle: %w", invalid))) })
 		return
 	}
 	_ = r.settle(ctx, &u, false, done)
@@ -135,13 +178,13 @@ func (r *Reservation) settle(ctx context.Context, u *Usage, release bool, done f
 	}
 	store := r.l.store
 	if done == nil {
-		return r.end(store.Settle(ctx, now, &r.batch))
+		return r.end(store.Settle(ctx, now, r.batch()))
 	}
 	if as, ok := store.(AsyncSettler); ok {
-		as.SettleAsync(ctx, now, &r.batch, func(err error) { done(r.end(err)) })
+		as.SettleAsync(ctx, now, r.batch(), func(err error) { done(r.end(err)) })
 		return nil
 	}
-	go func() { done(r.end(store.Settle(ctx, now, &r.batch))) }()
+	go func() { done(r.end(store.Settle(ctx, now, r.batch()))) }()
 	return nil
 }
 
@@ -155,15 +198,15 @@ func (r *Reservation) begin(u *Usage, release bool) (time.Time, bool) {
 	if r.l == nil || r.settling || r.settled {
 		return time.Time{}, false
 	}
-	if len(r.batch.Charges) == 0 {
+	if len(r.charges.in) == 0 {
 		r.settled = true
 		return time.Time{}, false
 	}
 	r.settling = true
 	reported := u != nil && !u.IsZero()
 	r.overrun = false
-	for i := range r.batch.Charges {
-		c := &r.batch.Charges[i]
+	for i := range r.charges.in {
+		c := r.charges.at(i)
 		switch {
 		case release:
 			c.Actual = 0
@@ -207,8 +250,8 @@ func (r *Reservation) end(err error) error {
 	l := r.l
 	l.release(r)
 	if overrun {
-		for i := range r.batch.Charges {
-			if c := &r.batch.Charges[i]; c.Actual > c.Amount && c.Kind != KindConcurrency {
+		for i := range r.charges.in {
+			if c := r.charges.at(i); c.Actual > c.Amount && c.Kind != KindConcurrency {
 				l.overruns.Add(1)
 				if l.onOverrun != nil {
 					l.onOverrun(Overrun{Rule: c.rule.Name, Subject: c.Key.Subject, Reserved: c.Amount, Actual: c.Actual})

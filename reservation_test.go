@@ -29,7 +29,7 @@ func TestReservation_ResultAndChargesAfterSettle(t *testing.T) {
 		t.Fatalf("Charges after Settle: %d, want 2", len(got))
 	}
 	for i, c := range got {
-		if c.Key != charges[i].Key || c.Remaining != charges[i].Remaining || charges[i].Actual != 0 {
+		if c.Key != charges[i].Key || c.Amount != charges[i].Amount || charges[i].Actual != 0 {
 			t.Errorf("charge %d after Settle %+v, before %+v", i, c, charges[i])
 		}
 		want := int64(1)

@@ -75,56 +75,48 @@ type Warning struct {
 // application or the gateway makes itself. The zero Result when no rule
 // applies; a *StoreError when the store does not answer.
 func (l *Limiter) Room(ctx context.Context, req Request) (Result, error) {
-	charges, err := l.peekRoom(ctx, &req, l.clock.Now())
+	cs, err := l.peekRoom(ctx, &req, l.clock.Now())
 	if err != nil {
 		return Result{}, err
 	}
-	return resultOf(charges), nil
+	return resultOf(&cs), nil
 }
 
 // Effective lists the limits that apply to id now, each with where it came
 // from and its headroom. Rules that match a model or route apply only when
 // id names it.
 func (l *Limiter) Effective(ctx context.Context, id Identity) ([]Headroom, error) {
-	charges, err := l.peekRoom(ctx, &Request{Identity: id}, l.clock.Now())
+	cs, err := l.peekRoom(ctx, &Request{Identity: id}, l.clock.Now())
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Headroom, len(charges))
-	for i := range charges {
-		out[i] = headroomOf(&charges[i])
+	out := make([]Headroom, len(cs.in))
+	for i := range out {
+		out[i] = headroomOf(cs.at(i))
 	}
 	return out, nil
 }
 
 // peekRoom builds the charges of every rule that applies to req at now,
-// without checking that they fit, and fills their results from the store
+// without checking that they fit, and reads their results from the store
 // without charging.
-func (l *Limiter) peekRoom(ctx context.Context, req *Request, now time.Time) ([]Charge, error) {
+func (l *Limiter) peekRoom(ctx context.Context, req *Request, now time.Time) (charges, error) {
 	r := &Reservation{l: l}
-	if err := l.build(l.policy.Load(), req, now, r, false); err != nil || len(r.batch.Charges) == 0 {
-		return nil, err
+	if err := l.build(l.policy.Load(), req, now, r, false); err != nil || len(r.charges.in) == 0 {
+		return charges{}, err
 	}
-	if err := l.peek(ctx, now, r); err != nil {
-		return nil, err
+	if err := l.store.Peek(ctx, now, r.batch(), r.charges.out); err != nil {
+		return charges{}, &StoreError{Op: "peek", Err: err}
 	}
-	return r.batch.Charges, nil
-}
-
-// peek fills the results of r's charges from the store without charging.
-func (l *Limiter) peek(ctx context.Context, now time.Time, r *Reservation) error {
-	if err := l.store.Peek(ctx, now, &r.batch); err != nil {
-		return &StoreError{Op: "peek", Err: err}
-	}
-	inZones(r.batch.Charges)
-	return nil
+	inZones(&r.charges)
+	return r.charges, nil
 }
 
 // inZones puts each budget's ResetAt in its rule's time zone, as
 // PeriodBounds gives it, whatever the store returned.
-func inZones(charges []Charge) {
-	for i := range charges {
-		if c := &charges[i]; c.Kind == KindBudget && !c.ResetAt.IsZero() {
+func inZones(cs *charges) {
+	for i := range cs.in {
+		if c := cs.at(i); c.Kind == KindBudget && !c.ResetAt.IsZero() {
 			c.ResetAt = c.ResetAt.In(c.rule.location)
 		}
 	}
@@ -132,12 +124,12 @@ func inZones(charges []Charge) {
 
 // resultOf is what the charges of an admission, admitted or refused, say
 // about its rules' room.
-func resultOf(charges []Charge) Result {
+func resultOf(cs *charges) Result {
 	var res Result
-	var least, leastRequests, leastTokens *Charge
+	var least, leastRequests, leastTokens charge
 	var leastRoom, requestsRoom, tokensRoom float64
-	for i := range charges {
-		c := &charges[i]
+	for i := range cs.in {
+		c := cs.at(i)
 		if c.rule.isDemand {
 			continue
 		}
@@ -152,21 +144,21 @@ func resultOf(charges []Charge) Result {
 			capacity = c.BurstOrLimit()
 		}
 		room := float64(c.Remaining) / float64(capacity)
-		if least == nil || room < leastRoom || room == leastRoom && c.ResetAt.After(least.ResetAt) {
+		if least.Charge == nil || room < leastRoom || room == leastRoom && c.ResetAt.After(least.ResetAt) {
 			least, leastRoom = c, room
 		}
 		switch c.rule.metric {
 		case MetricRequests:
-			if leastRequests == nil || room < requestsRoom {
+			if leastRequests.Charge == nil || room < requestsRoom {
 				leastRequests, requestsRoom = c, room
 			}
 		case MetricTokens, MetricInputTokens, MetricUncachedInputTokens, MetricOutputTokens:
-			if leastTokens == nil || room < tokensRoom {
+			if leastTokens.Charge == nil || room < tokensRoom {
 				leastTokens, tokensRoom = c, room
 			}
 		}
-		if c.class != 0 {
-			res.Classes = append(res.Classes, *shareOf(c))
+		if share := shareOf(c); share != nil {
+			res.Classes = append(res.Classes, *share)
 		}
 		if c.Kind == KindBudget {
 			if w, ok := warningOf(c); ok {
@@ -178,8 +170,8 @@ func resultOf(charges []Charge) Result {
 	return res
 }
 
-func headroomOf(c *Charge) Headroom {
-	if c == nil {
+func headroomOf(c charge) Headroom {
+	if c.Charge == nil {
 		return Headroom{}
 	}
 	rule := c.rule
@@ -188,7 +180,7 @@ func headroomOf(c *Charge) Headroom {
 }
 
 // warningOf reports the highest warning a budget charge has reached.
-func warningOf(c *Charge) (Warning, bool) {
+func warningOf(c charge) (Warning, bool) {
 	rule := c.rule
 	w := Warning{Rule: rule.Name, Subject: c.Key.Subject, Used: c.Used, Limit: c.Limit, ResetAt: c.ResetAt}
 	found := false
@@ -206,7 +198,7 @@ func warningOf(c *Charge) (Warning, bool) {
 // policyWindow is the time window of a charge's rule: a rate rule's refill
 // window, a budget's current period (a month is as long as it is); none
 // for concurrency.
-func policyWindow(c *Charge) time.Duration {
+func policyWindow(c charge) time.Duration {
 	switch c.Kind {
 	case KindRate:
 		return c.Window
@@ -224,13 +216,13 @@ func policyWindow(c *Charge) time.Duration {
 // least room among request and token rules); nil when the store does not
 // answer (the refusal stands without them).
 func (l *Limiter) tooLargeRoom(ctx context.Context, req *Request, now time.Time, rule string) *Result {
-	charges, err := l.peekRoom(ctx, req, now)
-	if err != nil || len(charges) == 0 {
+	cs, err := l.peekRoom(ctx, req, now)
+	if err != nil || len(cs.in) == 0 {
 		return nil
 	}
-	res := resultOf(charges)
-	for i := range charges {
-		if c := &charges[i]; c.rule.Name == rule && !c.Shadow {
+	res := resultOf(&cs)
+	for i := range cs.in {
+		if c := cs.at(i); c.rule.Name == rule && !c.Shadow {
 			res.Headroom = headroomOf(c)
 			break
 		}

@@ -11,19 +11,25 @@ import (
 // settles batches past their deadline. Every method returns an error when
 // the store cannot answer: an outage must never look like room.
 //
+// A Batch is passed by value and stays the caller's: a store reads it, and
+// writes results, only during the call, and copies what it keeps past it
+// (for its sweep, a journal). docs/stores.md says how to write one, and
+// store/storetest checks it.
+//
 // Local stores decide at the now they are given; distributed stores may use
 // their server's clock instead.
 type Store interface {
-	// Admit evaluates every charge of b. If every charge that is not
-	// Shadow is allowed, it applies every charge and returns true;
-	// otherwise it applies none and returns false. Either way it fills
-	// each charge's result fields.
-	Admit(ctx context.Context, now time.Time, b *Batch) (bool, error)
+	// Admit evaluates every charge of b and writes what it found for
+	// b.Charges[i] to results[i] (results is as long as b.Charges). If
+	// every charge that is not Shadow is allowed, it applies every charge
+	// and returns true; otherwise it applies none and returns false.
+	Admit(ctx context.Context, now time.Time, b Batch, results []ChargeResult) (bool, error)
 	// Settle replaces each charge's Amount by its Actual and frees the
 	// batch's leases. A batch already settled by Sweep is left alone.
-	Settle(ctx context.Context, now time.Time, b *Batch) error
-	// Peek fills each charge's result fields without charging anything.
-	Peek(ctx context.Context, now time.Time, b *Batch) error
+	Settle(ctx context.Context, now time.Time, b Batch) error
+	// Peek writes each charge's result as Admit would, without charging
+	// anything.
+	Peek(ctx context.Context, now time.Time, b Batch, results []ChargeResult) error
 	// Sweep settles every admitted batch whose Deadline (or the deadline
 	// a LeaseRenewer moved it to) is not after now:
 	// leases are freed, budget charges are charged their Amount
@@ -61,7 +67,7 @@ const CounterCeiling = 1 << 53
 // return would make it: before SettleAsync returns, or later from the
 // store's own goroutine. done must not block, nor call the store.
 type AsyncSettler interface {
-	SettleAsync(ctx context.Context, now time.Time, b *Batch, done func(error))
+	SettleAsync(ctx context.Context, now time.Time, b Batch, done func(error))
 }
 
 // SweepResult counts what a sweep did.
@@ -92,7 +98,8 @@ type CounterKey struct {
 	Period int64
 }
 
-// Charge is one rule's part of a Batch.
+// Charge is one rule's part of a Batch: what the store is asked to check
+// and apply.
 type Charge struct {
 	Key  CounterKey
 	Kind Kind
@@ -105,20 +112,19 @@ type Charge struct {
 	PeriodEnd time.Time
 	// Amount is charged at admission.
 	Amount int64
-	// Actual replaces Amount at settlement. Stores read it only in Settle:
-	// the engine writes it, and a store keeps a Batch it admitted unchanged
-	// otherwise until it is settled.
+	// Actual replaces Amount at settlement: Settle reads it, Admit and
+	// Peek do not.
 	Actual   int64
 	OnExpiry string
 	// Shadow charges are counted but never refuse.
 	Shadow bool
+}
 
-	// Filled by Admit and Peek.
-
-	// Allowed reports whether this charge fits.
+// ChargeResult is what a store found for one charge of a batch, in Admit or
+// Peek.
+type ChargeResult struct {
+	// Allowed reports whether the charge fits.
 	Allowed bool
-	// source is where Limit came from: the rule, a tier or an override.
-	source limitSource
 	// Remaining is the room left: after the charge when admitted, before
 	// it otherwise.
 	Remaining int64
@@ -131,26 +137,17 @@ type Charge struct {
 	// ResetAt is when the counter is whole again: a full bucket, the end of
 	// the period, the earliest lease expiry.
 	ResetAt time.Time
-
-	rule *compiledRule
-	// class and from are, for a charge of a class rule, the index+1 of the
-	// request's class and of the class whose share it draws (0 for other
-	// rules); capacity and burst are the rule's whole limit and burst.
-	class, from     uint8
-	capacity, burst int64
 }
 
-// Batch is the set of charges of one admission. The Limiter keeps an
-// admitted Batch unchanged until it is settled, but for each charge's
-// Actual, which it sets before Settle: a store may keep a pointer to it
-// (for the sweep, or a journal) until then.
+// Batch is the set of charges of one admission. The Limiter passes the
+// same ID, Deadline and charges to Admit and, once the call ends, to
+// Settle, with each charge's Actual set.
 type Batch struct {
 	// ID is unique per Limiter.
 	ID uint64
 	// Deadline is when the sweep may settle the batch and when its leases
-	// expire, unless a LeaseRenewer moves it later. The Limiter never
-	// changes it once the batch is admitted: a store that renews keeps the
-	// renewed deadline itself.
+	// expire, unless a LeaseRenewer moves it later: a store that renews
+	// keeps the renewed deadline itself.
 	Deadline time.Time
 	Charges  []Charge
 }

@@ -35,7 +35,7 @@ type turnEntry struct {
 
 // charged reports whether charge c, a requests rate charge of a call in
 // turn of key, is covered by an earlier call of the turn.
-func (t *turns) charged(c *Charge, key, turn string, now time.Time) bool {
+func (t *turns) charged(c charge, key, turn string, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.seen[turnKey{c.Key, key, turn}]
@@ -43,11 +43,11 @@ func (t *turns) charged(c *Charge, key, turn string, now time.Time) bool {
 }
 
 // admitted records the requests rate charges of an admitted call of turn.
-func (t *turns) admitted(charges []Charge, key, turn string, now time.Time) {
+func (t *turns) admitted(cs *charges, key, turn string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for i := range charges {
-		c := &charges[i]
+	for i := range cs.in {
+		c := cs.at(i)
 		if !turnCounted(c) {
 			continue
 		}
@@ -75,6 +75,6 @@ func (t *turns) admitted(charges []Charge, key, turn string, now time.Time) {
 
 // turnCounted reports whether c is charged once per turn: a requests rate
 // charge.
-func turnCounted(c *Charge) bool {
+func turnCounted(c charge) bool {
 	return c.Kind == KindRate && c.rule.metric == MetricRequests
 }

@@ -53,12 +53,12 @@ type waiter struct {
 func (w *waitQueues) active() bool { return w.count.Load() > 0 }
 
 // existing returns the key of a queue that one of charges would join.
-func (w *waitQueues) existing(charges []Charge) (CounterKey, bool) {
+func (w *waitQueues) existing(cs *charges) (CounterKey, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for i := range charges {
-		if key := charges[i].Key; charges[i].Kind != KindBudget && w.queues[key] != nil {
-			return key, true
+	for _, c := range cs.in {
+		if c.Kind != KindBudget && w.queues[c.Key] != nil {
+			return c.Key, true
 		}
 	}
 	return CounterKey{}, false
@@ -209,11 +209,11 @@ func waitable(err error, remaining time.Duration) bool {
 
 // decidingKey returns the counter of the rate or concurrency charge that
 // refused with the longest wait.
-func decidingKey(charges []Charge) CounterKey {
+func decidingKey(cs *charges) CounterKey {
 	var key CounterKey
 	var longest time.Duration = -1
-	for i := range charges {
-		c := &charges[i]
+	for i := range cs.in {
+		c := cs.at(i)
 		if !c.Allowed && !c.Shadow && c.Kind != KindBudget && c.RetryAfter > longest {
 			key, longest = c.Key, c.RetryAfter
 		}
@@ -226,8 +226,8 @@ func decidingKey(charges []Charge) CounterKey {
 func (l *Limiter) wait(ctx context.Context, req *Request, r *Reservation, key CounterKey, start time.Time) (*Reservation, error) {
 	deadline := start.Add(req.MaxWait)
 	var cost int64
-	for i := range r.batch.Charges {
-		if c := &r.batch.Charges[i]; c.Key == key {
+	for _, c := range r.charges.in {
+		if c.Key == key {
 			cost = c.Amount
 		}
 	}

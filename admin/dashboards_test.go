@@ -47,7 +47,7 @@ func (oneKey) Authenticate(_ context.Context, secret string) (gateway.Principal,
 // unavailable is a limit store whose admissions fail.
 type unavailable struct{ sluice.Store }
 
-func (unavailable) Admit(context.Context, time.Time, *sluice.Batch) (bool, error) {
+func (unavailable) Admit(context.Context, time.Time, sluice.Batch, []sluice.ChargeResult) (bool, error) {
 	return false, errors.New("connection refused")
 }
 

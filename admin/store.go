@@ -37,9 +37,9 @@ type openCharge struct {
 	amount int64
 }
 
-func (s *instrumentedStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+func (s *instrumentedStore) Admit(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) (bool, error) {
 	start := time.Now()
-	ok, err := s.Store.Admit(ctx, now, b)
+	ok, err := s.Store.Admit(ctx, now, b, results)
 	s.m.observeStore(opAdmit, start, err)
 	if ok && err == nil {
 		ob := openBatch{admitted: now, deadline: b.Deadline, charges: make([]openCharge, len(b.Charges))}
@@ -64,7 +64,7 @@ func (s *instrumentedStore) closed(id uint64) {
 	s.mu.Unlock()
 }
 
-func (s *instrumentedStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
+func (s *instrumentedStore) Settle(ctx context.Context, now time.Time, b sluice.Batch) error {
 	start := time.Now()
 	err := s.Store.Settle(ctx, now, b)
 	s.m.observeStore(opSettle, start, err)
@@ -76,7 +76,7 @@ func (s *instrumentedStore) Settle(ctx context.Context, now time.Time, b *sluice
 
 // SettleAsync passes SettleAsync on to a store that has it, timed until
 // done; any other store is settled on a goroutine of its own.
-func (s *instrumentedStore) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch, done func(error)) {
+func (s *instrumentedStore) SettleAsync(ctx context.Context, now time.Time, b sluice.Batch, done func(error)) {
 	start := time.Now()
 	finish := func(err error) {
 		s.m.observeStore(opSettle, start, err)
@@ -92,9 +92,9 @@ func (s *instrumentedStore) SettleAsync(ctx context.Context, now time.Time, b *s
 	go func() { finish(s.Store.Settle(ctx, now, b)) }()
 }
 
-func (s *instrumentedStore) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
+func (s *instrumentedStore) Peek(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) error {
 	start := time.Now()
-	err := s.Store.Peek(ctx, now, b)
+	err := s.Store.Peek(ctx, now, b, results)
 	s.m.observeStore(opPeek, start, err)
 	if dst, ok := ctx.Value(peekCaptureKey{}).(*[]sluice.CounterKey); ok {
 		*dst = (*dst)[:0]

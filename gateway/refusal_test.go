@@ -260,7 +260,7 @@ func TestGateway_NeverFits(t *testing.T) {
 // downStore is a store whose admissions fail, as a store past its timeout.
 type downStore struct{ sluice.Store }
 
-func (downStore) Admit(context.Context, time.Time, *sluice.Batch) (bool, error) {
+func (downStore) Admit(context.Context, time.Time, sluice.Batch, []sluice.ChargeResult) (bool, error) {
 	return false, errors.New("dial tcp 10.0.0.1:6379: i/o timeout")
 }
 
@@ -271,9 +271,9 @@ type peekCountingStore struct {
 	peeks atomic.Int64
 }
 
-func (s *peekCountingStore) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
+func (s *peekCountingStore) Peek(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) error {
 	s.peeks.Add(1)
-	return s.downStore.Peek(ctx, now, b)
+	return s.downStore.Peek(ctx, now, b, results)
 }
 
 // A 503 of a store that does not answer is sent at once: the rate-limit

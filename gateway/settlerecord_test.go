@@ -39,7 +39,7 @@ type takingStore struct {
 	took     atomic.Int64
 }
 
-func (s *takingStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
+func (s *takingStore) Settle(ctx context.Context, now time.Time, b sluice.Batch) error {
 	if s.failures.Add(-1) >= 0 {
 		return errors.New("connection refused")
 	}

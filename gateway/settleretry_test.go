@@ -19,7 +19,7 @@ type flakySettles struct {
 	failures atomic.Int64
 }
 
-func (s *flakySettles) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
+func (s *flakySettles) Settle(ctx context.Context, now time.Time, b sluice.Batch) error {
 	if s.failures.Add(-1) >= 0 {
 		return errors.New("connection refused")
 	}

@@ -105,14 +105,14 @@ func newFlakyStore() *flakyStore { return &flakyStore{Store: memstore.New(memsto
 // fail sets the error of Admit and of Settle; nil makes it work again.
 func (s *flakyStore) fail(admit, settle error) { s.admitErr, s.settleErr = admit, settle }
 
-func (s *flakyStore) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+func (s *flakyStore) Admit(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) (bool, error) {
 	if s.admitErr != nil {
 		return false, s.admitErr
 	}
-	return s.Store.Admit(ctx, now, b)
+	return s.Store.Admit(ctx, now, b, results)
 }
 
-func (s *flakyStore) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
+func (s *flakyStore) Settle(ctx context.Context, now time.Time, b sluice.Batch) error {
 	if s.settleErr != nil {
 		return s.settleErr
 	}

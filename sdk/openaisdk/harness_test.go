@@ -126,9 +126,9 @@ type downOnce struct {
 	failed atomic.Bool
 }
 
-func (s *downOnce) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+func (s *downOnce) Admit(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) (bool, error) {
 	if s.failed.CompareAndSwap(false, true) {
 		return false, errors.New("connection refused")
 	}
-	return s.Store.Admit(ctx, now, b)
+	return s.Store.Admit(ctx, now, b, results)
 }

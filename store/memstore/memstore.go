@@ -54,8 +54,8 @@ type Store struct {
 	opts Options
 
 	// open holds the admitted batches with budget charges, for the sweep
-	// to settle if nobody does: each a copy of the batch (sharing its
-	// charges) whose Deadline is the batch's own, or a renewal's.
+	// to settle if nobody does: each a copy of the batch, its charges
+	// copied too, whose Deadline is the batch's own, or a renewal's.
 	openMu sync.Mutex
 	open   map[uint64]sluice.Batch
 }
@@ -103,13 +103,13 @@ func (s *Store) shardOf(subject string) int {
 	return int(maphash.String(s.seed, subject) % uint64(len(s.shards)))
 }
 
-// lock appends to of the shard of each of b's charges, and to locked the
-// shards it locks: ascending and each once, so that two calls never wait
-// for each other in a cycle. The callers pass slices of arrays of their
-// own, room for most calls without allocating.
-func (s *Store) lock(b *sluice.Batch, of, locked []int) ([]int, []int) {
-	for i := range b.Charges {
-		j := s.shardOf(b.Charges[i].Key.Subject)
+// lock appends to of the shard of each charge, and to locked the shards it
+// locks: ascending and each once, so that two calls never wait for each
+// other in a cycle. The callers pass slices of arrays of their own, room
+// for most calls without allocating.
+func (s *Store) lock(charges []sluice.Charge, of, locked []int) ([]int, []int) {
+	for i := range charges {
+		j := s.shardOf(charges[i].Key.Subject)
 		of = append(of, j)
 		if k, found := slices.BinarySearch(locked, j); !found {
 			locked = slices.Insert(locked, k, j)
@@ -152,9 +152,10 @@ func bucketOf(c *sluice.Charge) counter.Bucket {
 	return counter.Bucket{Limit: c.Limit, Burst: c.BurstOrLimit(), Window: int64(c.Window)}
 }
 
-// check evaluates amount of charge c on its counter st at now, fills c's
-// results, and returns the bucket as a rate charge would leave it.
-func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, allowed bool) {
+// check evaluates amount of charge c on its counter st at now, writes what
+// it found to found, and returns the bucket as a rate charge would leave
+// it.
+func check(c *sluice.Charge, st *state, amount, now int64, found *sluice.ChargeResult) (next counter.Rate) {
 	var res counter.Result
 	switch c.Kind {
 	case sluice.KindRate:
@@ -165,47 +166,41 @@ func check(c *sluice.Charge, st *state, amount, now int64) (next counter.Rate, a
 		st.leases = counter.Live(st.leases, now)
 		res = counter.CheckLeases(st.leases, c.Limit, now)
 	}
-	c.Allowed, c.Remaining, c.Used, c.RetryAfter = res.Allowed, res.Remaining, res.Used, time.Duration(res.RetryAfter)
+	*found = sluice.ChargeResult{Allowed: res.Allowed, Remaining: res.Remaining, Used: res.Used, RetryAfter: time.Duration(res.RetryAfter)}
 	// A budget resets at its period's end, a bucket when full, leases at
 	// the earliest expiry.
-	c.ResetAt = time.Time{}
 	if res.ResetAt != 0 {
-		c.ResetAt = time.Unix(0, res.ResetAt)
+		found.ResetAt = time.Unix(0, res.ResetAt)
 	}
-	return next, res.Allowed
-}
-
-// checked is a charge's counter and, for a rate charge, the bucket as the
-// charge would leave it.
-type checked struct {
-	st   *state
-	next counter.Rate
+	return next
 }
 
 // Admit checks every charge of b and applies all of them or none: first
 // every charge is checked, then, when every charge that is not Shadow
 // fits, all are applied.
-func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+func (s *Store) Admit(_ context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) (bool, error) {
 	at := now.UnixNano()
 	var ofBuf, lockBuf [8]int
-	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
-	var buf [8]checked
-	found, ok := buf[:0], true
+	of, lock := s.lock(b.Charges, ofBuf[:0], lockBuf[:0])
+	// Each charge's counter and, for a rate charge, the bucket as the
+	// charge would leave it.
+	var stateBuf [8]*state
+	var nextBuf [8]counter.Rate
+	states, next, ok := stateBuf[:0], nextBuf[:0], true
 	for i := range b.Charges {
 		c := &b.Charges[i]
 		st := s.shards[of[i]].get(c.Key)
-		next, allowed := check(c, st, c.Amount, at)
-		ok = ok && (allowed || c.Shadow)
-		found = append(found, checked{st: st, next: next})
+		states, next = append(states, st), append(next, check(c, st, c.Amount, at, &results[i]))
+		ok = ok && (results[i].Allowed || c.Shadow)
 	}
 	if ok {
-		for i := range b.Charges {
-			c, st := &b.Charges[i], found[i].st
+		for i, st := range states {
+			c := &b.Charges[i]
 			st.touched = at
 			switch c.Kind {
 			case sluice.KindRate:
-				if c.Allowed {
-					st.rate = found[i].next
+				if results[i].Allowed {
+					st.rate = next[i]
 				} else {
 					// A shadow charge over its limit draws the bucket as
 					// an overrun does.
@@ -223,8 +218,10 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 	}
 	s.unlock(lock)
 	if ok && hasBudget(b) {
+		// The batch is the caller's: the sweep keeps a copy.
+		b.Charges = slices.Clone(b.Charges)
 		s.openMu.Lock()
-		s.open[b.ID] = *b
+		s.open[b.ID] = b
 		s.openMu.Unlock()
 	}
 	return ok, nil
@@ -232,14 +229,14 @@ func (s *Store) Admit(_ context.Context, now time.Time, b *sluice.Batch) (bool, 
 
 // Settle applies each charge's Actual in place of its Amount and frees the
 // batch's leases. A batch the sweep already settled is left alone.
-func (s *Store) Settle(_ context.Context, now time.Time, b *sluice.Batch) error {
+func (s *Store) Settle(_ context.Context, now time.Time, b sluice.Batch) error {
 	_, err := s.SettleOpen(now, b)
 	return err
 }
 
 // SettleOpen is Settle, reporting whether the batch was applied (false when
 // the sweep had already settled it), for a durable store built on this one.
-func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
+func (s *Store) SettleOpen(now time.Time, b sluice.Batch) (bool, error) {
 	if hasBudget(b) {
 		s.openMu.Lock()
 		_, open := s.open[b.ID]
@@ -249,55 +246,48 @@ func (s *Store) SettleOpen(now time.Time, b *sluice.Batch) (bool, error) {
 			return false, nil
 		}
 	}
-	s.apply(now.UnixNano(), b, nil)
+	s.apply(now.UnixNano(), b, false)
 	return true, nil
 }
 
 // SettleAsync is Settle, telling done before it returns: nothing in
 // memory is waited for.
-func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch, done func(error)) {
+func (s *Store) SettleAsync(ctx context.Context, now time.Time, b sluice.Batch, done func(error)) {
 	done(s.Settle(ctx, now, b))
 }
 
-// apply settles b at its Actual amounts, or at actual when it is not nil
-// (the sweep's decision).
-func (s *Store) apply(now int64, b *sluice.Batch, actual []int64) {
+// apply settles b at its Actual amounts; swept, only its budget charges
+// (its rate buckets keep what they hold, its leases expired with it).
+func (s *Store) apply(now int64, b sluice.Batch, swept bool) {
 	var ofBuf, lockBuf [8]int
-	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
+	of, lock := s.lock(b.Charges, ofBuf[:0], lockBuf[:0])
 	defer s.unlock(lock)
 	for i := range b.Charges {
 		c := &b.Charges[i]
-		// The sweep's decision does not read Actual: the engine may be
-		// writing it.
-		var amount int64
-		if actual != nil {
-			amount = actual[i]
-		} else {
-			amount = c.Actual
-		}
-		if c.Kind == sluice.KindRate && amount == c.Amount {
-			// A charge settled at its reservation leaves its bucket as
-			// it is, and is not looked up.
+		if c.Kind == sluice.KindRate && c.Actual == c.Amount || swept && c.Kind != sluice.KindBudget {
+			// A rate charge settled at its reservation leaves its bucket
+			// as it is, and the sweep settles budgets only: neither is
+			// looked up.
 			continue
 		}
 		st := s.shards[of[i]].get(c.Key)
 		st.touched = max(st.touched, now)
 		switch c.Kind {
 		case sluice.KindRate:
-			st.rate = bucketOf(c).Adjust(st.rate, amount-c.Amount, now)
+			st.rate = bucketOf(c).Adjust(st.rate, c.Actual-c.Amount, now)
 		case sluice.KindBudget:
-			st.budget = st.budget.Settle(c.Amount, amount, c.PeriodEnd.UnixNano())
+			st.budget = st.budget.Settle(c.Amount, c.Actual, c.PeriodEnd.UnixNano())
 		case sluice.KindConcurrency:
 			st.leases = counter.Drop(st.leases, b.ID)
 		}
 	}
 }
 
-// Peek fills the result fields of b's charges without charging.
-func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
+// Peek writes what each of b's charges would find, without charging.
+func (s *Store) Peek(_ context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) error {
 	at := now.UnixNano()
 	var ofBuf, lockBuf [8]int
-	of, lock := s.lock(b, ofBuf[:0], lockBuf[:0])
+	of, lock := s.lock(b.Charges, ofBuf[:0], lockBuf[:0])
 	defer s.unlock(lock)
 	for i := range b.Charges {
 		c := &b.Charges[i]
@@ -306,11 +296,11 @@ func (s *Store) Peek(_ context.Context, now time.Time, b *sluice.Batch) error {
 			// No counter yet: what an admission would make.
 			st = &state{}
 		}
-		check(c, st, 0, at)
+		check(c, st, 0, at, &results[i])
 		if c.Kind == sluice.KindConcurrency {
 			// The leases held, not counting the one an admission would
 			// add.
-			c.Used, c.Remaining = int64(len(st.leases)), max(0, c.Limit-int64(len(st.leases)))
+			results[i].Used, results[i].Remaining = int64(len(st.leases)), max(0, c.Limit-int64(len(st.leases)))
 		}
 	}
 	return nil
@@ -361,7 +351,7 @@ func (s *Store) RestoreBudget(key sluice.CounterKey, periodEnd time.Time, used i
 	st.budget.Used, st.budget.End = counter.Clamp(used), periodEnd.UnixNano()
 }
 
-func hasBudget(b *sluice.Batch) bool {
+func hasBudget(b sluice.Batch) bool {
 	for i := range b.Charges {
 		if b.Charges[i].Kind == sluice.KindBudget {
 			return true

@@ -14,32 +14,29 @@ var _ interface {
 	Reservations(context.Context, int) ([]sluice.Batch, error)
 } = (*Store)(nil)
 
-// Reservations lists the open batches with a budget charge, the soonest
-// deadline first (then by ID): those the sweep would settle.
+// Reservations lists at most limit of the open batches with a budget
+// charge, the soonest deadline first (then by ID): those the sweep would
+// settle.
 func (s *Store) Reservations(_ context.Context, limit int) ([]sluice.Batch, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
 	s.openMu.Lock()
 	open := slices.SortedFunc(maps.Values(s.open), func(a, b sluice.Batch) int {
 		return cmp.Or(a.Deadline.Compare(b.Deadline), cmp.Compare(a.ID, b.ID))
 	})
 	s.openMu.Unlock()
-	// An admitted batch's charges stay as they are until it is settled
-	// (the engine writes only Actual), so they are read without the lock,
-	// as the sweep reads them.
-	open = open[:min(limit, len(open))]
-	out := make([]sluice.Batch, len(open))
+	// The open batches are the store's own copies, of which only the sweep
+	// writes anything (each charge's Actual), so their keys and amounts
+	// are read without the lock.
+	open = open[:max(0, min(limit, len(open)))]
 	for i, o := range open {
-		out[i] = sluice.Batch{ID: o.ID, Deadline: o.Deadline}
+		open[i].Charges = nil
 		for j := range o.Charges {
 			switch c := &o.Charges[j]; c.Kind {
 			case sluice.KindBudget:
-				out[i].Charges = append(out[i].Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: c.Amount})
+				open[i].Charges = append(open[i].Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: c.Amount})
 			case sluice.KindConcurrency:
-				out[i].Charges = append(out[i].Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: 1})
+				open[i].Charges = append(open[i].Charges, sluice.Charge{Key: c.Key, Kind: c.Kind, Amount: 1})
 			}
 		}
 	}
-	return out, nil
+	return open, nil
 }

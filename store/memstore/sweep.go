@@ -10,13 +10,6 @@ import (
 	"github.com/sluicehq/sluice/internal/counter"
 )
 
-// Expired is a batch the sweep settled, with the amount each charge was
-// settled at.
-type Expired struct {
-	Batch  *sluice.Batch
-	Actual []int64
-}
-
 // Sweep settles the batches past their deadline and drops every idle
 // counter.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, error) {
@@ -26,52 +19,49 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (sluice.SweepResult, e
 
 // SweepReport is Sweep, and tells what it settled.
 func (s *Store) SweepReport(_ context.Context, now time.Time) (sluice.SweepResult, []sluice.Batch, error) {
-	_, report, res := s.SweepExpired(now)
-	at := now.UnixNano()
+	swept, res := s.SweepExpired(now)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.evict(math.MaxInt, at, int64(s.opts.EvictIdle))
+		sh.evict(math.MaxInt, now.UnixNano(), int64(s.opts.EvictIdle))
 		sh.mu.Unlock()
 	}
-	return res, report, nil
+	return res, swept, nil
 }
 
-// SweepExpired settles the batches past their deadline and returns them, so
-// that a durable store built on this one can journal what it did, and the
-// report SweepReport makes of them: each charge, a budget's with the amount
-// it was charged. A budget charge is charged its Amount, or refunded when
-// its rule says ExpiryRelease; leases are freed; rate buckets keep what
-// they hold.
-func (s *Store) SweepExpired(now time.Time) (out []Expired, report []sluice.Batch, res sluice.SweepResult) {
+// SweepExpired settles the batches past their deadline and returns them,
+// each charge's Actual what it was settled at, so that a durable store
+// built on this one can journal what it did: a budget charge is charged
+// its Amount, or refunded when its rule says ExpiryRelease; other kinds
+// charge nothing (rate buckets keep what they hold, leases expire with the
+// batch).
+func (s *Store) SweepExpired(now time.Time) (swept []sluice.Batch, res sluice.SweepResult) {
 	s.openMu.Lock()
-	for id, o := range s.open {
-		if o.Deadline.After(now) {
+	for id, b := range s.open {
+		if b.Deadline.After(now) {
 			continue
 		}
 		delete(s.open, id)
-		e := Expired{Batch: &o, Actual: make([]int64, len(o.Charges))}
-		told := sluice.Batch{Charges: make([]sluice.Charge, len(o.Charges))}
-		for i, c := range o.Charges {
-			told.Charges[i] = sluice.Charge{Key: c.Key, Kind: c.Kind}
+		for i := range b.Charges {
+			c := &b.Charges[i]
+			c.Actual = 0
 			switch {
 			case c.Kind != sluice.KindBudget:
-				e.Actual[i] = c.Amount
 			case c.OnExpiry == sluice.ExpiryRelease:
 				res.Released++
 			default:
-				e.Actual[i], told.Charges[i].Actual = c.Amount, c.Amount
+				c.Actual = c.Amount
 				res.Charged++
 			}
 		}
-		out, report = append(out, e), append(report, told)
+		swept = append(swept, b)
 	}
 	s.openMu.Unlock()
-	for _, e := range out {
-		s.apply(now.UnixNano(), e.Batch, e.Actual)
+	for _, b := range swept {
+		s.apply(now.UnixNano(), b, true)
 	}
-	res.Reservations = len(out)
-	return out, report, res
+	res.Reservations = len(swept)
+	return swept, res
 }
 
 // maybeEvict runs the eviction scan a locked shard owes: EvictScan counters
@@ -103,10 +93,9 @@ func (sh *shard) evict(n int, now, grace int64) {
 		}
 		n -= len(list)
 		kept := slices.DeleteFunc(list, func(st *state) bool { return st.idle(now, grace) })
-		switch {
-		case len(kept) == 0:
+		if len(kept) == 0 {
 			delete(sh.subjects, subject)
-		case len(kept) < len(list):
+		} else if len(kept) < len(list) {
 			sh.subjects[subject] = kept
 		}
 	}
@@ -115,11 +104,9 @@ func (sh *shard) evict(n int, now, grace int64) {
 // idle reports whether a counter holds nothing worth keeping (a full
 // bucket, an empty or finished budget, no live lease: the zero fields of
 // the kinds it is not hold nothing either) and has not been touched for
-// grace ns.
+// grace ns. Its expired leases are dropped either way, as a check drops
+// them.
 func (st *state) idle(now, grace int64) bool {
-	if now-st.touched < grace {
-		return false
-	}
 	st.leases = counter.Live(st.leases, now)
-	return st.rate.Full(now) && st.budget.Idle(now) && len(st.leases) == 0
+	return now-st.touched >= grace && st.rate.Full(now) && st.budget.Idle(now) && len(st.leases) == 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -131,26 +132,31 @@ func keyLess(x, y *sluice.CounterKey) bool {
 // Admit checks every charge of b and applies all of them or none, in one
 // transaction and one round trip, shared with the Admit and Settle calls
 // that arrive while another call of this Store is running (group commit).
-func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+// The op is given a copy of the batch, and results of its own: one whose
+// caller gave up may still be in a group's call.
+func (s *Store) Admit(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) (bool, error) {
 	if len(b.Charges) == 0 {
 		return true, nil
 	}
-	o := &op{now: now, b: b, order: sortedCharges(b, nil)}
+	b.Charges = slices.Clone(b.Charges)
+	o := &op{now: now, b: b, order: sortedCharges(&b, nil), results: make([]sluice.ChargeResult, len(b.Charges))}
 	if err := s.run(ctx, o); err != nil {
 		if o.sent && mayHaveRun(err) {
-			s.cancelLater(now, b)
+			s.cancelLater(now, &b)
 		}
 		return false, fmt.Errorf("pgstore: admit: %w", err)
 	}
+	copy(results, o.results)
 	return o.admitted, nil
 }
 
-// Peek fills the result fields of b's charges without charging or locking.
-func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
+// Peek writes what each of b's charges would find, without charging or
+// locking.
+func (s *Store) Peek(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) error {
 	if len(b.Charges) == 0 {
 		return nil
 	}
-	if err := s.peek(ctx, now, b); err != nil {
+	if err := s.peek(ctx, now, &b, results); err != nil {
 		return fmt.Errorf("pgstore: peek: %w", err)
 	}
 	return nil
@@ -158,7 +164,7 @@ func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error 
 
 // peek calls 0001's sluice_admit, which only reads when p_peek is set: no
 // lock, no write, no commit to share.
-func (s *Store) peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
+func (s *Store) peek(ctx context.Context, now time.Time, b *sluice.Batch, results []sluice.ChargeResult) error {
 	a := argsPool.Get().(*args)
 	defer argsPool.Put(a)
 	a.load(b)
@@ -180,21 +186,22 @@ func (s *Store) peek(ctx context.Context, now time.Time, b *sluice.Batch) error 
 		return fmt.Errorf("sluice_admit returned %d results for %d charges", len(a.allowed), len(a.order))
 	}
 	for j, i := range a.order {
-		c := &b.Charges[i]
-		c.Allowed = a.allowed[j]
-		c.Remaining = a.remaining[j]
-		c.Used = a.used[j]
-		c.RetryAfter = time.Duration(a.retry[j])
-		switch {
-		case c.Kind == sluice.KindBudget:
-			c.ResetAt = c.PeriodEnd
-		case a.resetAts[j] != 0:
-			c.ResetAt = time.Unix(0, a.resetAts[j])
-		default:
-			c.ResetAt = time.Time{}
-		}
+		results[i] = resultOf(&b.Charges[i], a.allowed[j], a.remaining[j], a.used[j], a.retry[j], a.resetAts[j])
 	}
 	return nil
+}
+
+// resultOf is the result of charge c as sluice_admit or sluice_apply
+// returned it: a budget resets at its period's end.
+func resultOf(c *sluice.Charge, allowed bool, remaining, used, retryAfter, resetAt int64) sluice.ChargeResult {
+	r := sluice.ChargeResult{Allowed: allowed, Remaining: remaining, Used: used, RetryAfter: time.Duration(retryAfter)}
+	switch {
+	case c.Kind == sluice.KindBudget:
+		r.ResetAt = c.PeriodEnd
+	case resetAt != 0:
+		r.ResetAt = time.Unix(0, resetAt)
+	}
+	return r
 }
 
 // needsSettling reports whether settling c changes anything: a rate charge
@@ -209,13 +216,14 @@ func needsSettling(c *sluice.Charge) bool {
 // while its reservation row exists, so settling twice, or after the sweep,
 // does nothing. A record ctx carries (WithRecord) is written in the same
 // transaction when the settlement applies, even one that changes no
-// counter.
-func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
-	order := sortedCharges(b, needsSettling)
+// counter. The op is given a copy of the batch, as Admit's is.
+func (s *Store) Settle(ctx context.Context, now time.Time, b sluice.Batch) error {
+	order := sortedCharges(&b, needsSettling)
 	rec := s.recordOf(ctx)
 	if len(order) == 0 && rec == nil {
 		return nil
 	}
+	b.Charges = slices.Clone(b.Charges)
 	if err := s.run(ctx, &op{settle: true, now: now, b: b, order: order, rec: rec}); err != nil {
 		return fmt.Errorf("pgstore: settle: %w", err)
 	}

@@ -58,7 +58,7 @@ func mayHaveRun(err error) bool {
 // cancelLater releases, from a goroutine of its own, the admission of b
 // whose caller gave up, again and again until the batch's deadline.
 func (s *Store) cancelLater(now time.Time, b *sluice.Batch) {
-	release := &sluice.Batch{ID: b.ID, Deadline: b.Deadline, Charges: make([]sluice.Charge, 0, len(b.Charges))}
+	release := sluice.Batch{ID: b.ID, Deadline: b.Deadline, Charges: make([]sluice.Charge, 0, len(b.Charges))}
 	known := false
 	for _, c := range b.Charges {
 		switch c.Kind {

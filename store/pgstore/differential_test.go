@@ -81,13 +81,13 @@ func TestDifferential_SameResultsAsMemstore(t *testing.T) {
 			return &sluice.Batch{ID: nextID, Deadline: deadline, Charges: slices.Clone(chs)},
 				&sluice.Batch{ID: nextID, Deadline: deadline, Charges: slices.Clone(chs)}
 		}
-		same := func(op string, m, p *sluice.Batch) {
-			for i := range m.Charges {
-				mc, pc := &m.Charges[i], &p.Charges[i]
+		same := func(op string, b *sluice.Batch, mr, pr []sluice.ChargeResult) {
+			for i := range b.Charges {
+				ch, mc, pc := &b.Charges[i], &mr[i], &pr[i]
 				if mc.Allowed != pc.Allowed || mc.Remaining != pc.Remaining || mc.Used != pc.Used ||
 					mc.RetryAfter != pc.RetryAfter || !mc.ResetAt.Equal(pc.ResetAt) {
 					t.Fatalf("%s, charge %d (%s limit %d burst %d amount %d shadow %v):\n memstore allowed %v remaining %d used %d retry %v reset %v\n pgstore  allowed %v remaining %d used %d retry %v reset %v",
-						op, i, mc.Kind, mc.Limit, mc.Burst, mc.Amount, mc.Shadow,
+						op, i, ch.Kind, ch.Limit, ch.Burst, ch.Amount, ch.Shadow,
 						mc.Allowed, mc.Remaining, mc.Used, mc.RetryAfter, mc.ResetAt.UnixNano(),
 						pc.Allowed, pc.Remaining, pc.Used, pc.RetryAfter, pc.ResetAt.UnixNano())
 				}
@@ -101,9 +101,10 @@ func TestDifferential_SameResultsAsMemstore(t *testing.T) {
 				now = now.Add(time.Duration(rapid.Int64Range(0, int64(90*time.Second)).Draw(t, "advance")))
 			case 1, 2: // admit
 				m, p := twin(charges("admit"), now.Add(time.Duration(rapid.Int64Range(1, int64(2*time.Minute)).Draw(t, "timeout"))))
-				mok, _ := mem.Admit(ctx, now, m)
+				mr, pr := make([]sluice.ChargeResult, len(m.Charges)), make([]sluice.ChargeResult, len(p.Charges))
+				mok, _ := mem.Admit(ctx, now, *m, mr)
 				t0 := time.Now()
-				pok, err := pg.Admit(ctx, now, p)
+				pok, err := pg.Admit(ctx, now, *p, pr)
 				if err != nil {
 					logActivity(t, admin)
 					t.Fatalf("step %d: pgstore admit: %v (after %v)", step, err, time.Since(t0))
@@ -111,7 +112,7 @@ func TestDifferential_SameResultsAsMemstore(t *testing.T) {
 				if mok != pok {
 					t.Fatalf("step %d: memstore admitted %v, pgstore %v", step, mok, pok)
 				}
-				same(fmt.Sprintf("step %d admit", step), m, p)
+				same(fmt.Sprintf("step %d admit", step), m, mr, pr)
 				if mok {
 					opened = append(opened, open{m, p})
 				}
@@ -129,18 +130,19 @@ func TestDifferential_SameResultsAsMemstore(t *testing.T) {
 					}
 					o.mem.Charges[j].Actual, o.pg.Charges[j].Actual = actual, actual
 				}
-				_ = mem.Settle(ctx, now, o.mem)
-				if err := pg.Settle(ctx, now, o.pg); err != nil {
+				_ = mem.Settle(ctx, now, *o.mem)
+				if err := pg.Settle(ctx, now, *o.pg); err != nil {
 					logActivity(t, admin)
 					t.Fatalf("step %d: pgstore settle: %v", step, err)
 				}
 			case 4: // peek
 				m, p := twin(charges("peek"), time.Time{})
-				_ = mem.Peek(ctx, now, m)
-				if err := pg.Peek(ctx, now, p); err != nil {
+				mr, pr := make([]sluice.ChargeResult, len(m.Charges)), make([]sluice.ChargeResult, len(p.Charges))
+				_ = mem.Peek(ctx, now, *m, mr)
+				if err := pg.Peek(ctx, now, *p, pr); err != nil {
 					t.Fatalf("step %d: pgstore peek: %v", step, err)
 				}
-				same(fmt.Sprintf("step %d peek", step), m, p)
+				same(fmt.Sprintf("step %d peek", step), m, mr, pr)
 			case 5: // sweep
 				mres, _ := mem.Sweep(ctx, now)
 				pres, err := pg.Sweep(ctx, now)

@@ -38,13 +38,15 @@ FROM sluice_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $
 type op struct {
 	settle bool
 	now    time.Time
-	b      *sluice.Batch
-	order  []int // b's charges sent, in key order
-	at     int   // index of order[0] among the group's charges
+	b      sluice.Batch // the store's copy
+	order  []int        // b's charges sent, in key order
+	at     int          // index of order[0] among the group's charges
 
 	admitted bool
-	err      error
-	done     chan struct{}
+	// results are an admission's, for its caller to copy.
+	results []sluice.ChargeResult
+	err     error
+	done    chan struct{}
 	// sent is set once the op is handed to a call to the database, after
 	// which its caller cannot know whether it committed.
 	sent bool
@@ -186,7 +188,7 @@ var groupPool = sync.Pool{New: func() any { return new(groupArgs) }}
 func (s *Store) apply(ctx context.Context, g []*op) error {
 	a := groupPool.Get().(*groupArgs)
 	defer func() {
-		a.reset() // drop the pointers to the callers' charges
+		a.reset() // drop the pointers to the ops' charges
 		groupPool.Put(a)
 	}()
 	// Settlements first: the order inside a group is free, as no op of it
@@ -225,19 +227,8 @@ func (s *Store) apply(ctx context.Context, g []*op) error {
 			continue
 		}
 		for j, i := range o.order {
-			c, k := &o.b.Charges[i], o.at+j
-			c.Allowed = a.allowed[k]
-			c.Remaining = a.remaining[k]
-			c.Used = a.used[k]
-			c.RetryAfter = time.Duration(a.retryAfter[k])
-			switch {
-			case c.Kind == sluice.KindBudget:
-				c.ResetAt = c.PeriodEnd
-			case a.resetAtNanos[k] != 0:
-				c.ResetAt = time.Unix(0, a.resetAtNanos[k])
-			default:
-				c.ResetAt = time.Time{}
-			}
+			k := o.at + j
+			o.results[i] = resultOf(&o.b.Charges[i], a.allowed[k], a.remaining[k], a.used[k], a.retryAfter[k], a.resetAtNanos[k])
 		}
 	}
 	return nil
@@ -269,7 +260,7 @@ func (a *groupArgs) reset() {
 
 // add appends o and its charges, in key order.
 func (a *groupArgs) add(s *Store, o *op) {
-	b := o.b
+	b := &o.b
 	o.at = len(a.kind)
 	if s.pinTime {
 		a.now = append(a.now, o.now.UnixNano())

@@ -167,7 +167,7 @@ func TestGroup_RefusedAdmissionLeavesTheOthersAlone(t *testing.T) {
 	ctx := context.Background()
 	const budgetRule, rateRule = 11, 12
 	drain := batch(rateCharge(rateRule, "z", 1, 1))
-	if ok, err := s.Admit(ctx, time.Now(), drain); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), drain); err != nil || !ok {
 		t.Fatalf("drain the bucket: %v %v", ok, err)
 	}
 	sizes := groupOf(t, s, 4)
@@ -178,16 +178,18 @@ func TestGroup_RefusedAdmissionLeavesTheOthersAlone(t *testing.T) {
 	c := batch(budgetCharge(budgetRule, "y", 10, 1))
 	d := batch(budgetCharge(budgetRule, "x", 10, 2), rateCharge(rateRule, "z", 1, 1))
 	results := map[*sluice.Batch]bool{}
+	found := map[*sluice.Batch][]sluice.ChargeResult{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	admit := func(bt *sluice.Batch) {
 		wg.Go(func() {
-			ok, err := s.Admit(ctx, time.Now(), bt)
+			res := make([]sluice.ChargeResult, len(bt.Charges))
+			ok, err := s.Admit(ctx, time.Now(), *bt, res)
 			if err != nil {
 				t.Error(err)
 			}
 			mu.Lock()
-			results[bt] = ok
+			results[bt], found[bt] = ok, res
 			mu.Unlock()
 		})
 	}
@@ -210,11 +212,11 @@ func TestGroup_RefusedAdmissionLeavesTheOthersAlone(t *testing.T) {
 	if results[a] {
 		refused = b
 	}
-	if ch := refused.Charges[0]; ch.Allowed || ch.Used != 8 || ch.Remaining != 2 {
+	if ch := found[refused][0]; ch.Allowed || ch.Used != 8 || ch.Remaining != 2 {
 		t.Errorf("the refused one of a and b: allowed %v used %d remaining %d, want false, 8, 2", ch.Allowed, ch.Used, ch.Remaining)
 	}
-	for _, ch := range d.Charges {
-		if ch.Kind == sluice.KindRate && (ch.Allowed || ch.RetryAfter <= 0) {
+	for i, ch := range found[d] {
+		if d.Charges[i].Kind == sluice.KindRate && (ch.Allowed || ch.RetryAfter <= 0) {
 			t.Errorf("d's rate charge: allowed %v retry after %v, want refused with a wait", ch.Allowed, ch.RetryAfter)
 		}
 	}
@@ -224,11 +226,11 @@ func TestGroup_RefusedAdmissionLeavesTheOthersAlone(t *testing.T) {
 	if reserved, _ := reservedOf(t, schema, budgetRule, "y"); reserved != 1 {
 		t.Errorf("y holds %d, want 1", reserved)
 	}
-	peek := batch(rateCharge(rateRule, "z", 1, 1))
-	if err := s.Peek(ctx, time.Now(), peek); err != nil {
+	peek := make([]sluice.ChargeResult, 1)
+	if err := s.Peek(ctx, time.Now(), *batch(rateCharge(rateRule, "z", 1, 1)), peek); err != nil {
 		t.Fatal(err)
 	}
-	if ch := peek.Charges[0]; ch.Remaining != 0 {
+	if ch := peek[0]; ch.Remaining != 0 {
 		t.Errorf("the drained bucket has %d left after d was refused, want 0", ch.Remaining)
 	}
 }
@@ -242,14 +244,14 @@ func TestGroup_SettlingTwiceInOneGroupChargesOnce(t *testing.T) {
 	ctx := context.Background()
 	const rule = 21
 	settled := batch(budgetCharge(rule, "w", 1000, 100))
-	if ok, err := s.Admit(ctx, time.Now(), settled); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), settled); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	settled.Charges[0].Actual = 30
 	sizes := groupOf(t, s, 3)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if ok, err := s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "lead", 1000, 1))); err != nil || !ok {
+		if ok, err := admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "lead", 1000, 1))); err != nil || !ok {
 			t.Errorf("lead: %v %v", ok, err)
 		}
 	})
@@ -261,13 +263,13 @@ func TestGroup_SettlingTwiceInOneGroupChargesOnce(t *testing.T) {
 			// Each caller settles its own copy, as two replicas would.
 			b := *settled
 			b.Charges = slices.Clone(settled.Charges)
-			if err := s.Settle(ctx, time.Now(), &b); err != nil {
+			if err := s.Settle(ctx, time.Now(), b); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Go(func() {
-		if ok, err := s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "w", 1000, 10))); err != nil || !ok {
+		if ok, err := admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "w", 1000, 10))); err != nil || !ok {
 			t.Errorf("admit beside: %v %v", ok, err)
 		}
 	})
@@ -293,7 +295,7 @@ func TestGroup_FailingCallReachesEveryCaller(t *testing.T) {
 	s := openStore(t, schema, pgstore.Options{Timeout: 500 * time.Millisecond})
 	ctx := context.Background()
 	const rule = 31
-	if ok, err := s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "x", 1000, 1))); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "x", 1000, 1))); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	tx, err := schemaPool(t, schema).Begin(ctx)
@@ -308,7 +310,7 @@ func TestGroup_FailingCallReachesEveryCaller(t *testing.T) {
 	sizes := groupOf(t, s, 5)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if ok, err := s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "lead", 1000, 1))); err != nil || !ok {
+		if ok, err := admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "lead", 1000, 1))); err != nil || !ok {
 			t.Errorf("lead: %v %v", ok, err)
 		}
 	})
@@ -318,7 +320,7 @@ func TestGroup_FailingCallReachesEveryCaller(t *testing.T) {
 	errs := make([]error, 5)
 	for i := range errs {
 		wg.Go(func() {
-			_, errs[i] = s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "x", 1000, 10)))
+			_, errs[i] = admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "x", 1000, 10)))
 		})
 	}
 	wg.Wait()
@@ -345,7 +347,7 @@ func TestGroup_FailingCallReachesEveryCaller(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if ok, err := s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "x", 1000, 10))); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "x", 1000, 10))); err != nil || !ok {
 		t.Fatalf("admit after the row is free: %v %v", ok, err)
 	}
 }
@@ -361,13 +363,13 @@ func TestGroup_OneBadOperationFailsAlone(t *testing.T) {
 	s := openStore(t, schema, pgstore.Options{})
 	ctx := context.Background()
 	const rule = 41
-	if ok, err := s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "huge", math.MaxInt64, 1))); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "huge", math.MaxInt64, 1))); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	sizes := groupOf(t, s, 3)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if ok, err := s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "lead", 1000, 1))); err != nil || !ok {
+		if ok, err := admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "lead", 1000, 1))); err != nil || !ok {
 			t.Errorf("lead: %v %v", ok, err)
 		}
 	})
@@ -376,11 +378,11 @@ func TestGroup_OneBadOperationFailsAlone(t *testing.T) {
 	}
 	var badErr error
 	wg.Go(func() {
-		_, badErr = s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "huge", math.MaxInt64, math.MaxInt64), rateCharge(rule+1, "zero", 0, 1)))
+		_, badErr = admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "huge", math.MaxInt64, math.MaxInt64), rateCharge(rule+1, "zero", 0, 1)))
 	})
 	for range 2 {
 		wg.Go(func() {
-			if ok, err := s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "good", 1000, 10))); err != nil || !ok {
+			if ok, err := admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "good", 1000, 10))); err != nil || !ok {
 				t.Errorf("good: %v %v", ok, err)
 			}
 		})

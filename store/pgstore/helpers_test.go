@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/pgstore"
 )
@@ -74,4 +75,10 @@ func openStore(tb testing.TB, schema string, opts pgstore.Options) *pgstore.Stor
 	}
 	tb.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// admitBatch is s.Admit of b at now, with room for the results, which it
+// drops.
+func admitBatch(ctx context.Context, s sluice.Store, now time.Time, b *sluice.Batch) (bool, error) {
+	return s.Admit(ctx, now, *b, make([]sluice.ChargeResult, len(b.Charges)))
 }

@@ -229,7 +229,7 @@ func TestMigrate_Version1IsRefusedThenUpgradedWithItsCounters(t *testing.T) {
 		want   bool
 	}{{61, false}, {60, true}} {
 		b := batch(budgetCharge(51, "w", 100, c.amount))
-		ok, err := s.Admit(ctx, time.Now(), b)
+		ok, err := admitBatch(ctx, s, time.Now(), b)
 		if err != nil || ok != c.want {
 			t.Fatalf("admit %d beside the old 40 of 100: %v %v, want %v", c.amount, ok, err, c.want)
 		}

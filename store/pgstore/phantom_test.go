@@ -69,7 +69,7 @@ func testPhantomReleased(t *testing.T, stream string) {
 	ctx := context.Background()
 	const rule = 41
 	warm := batch(budgetCharge(rule, "warm", 1000, 1))
-	if ok, err := s.Admit(ctx, time.Now(), warm); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), warm); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	if _, err := p.Toxics.AddToxicJson(strings.NewReader(
@@ -86,7 +86,7 @@ func testPhantomReleased(t *testing.T, stream string) {
 	}
 	lease := sluice.Charge{Key: sluice.CounterKey{Rule: rule + 1, Subject: "w"}, Kind: sluice.KindConcurrency, Limit: 1, Amount: 1, Actual: 1}
 	b := batch(budgetCharge(rule, "w", 1000, 100), lease)
-	if _, err = s.Admit(ctx, time.Now(), b); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err = admitBatch(ctx, s, time.Now(), b); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("admit with the answers late: %v, want a timeout", err)
 	}
 	removed := make(chan error, 1)
@@ -135,7 +135,7 @@ func TestGroup_QueuedCallGivesUpWithinTheTimeout(t *testing.T) {
 	pgstore.SetExecHook(s, func(int) { calls.Add(1) })
 	ctx := context.Background()
 	const rule = 43
-	if ok, err := s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "x", 1000, 1))); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "x", 1000, 1))); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	tx, err := schemaPool(t, schema).Begin(ctx)
@@ -148,7 +148,7 @@ func TestGroup_QueuedCallGivesUpWithinTheTimeout(t *testing.T) {
 	}
 	stuck := make(chan error, 1)
 	go func() {
-		_, err := s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "x", 1000, 1)))
+		_, err := admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "x", 1000, 1)))
 		stuck <- err
 	}()
 	for calls.Load() < 2 { // the first call on x is running, waiting for the lock
@@ -156,7 +156,7 @@ func TestGroup_QueuedCallGivesUpWithinTheTimeout(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	start := time.Now()
-	_, err = s.Admit(ctx, time.Now(), batch(budgetCharge(rule, "x", 1000, 1)))
+	_, err = admitBatch(ctx, s, time.Now(), batch(budgetCharge(rule, "x", 1000, 1)))
 	took := time.Since(start)
 	if err == nil {
 		t.Fatalf("the queued admission on x admitted after %v while its row was locked", took)

@@ -66,11 +66,11 @@ func TestSettle_RecordCommitsWithTheSettlement(t *testing.T) {
 	s, schema := openRecording(t)
 	const rule = 21
 	b := batch(budgetCharge(rule, "w", 1000, 100))
-	if ok, err := s.Admit(context.Background(), time.Now(), b); err != nil || !ok {
+	if ok, err := admitBatch(context.Background(), s, time.Now(), b); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	ctx, taken := pgstore.WithRecord(context.Background(), "a")
-	if err := s.Settle(ctx, time.Now(), settled(b, 40)); err != nil {
+	if err := s.Settle(ctx, time.Now(), *settled(b, 40)); err != nil {
 		t.Fatal(err)
 	}
 	if !taken() {
@@ -94,7 +94,7 @@ func TestSettle_FailedTransactionLeavesNoRecord(t *testing.T) {
 	const rule = 22
 	ctx := context.Background()
 	b := batch(budgetCharge(rule, "w", 1000, 100))
-	if ok, err := s.Admit(ctx, time.Now(), b); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), b); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 
@@ -106,16 +106,16 @@ func TestSettle_FailedTransactionLeavesNoRecord(t *testing.T) {
 	var admitted bool
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if ok, err := s.Admit(ctx, time.Now(), lead); err != nil || !ok {
+		if ok, err := admitBatch(ctx, s, time.Now(), lead); err != nil || !ok {
 			t.Errorf("admit lead: %v %v", ok, err)
 		}
 	})
 	for pgstore.Queued(s) == 0 && len(sizes()) == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	wg.Go(func() { settleErr = s.Settle(refusedCtx, time.Now(), settled(b, 40)) })
+	wg.Go(func() { settleErr = s.Settle(refusedCtx, time.Now(), *settled(b, 40)) })
 	wg.Go(func() {
-		ok, err := s.Admit(ctx, time.Now(), other)
+		ok, err := admitBatch(ctx, s, time.Now(), other)
 		if err != nil {
 			t.Errorf("admit beside the failed settlement: %v", err)
 		}
@@ -143,7 +143,7 @@ func TestSettle_FailedTransactionLeavesNoRecord(t *testing.T) {
 	}
 
 	retryCtx, retryTaken := pgstore.WithRecord(ctx, "b")
-	if err := s.Settle(retryCtx, time.Now(), b); err != nil {
+	if err := s.Settle(retryCtx, time.Now(), *b); err != nil {
 		t.Fatal(err)
 	}
 	if !retryTaken() {
@@ -166,21 +166,21 @@ func TestSettle_RecordOfABatchSettledAlreadyIsDropped(t *testing.T) {
 	ctx := context.Background()
 	const rule = 23
 	b := batch(budgetCharge(rule, "w", 1000, 100))
-	if ok, err := s.Admit(ctx, time.Now(), b); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), b); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	first, _ := pgstore.WithRecord(ctx, "first")
-	if err := s.Settle(first, time.Now(), settled(b, 40)); err != nil {
+	if err := s.Settle(first, time.Now(), *settled(b, 40)); err != nil {
 		t.Fatal(err)
 	}
 	again, againTaken := pgstore.WithRecord(ctx, "again")
-	if err := s.Settle(again, time.Now(), b); err != nil {
+	if err := s.Settle(again, time.Now(), *b); err != nil {
 		t.Fatal(err)
 	}
 
 	swept := batch(budgetCharge(rule, "w", 1000, 50))
 	swept.Deadline = time.Now().Add(time.Millisecond)
-	if ok, err := s.Admit(ctx, time.Now(), swept); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), swept); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	time.Sleep(10 * time.Millisecond) // the database's clock passes the deadline
@@ -188,7 +188,7 @@ func TestSettle_RecordOfABatchSettledAlreadyIsDropped(t *testing.T) {
 		t.Fatalf("sweep %+v, %v", res, err)
 	}
 	late, lateTaken := pgstore.WithRecord(ctx, "late")
-	if err := s.Settle(late, time.Now(), settled(swept, 10)); err != nil {
+	if err := s.Settle(late, time.Now(), *settled(swept, 10)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -209,11 +209,11 @@ func TestSettle_RecordWithNothingToSettle(t *testing.T) {
 	s, schema := openRecording(t)
 	ctx := context.Background()
 	b := batch(rateCharge(24, "k", 100, 1))
-	if ok, err := s.Admit(ctx, time.Now(), b); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), b); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	rctx, taken := pgstore.WithRecord(ctx, "r")
-	if err := s.Settle(rctx, time.Now(), b); err != nil {
+	if err := s.Settle(rctx, time.Now(), *b); err != nil {
 		t.Fatal(err)
 	}
 	if got := recordsIn(t, schema); !taken() || !slices.Equal(got, []string{"r"}) {
@@ -227,11 +227,11 @@ func TestSettle_RecordWithoutRecorderIsNotTaken(t *testing.T) {
 	s := openStore(t, testSchema(t), pgstore.Options{})
 	ctx := context.Background()
 	b := batch(budgetCharge(25, "w", 1000, 100))
-	if ok, err := s.Admit(ctx, time.Now(), b); err != nil || !ok {
+	if ok, err := admitBatch(ctx, s, time.Now(), b); err != nil || !ok {
 		t.Fatalf("admit: %v %v", ok, err)
 	}
 	rctx, taken := pgstore.WithRecord(ctx, "r")
-	if err := s.Settle(rctx, time.Now(), settled(b, 40)); err != nil {
+	if err := s.Settle(rctx, time.Now(), *settled(b, 40)); err != nil {
 		t.Fatal(err)
 	}
 	if taken() {

@@ -91,16 +91,16 @@ func TestBudget_SaturatesAtCeiling(t *testing.T) {
 	}
 	for i := range 3 {
 		b := batch(uint64(i + 1))
-		if ok, err := h.Store.Admit(h.Ctx, h.Clock.Now(), b); !ok || err != nil {
+		if ok, err := admitBatch(h.Ctx, h.Store, h.Clock.Now(), b); !ok || err != nil {
 			t.Fatalf("admit %d: %v %v", i, ok, err)
 		}
 		b.Charges[0].Actual = math.MaxInt64
-		if err := h.Store.Settle(h.Ctx, h.Clock.Now(), b); err != nil {
+		if err := h.Store.Settle(h.Ctx, h.Clock.Now(), *b); err != nil {
 			t.Fatalf("settle %d: %v", i, err)
 		}
 	}
 	for i := range 3 { // left to the sweep
-		if ok, err := h.Store.Admit(h.Ctx, h.Clock.Now(), batch(uint64(100+i))); !ok || err != nil {
+		if ok, err := admitBatch(h.Ctx, h.Store, h.Clock.Now(), batch(uint64(100+i))); !ok || err != nil {
 			t.Fatalf("admit %d: %v %v", i, ok, err)
 		}
 	}

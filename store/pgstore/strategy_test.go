@@ -30,8 +30,8 @@ type stmtStore struct{ pool *pgxpool.Pool }
 const stmtLock = `SELECT tat, frac, drawn_at, used, reserved FROM sluice_counters
 WHERE rule = $1 AND subject = $2 AND period = $3 FOR UPDATE`
 
-func (s *stmtStore) Admit(ctx context.Context, _ time.Time, b *sluice.Batch) (bool, error) {
-	order := sortedCharges(b)
+func (s *stmtStore) Admit(ctx context.Context, _ time.Time, b sluice.Batch, results []sluice.ChargeResult) (bool, error) {
+	order := sortedCharges(&b)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, err
@@ -61,24 +61,24 @@ func (s *stmtStore) Admit(ctx context.Context, _ time.Time, b *sluice.Batch) (bo
 				d1.SetInt64(0)
 			}
 			d1.Add(d1, new(big.Int).Mul(big.NewInt(c.Amount), big.NewInt(int64(c.Window))))
-			c.Allowed = d1.Cmp(new(big.Int).Mul(big.NewInt(c.BurstOrLimit()), big.NewInt(int64(c.Window)))) <= 0
+			results[i].Allowed = d1.Cmp(new(big.Int).Mul(big.NewInt(c.BurstOrLimit()), big.NewInt(int64(c.Window)))) <= 0
 			q, m := new(big.Int).QuoRem(d1, l, new(big.Int))
 			write.Queue(`UPDATE sluice_counters SET tat = $4, frac = $5, drawn_at = $6, touched = $7
 WHERE rule = $1 AND subject = $2 AND period = $3`, int64(c.Key.Rule), c.Key.Subject, c.Key.Period, now+q.Int64(), m.Int64(), c.Limit, now)
 		case sluice.KindBudget:
 			inUse := r.used + r.reserved
-			c.Allowed = inUse+c.Amount <= c.Limit && (c.Amount > 0 || inUse < c.Limit)
+			results[i].Allowed = inUse+c.Amount <= c.Limit && (c.Amount > 0 || inUse < c.Limit)
 			write.Queue(`UPDATE sluice_counters SET reserved = reserved + $4, period_end = $5, touched = $6
 WHERE rule = $1 AND subject = $2 AND period = $3`, int64(c.Key.Rule), c.Key.Subject, c.Key.Period, c.Amount, c.PeriodEnd.UnixNano(), now)
 		default:
 			return false, rollback(ctx, conn, errors.New("stmtStore: only rate and budget charges"))
 		}
-		admitted = admitted && (c.Allowed || c.Shadow)
+		admitted = admitted && (results[i].Allowed || c.Shadow)
 	}
 	if !admitted {
 		return false, rollback(ctx, conn, nil)
 	}
-	kinds, rules, subjects, periods, amounts, ends, release := reservationArrays(b, order)
+	kinds, rules, subjects, periods, amounts, ends, release := reservationArrays(&b, order)
 	write.Queue(`INSERT INTO sluice_reservations (batch_id, deadline, kind, rule, subject, period, amount, period_end, release)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, scramble(b.ID), now+int64(time.Minute), kinds, rules, subjects, periods, amounts, ends, release)
 	write.Queue("COMMIT")
@@ -88,9 +88,9 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, scramble(b.ID), now+int64(time.Min
 	return true, nil
 }
 
-func (s *stmtStore) Settle(ctx context.Context, _ time.Time, b *sluice.Batch) error {
+func (s *stmtStore) Settle(ctx context.Context, _ time.Time, b sluice.Batch) error {
 	var order []int
-	for _, i := range sortedCharges(b) {
+	for _, i := range sortedCharges(&b) {
 		if c := &b.Charges[i]; c.Kind != sluice.KindRate || c.Actual != c.Amount {
 			order = append(order, i)
 		}
@@ -152,7 +152,7 @@ WHERE rule = $1 AND subject = $2 AND period = $3`, int64(c.Key.Rule), c.Key.Subj
 	return nil
 }
 
-func (s *stmtStore) Peek(context.Context, time.Time, *sluice.Batch) error {
+func (s *stmtStore) Peek(context.Context, time.Time, sluice.Batch, []sluice.ChargeResult) error {
 	return errors.New("stmtStore: no peek")
 }
 

@@ -107,16 +107,16 @@ func (s *Store) plan(b *sluice.Batch) (*plan, error) {
 
 // Admit checks every charge of b and applies all of them or none (see the
 // package documentation for batches spanning Cluster slots).
-func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+func (s *Store) Admit(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	p, err := s.plan(b)
+	p, err := s.plan(&b)
 	if err != nil {
 		return false, fmt.Errorf("redisstore: admit: %w", err)
 	}
 	local := s.localNow(now)
-	if s.deny != nil && s.deny.refuse(b, p.keys, local) {
+	if s.deny != nil && s.deny.refuse(&b, results, p.keys, local) {
 		s.denyHits.Add(1)
 		return false, nil
 	}
@@ -125,26 +125,26 @@ func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool
 		s.split.Add(1)
 	}
 	for gi := range p.groups {
-		ok, serverNow, err := s.runAdmit(ctx, deadline, opAdmit, now, b, p, &p.groups[gi])
+		ok, serverNow, err := s.runAdmit(ctx, deadline, opAdmit, now, &b, results, p, &p.groups[gi])
 		if err != nil {
-			s.compensate(ctx, now, b, p, p.groups[:gi])
+			s.compensate(ctx, now, &b, p, p.groups[:gi])
 			return false, fmt.Errorf("redisstore: admit: %w", err)
 		}
 		if ok {
 			continue
 		}
-		s.compensate(ctx, now, b, p, p.groups[:gi])
-		// Fill the results of the slots not reached, so that the refusal
+		s.compensate(ctx, now, &b, p, p.groups[:gi])
+		// Write the results of the slots not reached, so that the refusal
 		// names the deciding rule (a budget wins over a rate).
 		for gj := gi + 1; gj < len(p.groups); gj++ {
-			if _, _, err := s.runAdmit(ctx, deadline, opCheck, now, b, p, &p.groups[gj]); err != nil {
+			if _, _, err := s.runAdmit(ctx, deadline, opCheck, now, &b, results, p, &p.groups[gj]); err != nil {
 				for _, i := range p.groups[gj].idx {
-					b.Charges[i].Allowed = true
+					results[i] = sluice.ChargeResult{Allowed: true}
 				}
 			}
 		}
 		if s.deny != nil {
-			s.deny.remember(b, p.keys, local, time.UnixMicro(serverNow))
+			s.deny.remember(&b, results, p.keys, local, time.UnixMicro(serverNow))
 		}
 		return false, nil
 	}
@@ -168,25 +168,25 @@ func (s *Store) compensate(ctx context.Context, now time.Time, b *sluice.Batch, 
 	}
 }
 
-// Peek fills the result fields of b's charges without charging.
-func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
-	p, err := s.plan(b)
+// Peek writes what each of b's charges would find, without charging.
+func (s *Store) Peek(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) error {
+	p, err := s.plan(&b)
 	if err != nil {
 		return fmt.Errorf("redisstore: peek: %w", err)
 	}
 	deadline := time.Now().Add(s.timeout)
 	for gi := range p.groups {
-		if _, _, err := s.runAdmit(ctx, deadline, opPeek, now, b, p, &p.groups[gi]); err != nil {
+		if _, _, err := s.runAdmit(ctx, deadline, opPeek, now, &b, results, p, &p.groups[gi]); err != nil {
 			return fmt.Errorf("redisstore: peek: %w", err)
 		}
 	}
 	return nil
 }
 
-// runAdmit runs an admission, check or peek of one group and fills its
+// runAdmit runs an admission, check or peek of one group and writes its
 // charges' results. It returns whether the group was admitted and the
 // script's now (µs).
-func (s *Store) runAdmit(ctx context.Context, deadline time.Time, typ byte, now time.Time, b *sluice.Batch, p *plan, g *group) (bool, int64, error) {
+func (s *Store) runAdmit(ctx context.Context, deadline time.Time, typ byte, now time.Time, b *sluice.Batch, results []sluice.ChargeResult, p *plan, g *group) (bool, int64, error) {
 	if len(g.idx) >= maxCharges {
 		return false, 0, fmt.Errorf("a batch of %d charges in one slot is more than %d", len(g.idx), maxCharges)
 	}
@@ -208,7 +208,7 @@ func (s *Store) runAdmit(ctx context.Context, deadline time.Time, typ byte, now 
 		}
 		return false, 0, err
 	}
-	admitted, err := decodeAdmit(o.result, b, p, g)
+	admitted, err := decodeAdmit(o.result, b, results, p, g)
 	return admitted, o.now, err
 }
 
@@ -246,27 +246,24 @@ func (s *Store) buildAdmit(typ byte, now time.Time, b *sluice.Batch, p *plan, g 
 	return o
 }
 
-// fill copies a script's result into a charge: allowed, remaining, used,
-// retry after (µs, -1 for never), reset (µs, 0 for none).
-func fill(c *sluice.Charge, v []int64) {
-	c.Allowed = v[0] == 1
-	c.Remaining, c.Used = v[1], v[2]
-	c.RetryAfter = 0
-	if !c.Allowed {
+// resultOf is the result of charge c from a script's figures: allowed,
+// remaining, used, retry after (µs, -1 for never), reset (µs, 0 for none).
+func resultOf(c *sluice.Charge, v []int64) sluice.ChargeResult {
+	r := sluice.ChargeResult{Allowed: v[0] == 1, Remaining: v[1], Used: v[2]}
+	if !r.Allowed {
 		if v[3] < 0 {
-			c.RetryAfter = time.Duration(1 << 62)
+			r.RetryAfter = time.Duration(1 << 62)
 		} else {
-			c.RetryAfter = time.Duration(v[3]) * time.Microsecond
+			r.RetryAfter = time.Duration(v[3]) * time.Microsecond
 		}
 	}
 	switch {
 	case c.Kind == sluice.KindBudget:
-		c.ResetAt = c.PeriodEnd
-	case v[4] == 0:
-		c.ResetAt = time.Time{}
-	default:
-		c.ResetAt = time.UnixMicro(v[4])
+		r.ResetAt = c.PeriodEnd
+	case v[4] != 0:
+		r.ResetAt = time.UnixMicro(v[4])
 	}
+	return r
 }
 
 // localNow is the time by which the deny cache's entries expire.

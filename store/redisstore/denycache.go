@@ -34,9 +34,9 @@ func newDenyCache(maxAge time.Duration, size int) *denyCache {
 }
 
 // refuse reports whether a charge of b is refused by a live entry, and then
-// fills b's results: the cached charges refused, the others marked allowed
-// (they were not evaluated).
-func (d *denyCache) refuse(b *sluice.Batch, keys []string, now time.Time) bool {
+// writes b's results: the cached charges refused, the others marked
+// allowed (they were not evaluated).
+func (d *denyCache) refuse(b *sluice.Batch, results []sluice.ChargeResult, keys []string, now time.Time) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if len(d.entries) == 0 {
@@ -46,15 +46,15 @@ func (d *denyCache) refuse(b *sluice.Batch, keys []string, now time.Time) bool {
 	for i := range b.Charges {
 		if e, ok := d.match(&b.Charges[i], keys[i], now); ok {
 			if !hit {
-				for j := range b.Charges {
-					b.Charges[j].Allowed, b.Charges[j].RetryAfter = true, 0
+				for j := range results {
+					results[j] = sluice.ChargeResult{Allowed: true}
 				}
 				hit = true
 			}
-			c := &b.Charges[i]
-			c.Allowed, c.Used, c.Remaining, c.ResetAt = false, e.used, e.remaining, e.resetAt
-			if c.Kind == sluice.KindRate {
-				c.RetryAfter = e.until.Sub(now)
+			r := &results[i]
+			r.Allowed, r.Used, r.Remaining, r.ResetAt = false, e.used, e.remaining, e.resetAt
+			if b.Charges[i].Kind == sluice.KindRate {
+				r.RetryAfter = e.until.Sub(now)
 			}
 		}
 	}
@@ -74,20 +74,20 @@ func (d *denyCache) match(c *sluice.Charge, key string, now time.Time) (denyEntr
 
 // remember caches the refused charges of a batch refused at serverNow (the
 // script's clock) and now (the local clock).
-func (d *denyCache) remember(b *sluice.Batch, keys []string, now, serverNow time.Time) {
+func (d *denyCache) remember(b *sluice.Batch, results []sluice.ChargeResult, keys []string, now, serverNow time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i := range b.Charges {
-		c := &b.Charges[i]
-		if c.Allowed || c.Shadow {
+		c, r := &b.Charges[i], &results[i]
+		if r.Allowed || c.Shadow {
 			continue
 		}
 		var ttl time.Duration
 		switch c.Kind {
 		case sluice.KindRate:
-			ttl = c.RetryAfter
+			ttl = r.RetryAfter
 		case sluice.KindBudget:
-			ttl = min(c.ResetAt.Sub(serverNow), d.maxAge)
+			ttl = min(r.ResetAt.Sub(serverNow), d.maxAge)
 		}
 		if ttl <= 0 || ttl >= 1<<62 {
 			continue
@@ -103,6 +103,6 @@ func (d *denyCache) remember(b *sluice.Batch, keys []string, now, serverNow time
 			}
 		}
 		d.entries[keys[i]] = denyEntry{until: now.Add(ttl), amount: c.Amount, limit: c.Limit, burst: c.BurstOrLimit(),
-			used: c.Used, remaining: c.Remaining, resetAt: c.ResetAt}
+			used: r.Used, remaining: r.Remaining, resetAt: r.ResetAt}
 	}
 }

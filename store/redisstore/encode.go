@@ -84,12 +84,12 @@ const (
 	resultSize = 1 + 3*8
 )
 
-// decodeAdmit reads an admission's packed result into its charges and
+// decodeAdmit reads an admission's packed result into its results and
 // reports whether it was admitted. Per charge the script returns allowed,
 // then one figure (a rate's remaining units, a budget's or concurrency
 // cap's usage) from which the other follows, the retry after (µs, -1 for
 // never) and the reset (µs, 0 for none).
-func decodeAdmit(res string, b *sluice.Batch, p *plan, g *group) (bool, error) {
+func decodeAdmit(res string, b *sluice.Batch, results []sluice.ChargeResult, p *plan, g *group) (bool, error) {
 	if res == resultLate {
 		return false, errLate
 	}
@@ -109,7 +109,7 @@ func decodeAdmit(res string, b *sluice.Batch, p *plan, g *group) (bool, error) {
 			v[1], v[2] = max(0, c.Limit-figure), figure
 		}
 		v[3], v[4] = num(r[9:]), num(r[17:])
-		fill(c, v[:])
+		results[i] = resultOf(c, v[:])
 	}
 	return res[0] == 1, nil
 }

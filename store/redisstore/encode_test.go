@@ -31,47 +31,50 @@ func TestStore_ManyChargesInOneSlot(t *testing.T) {
 	}
 	for _, rates := range []int{23, 24, 25, 31, 32, 33, 70} {
 		b := batch(uint64(rates), rates, 60)
-		ok, err := s.Admit(ctx, now, b)
+		res := make([]sluice.ChargeResult, len(b.Charges))
+		ok, err := s.Admit(ctx, now, *b, res)
 		if err != nil || !ok {
 			t.Fatalf("%d rates: admit %v %v", rates, ok, err)
 		}
-		for i, c := range b.Charges[:rates] {
+		for i, c := range res[:rates] {
 			if !c.Allowed || c.Remaining != 40 || c.Used != 60 || c.ResetAt.IsZero() {
 				t.Fatalf("%d rates: charge %d: %+v", rates, i, c)
 			}
 		}
-		if c := b.Charges[rates]; !c.Allowed || c.Used != 1 || c.Remaining != 1 {
+		if c := res[rates]; !c.Allowed || c.Used != 1 || c.Remaining != 1 {
 			t.Fatalf("%d rates: concurrency %+v", rates, c)
 		}
-		if c := b.Charges[rates+1]; !c.Allowed || c.Used != 10 || c.Remaining != 990 {
+		if c := res[rates+1]; !c.Allowed || c.Used != 10 || c.Remaining != 990 {
 			t.Fatalf("%d rates: budget %+v", rates, c)
 		}
 		// 60 more of each rate do not fit: refused, nothing applied.
 		refused := batch(uint64(rates+1000), rates, 60)
-		if ok, err := s.Admit(ctx, now, refused); err != nil || ok {
+		res = make([]sluice.ChargeResult, len(refused.Charges))
+		if ok, err := s.Admit(ctx, now, *refused, res); err != nil || ok {
 			t.Fatalf("%d rates: second admit %v %v", rates, ok, err)
 		}
-		for i, c := range refused.Charges[:rates] {
+		for i, c := range res[:rates] {
 			if c.Allowed || c.Remaining != 40 || c.RetryAfter != 12*time.Second {
 				t.Fatalf("%d rates: refused charge %d: %+v", rates, i, c)
 			}
 		}
-		if err := s.Settle(ctx, now, b); err != nil {
+		if err := s.Settle(ctx, now, *b); err != nil {
 			t.Fatalf("%d rates: settle %v", rates, err)
 		}
 		peek := batch(uint64(rates+2000), rates, 0)
-		if err := s.Peek(ctx, now, peek); err != nil {
+		res = make([]sluice.ChargeResult, len(peek.Charges))
+		if err := s.Peek(ctx, now, *peek, res); err != nil {
 			t.Fatal(err)
 		}
-		for i, c := range peek.Charges[:rates] {
+		for i, c := range res[:rates] {
 			if c.Remaining != 70 {
 				t.Fatalf("%d rates: after settling 30 of 60, charge %d remaining %d, want 70", rates, i, c.Remaining)
 			}
 		}
-		if c := peek.Charges[rates]; c.Used != 0 {
+		if c := res[rates]; c.Used != 0 {
 			t.Fatalf("%d rates: lease not freed: %+v", rates, c)
 		}
-		if c := peek.Charges[rates+1]; c.Used != 4 {
+		if c := res[rates+1]; c.Used != 4 {
 			t.Fatalf("%d rates: budget used %d after settling 4, want 4", rates, c.Used)
 		}
 		// Start afresh for the next size.
@@ -98,7 +101,8 @@ func TestStore_ConcurrentAdmissionsAtALimit(t *testing.T) {
 					{Key: sluice.CounterKey{Rule: 1, Subject: "t"}, Kind: sluice.KindRate, Limit: 1000, Window: time.Minute, Amount: 1},
 					{Key: sluice.CounterKey{Rule: 2, Subject: "t"}, Kind: sluice.KindConcurrency, Limit: limit, Amount: 1},
 				}}
-				ok, err := s.Admit(ctx, now, b)
+				res := make([]sluice.ChargeResult, len(b.Charges))
+				ok, err := s.Admit(ctx, now, *b, res)
 				if err != nil {
 					t.Error(err)
 					return
@@ -107,8 +111,8 @@ func TestStore_ConcurrentAdmissionsAtALimit(t *testing.T) {
 					admitted.Add(1)
 				} else {
 					refused.Add(1)
-					if b.Charges[1].Allowed || !b.Charges[0].Allowed {
-						t.Errorf("refused admission: %+v", b.Charges)
+					if res[1].Allowed || !res[0].Allowed {
+						t.Errorf("refused admission: %+v", res)
 					}
 				}
 			}
@@ -124,10 +128,11 @@ func TestStore_ConcurrentAdmissionsAtALimit(t *testing.T) {
 		{Key: sluice.CounterKey{Rule: 1, Subject: "t"}, Kind: sluice.KindRate, Limit: 1000, Window: time.Minute},
 		{Key: sluice.CounterKey{Rule: 2, Subject: "t"}, Kind: sluice.KindConcurrency, Limit: limit},
 	}}
-	if err := s.Peek(ctx, now, peek); err != nil {
+	res := make([]sluice.ChargeResult, len(peek.Charges))
+	if err := s.Peek(ctx, now, *peek, res); err != nil {
 		t.Fatal(err)
 	}
-	if peek.Charges[0].Used != limit || peek.Charges[1].Used != limit {
-		t.Fatalf("rate used %d, leases held %d; want %d each", peek.Charges[0].Used, peek.Charges[1].Used, limit)
+	if res[0].Used != limit || res[1].Used != limit {
+		t.Fatalf("rate used %d, leases held %d; want %d each", res[0].Used, res[1].Used, limit)
 	}
 }

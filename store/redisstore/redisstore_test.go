@@ -102,3 +102,9 @@ func TestConformance(t *testing.T) {
 		return openStore(t, redisstore.Options{URL: url, PinTime: true})
 	})
 }
+
+// admitBatch is s.Admit of b at now, with room for the results, which it
+// drops.
+func admitBatch(ctx context.Context, s sluice.Store, now time.Time, b *sluice.Batch) (bool, error) {
+	return s.Admit(ctx, now, *b, make([]sluice.ChargeResult, len(b.Charges)))
+}

@@ -106,17 +106,17 @@ func TestBudget_SaturatesAtCeiling(t *testing.T) {
 	}
 	for i := range 6 {
 		b := batch(uint64(i + 1))
-		if ok, err := h.Store.Admit(h.Ctx, h.Clock.Now(), b); !ok || err != nil {
+		if ok, err := admitBatch(h.Ctx, h.Store, h.Clock.Now(), b); !ok || err != nil {
 			t.Fatalf("admit %d: %v %v", i, ok, err)
 		}
 		b.Charges[0].Actual = 1 << 62 // clamped by the store to its own bound
-		if err := h.Store.Settle(h.Ctx, h.Clock.Now(), b); err != nil {
+		if err := h.Store.Settle(h.Ctx, h.Clock.Now(), *b); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Six more left to the sweep, charged their 2^51 each.
 	for i := range 6 {
-		if ok, err := h.Store.Admit(h.Ctx, h.Clock.Now(), batch(uint64(100+i))); !ok || err != nil {
+		if ok, err := admitBatch(h.Ctx, h.Store, h.Clock.Now(), batch(uint64(100+i))); !ok || err != nil {
 			t.Fatalf("admit %d: %v %v", i, ok, err)
 		}
 	}
@@ -146,7 +146,8 @@ func TestBudget_SaturatesAtCeiling(t *testing.T) {
 	}
 	var peek = batch(999)
 	peek.Charges[0].Amount, peek.Charges[0].Shadow = 0, false
-	if err := h.Store.Peek(h.Ctx, h.Clock.Now(), peek); err != nil || peek.Charges[0].Used != sluice.CounterCeiling {
-		t.Fatalf("peek: used %d, %v", peek.Charges[0].Used, err)
+	res := make([]sluice.ChargeResult, 1)
+	if err := h.Store.Peek(h.Ctx, h.Clock.Now(), *peek, res); err != nil || res[0].Used != sluice.CounterCeiling {
+		t.Fatalf("peek: used %d, %v", res[0].Used, err)
 	}
 }

@@ -15,14 +15,14 @@ import (
 // Settle applies each charge's Actual in place of its Amount and frees the
 // batch's leases, once: a group of charges the sweep already settled is left
 // alone.
-func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
-	p, err := s.plan(b)
+func (s *Store) Settle(ctx context.Context, now time.Time, b sluice.Batch) error {
+	p, err := s.plan(&b)
 	if err != nil {
 		return fmt.Errorf("redisstore: settle: %w", err)
 	}
 	deadline := time.Now().Add(s.timeout)
 	for gi := range p.groups {
-		if err := s.settleGroup(ctx, deadline, now, b, p, &p.groups[gi], false); err != nil {
+		if err := s.settleGroup(ctx, deadline, now, &b, p, &p.groups[gi], false); err != nil {
 			return fmt.Errorf("redisstore: settle: %w", err)
 		}
 	}

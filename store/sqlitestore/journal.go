@@ -20,15 +20,13 @@ const (
 	opForget                   // the recovered reservations told of (recoveredTable)
 )
 
-// op is one journal entry: a Batch from Admit, Settle or the sweep. It
-// points at the Batch rather than copying it: the fields it reads (keys,
-// amounts, deadline, and Actual once settled) no longer change after the
-// store call that queued it.
+// op is one journal entry: a Batch from Admit, Settle or the sweep, each
+// charge's Actual what a settlement charged. It points at the store's own
+// copy of the batch, or, for a Settle that waits for the commit, at the
+// caller's: the fields it reads no longer change while it is queued.
 type op struct {
 	kind  opKind
 	batch *sluice.Batch
-	// actual overrides the batch's Actual amounts (the sweep's decision).
-	actual []int64
 	// done, when set, is told once the op is committed, or the journal
 	// failed (SettleAsync).
 	done func(error)
@@ -39,8 +37,7 @@ func (o *op) id() uint64 { return o.batch.ID }
 func (o *op) deadline() int64 { return o.batch.Deadline.UnixNano() }
 
 // budgets calls f for each budget charge of o, and, for a settlement, its
-// Actual (the settled amount) as o says. An admission's Actual is not read:
-// the engine may be writing it.
+// Actual (the settled amount). An admission's Actual is not read.
 func (o *op) budgets(f func(c storedCharge, actual int64)) {
 	settled := o.kind == opSettle
 	for i := range o.batch.Charges {
@@ -49,10 +46,7 @@ func (o *op) budgets(f func(c storedCharge, actual int64)) {
 			continue
 		}
 		var actual int64
-		switch {
-		case o.actual != nil:
-			actual = o.actual[i]
-		case settled:
+		if settled {
 			actual = c.Actual
 		}
 		f(storedCharge{key: c.Key, periodEnd: c.PeriodEnd.UnixNano(), amount: c.Amount,

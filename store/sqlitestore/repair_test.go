@@ -133,11 +133,11 @@ func TestJournal_SaturatesAtCeiling(t *testing.T) {
 			Kind: sluice.KindBudget, Limit: math.MaxInt64, PeriodEnd: end, Amount: 1,
 		}}}
 		now = now.Add(time.Nanosecond)
-		if ok, err := s.Admit(ctx, now, b); !ok || err != nil {
+		if ok, err := s.Admit(ctx, now, *b, make([]sluice.ChargeResult, 1)); !ok || err != nil {
 			t.Fatalf("admit %d: %v %v", i, ok, err)
 		}
 		b.Charges[0].Actual = actual
-		if err := s.Settle(ctx, now, b); err != nil {
+		if err := s.Settle(ctx, now, *b); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -278,20 +279,22 @@ func (s *Store) recover(now time.Time) error {
 var upsertUsage = `INSERT INTO budget_usage (rule, subject, period, period_end, used) VALUES (?, ?, ?, ?, ?)
 	ON CONFLICT (rule, subject, period) DO UPDATE SET used = min(used + excluded.used, ` + strconv.FormatInt(counter.Ceiling, 10) + `)`
 
-// Admit admits in memory and queues the reservation for the journal.
-func (s *Store) Admit(ctx context.Context, now time.Time, b *sluice.Batch) (bool, error) {
+// Admit admits in memory and queues the reservation for the journal, a
+// copy of it: the batch is the caller's.
+func (s *Store) Admit(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) (bool, error) {
 	if err := s.failed(); err != nil {
 		return false, err
 	}
-	ok, err := s.mem.Admit(ctx, now, b)
+	ok, err := s.mem.Admit(ctx, now, b, results)
 	if ok && err == nil && hasBudget(b) {
-		s.enqueue(op{kind: opAdmit, batch: b})
+		b.Charges = slices.Clone(b.Charges)
+		s.enqueue(op{kind: opAdmit, batch: &b})
 	}
 	return ok, err
 }
 
 // Settle settles in memory and returns once the settlement is committed.
-func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) error {
+func (s *Store) Settle(ctx context.Context, now time.Time, b sluice.Batch) error {
 	if err := s.failed(); err != nil {
 		return err
 	}
@@ -304,13 +307,16 @@ func (s *Store) Settle(ctx context.Context, now time.Time, b *sluice.Batch) erro
 	if err != nil || !applied {
 		return err
 	}
-	return s.wait(ctx, s.enqueue(op{kind: opSettle, batch: b}))
+	// Settle returns once the op is committed: the op may point at the
+	// caller's batch until then.
+	return s.wait(ctx, s.enqueue(op{kind: opSettle, batch: &b}))
 }
 
 // SettleAsync settles in memory at once and calls done once the settlement
 // is committed, from the journal's goroutine: the caller does not wait for
-// the commit, and no goroutine waits for it per call.
-func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch, done func(error)) {
+// the commit, and no goroutine waits for it per call. The journal is given
+// a copy of the batch, which is the caller's.
+func (s *Store) SettleAsync(ctx context.Context, now time.Time, b sluice.Batch, done func(error)) {
 	if err := s.failed(); err != nil {
 		done(err)
 		return
@@ -324,7 +330,8 @@ func (s *Store) SettleAsync(ctx context.Context, now time.Time, b *sluice.Batch,
 		done(err)
 		return
 	}
-	s.enqueue(op{kind: opSettle, batch: b, done: done})
+	b.Charges = slices.Clone(b.Charges)
+	s.enqueue(op{kind: opSettle, batch: &b, done: done})
 }
 
 // Reserved reads the in-memory counters: this process is the only one
@@ -340,8 +347,8 @@ func (s *Store) Reservations(ctx context.Context, limit int) ([]sluice.Batch, er
 }
 
 // Peek reads the in-memory counters.
-func (s *Store) Peek(ctx context.Context, now time.Time, b *sluice.Batch) error {
-	return s.mem.Peek(ctx, now, b)
+func (s *Store) Peek(ctx context.Context, now time.Time, b sluice.Batch, results []sluice.ChargeResult) error {
+	return s.mem.Peek(ctx, now, b, results)
 }
 
 // Sweep settles expired reservations in memory and journals them.
@@ -368,9 +375,11 @@ func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepRes
 		// Told of at the last report, whose caller has recorded them since.
 		last = s.enqueue(op{kind: opForget})
 	}
-	expired, report, res := s.mem.SweepExpired(now)
-	for _, e := range expired {
-		last = s.enqueue(op{kind: opSettle, batch: e.Batch, actual: e.Actual})
+	// The memstore's own copies of the batches, each charge's Actual what
+	// it was settled at.
+	swept, res := s.mem.SweepExpired(now)
+	for i := range swept {
+		last = s.enqueue(op{kind: opSettle, batch: &swept[i]})
 	}
 	if last > 0 {
 		s.flushNow()
@@ -378,10 +387,10 @@ func (s *Store) SweepReport(ctx context.Context, now time.Time) (sluice.SweepRes
 			return res, told, err
 		}
 	}
-	return res, append(told, report...), nil
+	return res, append(told, swept...), nil
 }
 
-func hasBudget(b *sluice.Batch) bool {
+func hasBudget(b sluice.Batch) bool {
 	for i := range b.Charges {
 		if b.Charges[i].Kind == sluice.KindBudget {
 			return true

@@ -211,6 +211,39 @@ var budgetScenarios = map[string]func(t *testing.T, h *Harness){
 		h.Admit(l, Tokens("k", 100, 0))
 		h.Refuse(l, Tokens("k", 1, 0), sluice.ErrBudgetExhausted)
 	},
+	// A batch is passed by value and stays the caller's: a store keeps a
+	// copy of what its sweep needs, so that a caller reusing the batch's
+	// charges after Admit changes nothing the store holds.
+	"StoreKeepsNoPartOfTheCallersBatch": func(t *testing.T, h *Harness) {
+		now := h.Clock.Now()
+		start, end := sluice.PeriodBounds(sluice.PeriodDay, now, time.UTC)
+		charge := func(subject string) sluice.Charge {
+			return sluice.Charge{Key: sluice.CounterKey{Rule: 0xc0b1e5, Subject: subject, Period: start.Unix()},
+				Kind: sluice.KindBudget, Limit: 100, PeriodEnd: end, Amount: 40}
+		}
+		b := sluice.Batch{ID: 1, Deadline: now.Add(time.Minute), Charges: []sluice.Charge{charge("kept")}}
+		results := make([]sluice.ChargeResult, 1)
+		if ok, err := h.Store.Admit(h.Ctx, now, b, results); err != nil || !ok || !results[0].Allowed {
+			t.Fatalf("admit: %v %v %+v", ok, err, results[0])
+		}
+		// The caller reuses its charges for another batch.
+		b.Charges[0] = charge("reused")
+		b.Charges[0].Amount = 99
+		h.Clock.Advance(2 * time.Minute)
+		if res, err := h.Store.Sweep(h.Ctx, h.Clock.Now()); err != nil || res.Reservations != 1 || res.Charged != 1 {
+			t.Fatalf("sweep: %+v %v", res, err)
+		}
+		for subject, want := range map[string]int64{"kept": 40, "reused": 0} {
+			peek := charge(subject)
+			peek.Amount = 0
+			if err := h.Store.Peek(h.Ctx, h.Clock.Now(), sluice.Batch{ID: 2, Charges: []sluice.Charge{peek}}, results); err != nil {
+				t.Fatal(err)
+			}
+			if results[0].Used != want {
+				t.Errorf("%s: used %d after the sweep, want %d", subject, results[0].Used, want)
+			}
+		}
+	},
 }
 
 func formatWarning(w sluice.Warning) string {

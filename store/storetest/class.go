@@ -37,15 +37,16 @@ var classScenarios = map[string]func(t *testing.T, h *Harness){
 		}
 		admit := func(b *sluice.Batch) bool {
 			t.Helper()
-			ok, err := h.Store.Admit(h.Ctx, now, b)
+			results := make([]sluice.ChargeResult, len(b.Charges))
+			ok, err := h.Store.Admit(h.Ctx, now, *b, results)
 			if err != nil {
 				t.Fatalf("admit: %v", err)
 			}
-			if ok != b.Charges[0].Allowed {
-				t.Fatalf("admit said %v, its charge %v", ok, b.Charges[0].Allowed)
+			if ok != results[0].Allowed {
+				t.Fatalf("admit said %v, its charge %v", ok, results[0].Allowed)
 			}
 			if ok {
-				if err := h.Store.Settle(h.Ctx, now, b); err != nil {
+				if err := h.Store.Settle(h.Ctx, now, *b); err != nil {
 					t.Fatalf("settle: %v", err)
 				}
 			}
