@@ -61,8 +61,7 @@ func TestServe_AdminReloadMetricsAndLogs(t *testing.T) {
 	}
 	writeConfig("100")
 	const adminTok = "test-admin-token-0123456789-abcdef"
-	listen, adminAddr := freeAddr(t), freeAddr(t)
-	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+adminAddr,
+	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+anyPort, "SLUICE_ADMIN_LISTEN="+anyPort,
 		"SLUICE_CONFIG="+cfgPath, "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=production", "SLUICE_ADMIN_TOKEN="+adminTok)
 	create := exec.Command(bin, "keys", "create", "--workspace", "demo", "--user", "me")
 	create.Env = env
@@ -73,15 +72,8 @@ func TestServe_AdminReloadMetricsAndLogs(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	key := lines[len(lines)-1]
 
-	serve := exec.Command(bin, "serve")
-	serve.Env = env
-	var stderr lockedBuffer
-	serve.Stderr, serve.Stdout = &stderr, io.Discard
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = serve.Process.Kill() })
-	adminURL := "http://" + adminAddr
+	serve := startServe(t, serveCmd(bin, env))
+	listen, adminURL := serve.listen, "http://"+serve.admin
 	api := func(method, path string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, adminURL+path, nil)
@@ -100,7 +92,7 @@ func TestServe_AdminReloadMetricsAndLogs(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for !ok() {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: timed out\n%s", what, stderr.String())
+				t.Fatalf("%s: timed out\n%s", what, serve.Stderr())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -153,7 +145,7 @@ func TestServe_AdminReloadMetricsAndLogs(t *testing.T) {
 	}
 	// SIGHUP applies a good one.
 	writeConfig("7")
-	if err := serve.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := serve.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("SIGHUP reload", func() bool { return chatLimit() == 7 })
@@ -198,11 +190,11 @@ func TestServe_AdminReloadMetricsAndLogs(t *testing.T) {
 		t.Fatalf("limits show: %v\n%s", err, out)
 	}
 
-	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	_ = serve.Wait()
-	logs := stderr.String()
+	serve.exited <- <-serve.exited // ended; left for the cleanup
+	logs := serve.Stderr()
 	requests := 0
 	sc := bufio.NewScanner(strings.NewReader(logs))
 	for sc.Scan() {

@@ -168,9 +168,8 @@ func TestServe_BannerNamesConfigAndDataDirectory(t *testing.T) {
 		{env: "production", token: "banner-test-token-0123456789abcdef0123", want: []string{`"msg":"serving"`, `"config":"` + cfgPath + `"`, `"data_dir":"` + data + `"`}},
 	} {
 		t.Run("env="+tc.env, func(t *testing.T) {
-			listen := freeAddr(t)
 			cmd := serveCmd(bin, append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_CONFIG="+cfgPath,
-				"SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+freeAddr(t), "SLUICE_ENV="+tc.env, "SLUICE_ADMIN_TOKEN="+tc.token))
+				"SLUICE_LISTEN="+anyPort, "SLUICE_ADMIN_LISTEN="+anyPort, "SLUICE_ENV="+tc.env, "SLUICE_ADMIN_TOKEN="+tc.token))
 			var stdout, stderr lockedBuffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			if err := cmd.Start(); err != nil {
@@ -178,20 +177,8 @@ func TestServe_BannerNamesConfigAndDataDirectory(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 			deadline := time.Now().Add(30 * time.Second)
-			for {
-				resp, err := http.Get("http://" + listen + "/healthz")
-				if err == nil {
-					resp.Body.Close()
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("serve did not start:\n%s", stderr.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
 			// The banner and the log line are written once both listeners
-			// are up, a moment after the client listener answers, and the
-			// banner in several writes: wait for the whole of it.
+			// are up, the banner in several writes: wait for the whole of it.
 			out := &stderr
 			if tc.inStdout {
 				out = &stdout
@@ -212,6 +199,17 @@ func TestServe_BannerNamesConfigAndDataDirectory(t *testing.T) {
 					t.Errorf("lacks %s:\n%s", want, out.String())
 				}
 			}
+			// Asked for port 0, it names the ports the system chose, and
+			// the client API answers on the one it names.
+			listen, admin := servedAt(out.String())
+			if strings.HasSuffix(listen, ":0") || strings.HasSuffix(admin, ":0") || listen == admin {
+				t.Fatalf("serve names client %q and admin %q, want the ports it listens on:\n%s", listen, admin, out.String())
+			}
+			resp, err := http.Get("http://" + listen + "/healthz")
+			if err != nil {
+				t.Fatalf("the client address serve names: %v\n%s", err, stderr.String())
+			}
+			resp.Body.Close()
 			if !tc.inStdout && stdout.String() != "" {
 				t.Errorf("production printed a banner:\n%s", stdout.String())
 			}

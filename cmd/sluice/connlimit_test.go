@@ -25,17 +25,17 @@ func TestServe_IdleConnectionFloodUnderALowDescriptorLimit(t *testing.T) {
 	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
-	listen, admin := freeAddr(t), freeAddr(t)
 	cfgPath := filepath.Join(data, "sluice.yaml")
 	if err := os.WriteFile(cfgPath, []byte("header_timeout: 2s\nmax_connections: 100000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+admin,
+	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+anyPort, "SLUICE_ADMIN_LISTEN="+anyPort,
 		"SLUICE_CONFIG="+cfgPath, "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN=")
 	key := createKey(t, bin, env, "--workspace", "demo", "--user", "me")
 	shell := exec.Command("sh", "-c", `ulimit -n 128 && exec "$0" serve`, bin)
 	shell.Env = env
 	serve := startServe(t, shell)
+	listen := serve.listen
 
 	var flood []net.Conn
 	for range 400 {

@@ -26,7 +26,6 @@ func TestServe_EventsWebhooksAndTraces(t *testing.T) {
 	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
-	listen, admin := freeAddr(t), freeAddr(t)
 	const token = "events-test-admin-token-0123456789"
 	const secret = "hook-secret-for-the-test"
 
@@ -88,11 +87,12 @@ events:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+admin,
+	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+anyPort, "SLUICE_ADMIN_LISTEN="+anyPort,
 		"SLUICE_CONFIG="+cfgPath, "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=production", "SLUICE_ADMIN_TOKEN="+token,
 		"TEST_HOOK_SECRET="+secret, "OTEL_EXPORTER_OTLP_ENDPOINT="+collector.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
 	key := createKey(t, bin, env, "--workspace", "acme", "--user", "ada")
 	serve := startServe(t, serveCmd(bin, env))
+	listen, admin := serve.listen, serve.admin
 
 	for i := range 3 {
 		req, _ := http.NewRequest("POST", "http://"+listen+"/v1/chat/completions",

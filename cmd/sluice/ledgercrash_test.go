@@ -119,9 +119,8 @@ func ledgerSurvivesKill9(t *testing.T, stores []string, exact bool) {
 	if err := os.WriteFile(cfgPath, []byte(crashConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	listen, admin := freeAddr(t), freeAddr(t)
 	const token = "ledger-crash-admin-token-0123456789"
-	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+admin,
+	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+anyPort, "SLUICE_ADMIN_LISTEN="+anyPort,
 		"SLUICE_CONFIG="+cfgPath, "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN="+token,
 		"SLUICE_RATE_PER_MINUTE=0", "SLUICE_MAX_IN_FLIGHT=0")
 	env = append(env, stores...)
@@ -136,6 +135,7 @@ func ledgerSurvivesKill9(t *testing.T, stores []string, exact bool) {
 	}
 
 	serve := startServe(t, serveCmd(bin, env))
+	listen := serve.listen
 	const clients, callTokens = 4, 16 + 5 // the reservation: about 5 input, 16 output
 	var done atomic.Int64
 	var wg sync.WaitGroup
@@ -193,7 +193,7 @@ func ledgerSurvivesKill9(t *testing.T, stores []string, exact bool) {
 	// again until the deadline below.
 	get := func(path string) (map[string]any, error) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+admin+path, nil)
+		req, _ := http.NewRequest("GET", "http://"+restarted.admin+path, nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -73,16 +72,6 @@ func buildSluice(t *testing.T) string {
 	return built.bin
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestServe_FirstCallOnAFreshDataDirectory runs what the README tells a
 // newcomer: keys create, serve with no config, a first call with the
 // OpenAI SDK, then a clean shutdown on SIGTERM.
@@ -90,8 +79,7 @@ func TestServe_FirstCallOnAFreshDataDirectory(t *testing.T) {
 	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
-	listen, admin := freeAddr(t), freeAddr(t)
-	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+admin,
+	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+anyPort, "SLUICE_ADMIN_LISTEN="+anyPort,
 		"SLUICE_CONFIG=", "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN=")
 
 	create := exec.Command(bin, "keys", "create", "--workspace", "demo", "--user", "me")
@@ -127,9 +115,10 @@ func TestServe_FirstCallOnAFreshDataDirectory(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
+	var listen string
 	select {
 	case b := <-banner:
-		if !strings.Contains(b, listen) || !strings.Contains(b, "keys create") {
+		if listen, _ = servedAt(b); listen == "" || strings.HasSuffix(listen, ":0") || !strings.Contains(b, "keys create") {
 			t.Fatalf("banner does not say where it listens and how to call:\n%s", b)
 		}
 	case <-time.After(30 * time.Second):

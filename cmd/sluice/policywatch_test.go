@@ -22,11 +22,10 @@ func TestServe_OverrideWrittenInTheDatabaseAppliesAtOnce(t *testing.T) {
 	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
-	listen, admin := freeAddr(t), freeAddr(t)
-	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+admin,
+	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+anyPort, "SLUICE_ADMIN_LISTEN="+anyPort,
 		"SLUICE_CONFIG=", "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN=")
 	key := createKey(t, bin, env, "--workspace", "w", "--user", "u")
-	startServe(t, serveCmd(bin, env))
+	listen := startServe(t, serveCmd(bin, env)).listen
 	call := func() (int, string) {
 		t.Helper()
 		body := `{"model":"mock-small","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`

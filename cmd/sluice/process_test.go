@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,27 @@ type served struct {
 	// production, where it prints no banner).
 	serving     chan struct{}
 	servingOnce sync.Once
+	// listen and admin are the addresses it serves on, as its banner or
+	// its "serving" line names them: a test gives it port 0 (see
+	// anyPort), so that no port it chose can be taken before serve binds it.
+	listen, admin string
+}
+
+// anyPort is the address a test's serve listens on: a loopback port the
+// system chooses when serve binds it, read back from served.
+const anyPort = "127.0.0.1:0"
+
+// servedAddrs finds the client and admin addresses in serve's banner line
+// or in its "serving" log line (production).
+var servedAddrs = regexp.MustCompile(`client API on http://(\S+)\s+admin API on http://(\S+)|"listen":"([^"]+)","admin_listen":"([^"]+)"`)
+
+// servedAt returns the client and admin addresses that serve's banner, or
+// its "serving" line, in text names.
+func servedAt(text string) (listen, admin string) {
+	if m := servedAddrs.FindStringSubmatch(text); m != nil {
+		return m[1] + m[3], m[2] + m[4]
+	}
+	return "", ""
 }
 
 func (s *served) Write(p []byte) (int, error) {
@@ -67,9 +89,13 @@ func startServe(t *testing.T, cmd *exec.Cmd) *served {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-s.exited })
 	ready := make(chan struct{})
+	var banner string // the banner's first line, read once ready is closed
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			if strings.Contains(sc.Text(), "client API on") {
+				banner = sc.Text()
+			}
 			if strings.Contains(sc.Text(), "curl http") {
 				close(ready)
 				break
@@ -80,12 +106,17 @@ func startServe(t *testing.T, cmd *exec.Cmd) *served {
 	}()
 	select {
 	case <-ready:
+		s.listen, s.admin = servedAt(banner)
 	case <-s.serving:
+		s.listen, s.admin = servedAt(s.Stderr())
 	case err := <-s.exited:
 		s.exited <- err
 		t.Fatalf("serve exited before its banner: %v\n%s", err, s.Stderr())
 	case <-time.After(30 * time.Second):
 		t.Fatalf("serve did not start:\n%s", s.Stderr())
+	}
+	if s.listen == "" {
+		t.Fatalf("serve named no address it listens on:\n%s", s.Stderr())
 	}
 	return s
 }

@@ -138,6 +138,7 @@ func serve(args []string) error {
 		return err
 	}
 	defer adminLn.Close()
+	cfg.Listen, cfg.AdminListen = boundAddr(cfg.Listen, ln), boundAddr(cfg.AdminListen, adminLn)
 	providers, err := providersOf(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -246,6 +247,15 @@ func serve(args []string) error {
 // carry (a key, a token, a password in a store URL).
 func newLogger(cfg *config.Config) *slog.Logger {
 	return admin.NewLogger(os.Stderr, cfg.IsProduction())
+}
+
+// boundAddr is addr, or, when addr leaves the port to the system (port 0),
+// the address ln was given: the banner and the log name the port to call.
+func boundAddr(addr string, ln net.Listener) string {
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return ln.Addr().String()
+	}
+	return addr
 }
 
 // newLoggerTo is the request lines' logger. Those lines are built from a

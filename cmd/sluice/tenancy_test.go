@@ -20,15 +20,15 @@ func TestServe_TenantsShareNothing(t *testing.T) {
 	t.Parallel()
 	bin := buildSluice(t)
 	data := t.TempDir()
-	listen, admin := freeAddr(t), freeAddr(t)
 	const token = "tenancy-test-admin-token-0123456789"
-	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+listen, "SLUICE_ADMIN_LISTEN="+admin,
+	env := append(os.Environ(), "SLUICE_DATA_DIR="+data, "SLUICE_LISTEN="+anyPort, "SLUICE_ADMIN_LISTEN="+anyPort,
 		"SLUICE_CONFIG=", "SLUICE_STORE=", "SLUICE_DATABASE=", "SLUICE_ENV=", "SLUICE_ADMIN_TOKEN="+token)
 	keys := map[string]string{}
 	for _, org := range []string{"orgA", "orgB"} {
 		keys[org] = createKey(t, bin, env, "--org", org, "--workspace", "shared", "--user", "dup")
 	}
-	startServe(t, serveCmd(bin, env))
+	serve := startServe(t, serveCmd(bin, env))
+	listen, admin := serve.listen, serve.admin
 
 	adminDo := func(method, path, body string) (int, map[string]any) {
 		t.Helper()
