@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prints the engine's code lines per part (no comments, no blank lines, no
-# tests) beside issue 30's budgets, and the root package's exported types.
+# tests) beside issue 30's budgets, the root package's exported types, and
+# which optional features are leaves of the core.
 # A budget is a line to stay under with simpler code, not by moving code to
 # a place this script does not count: every non-test Go file of the root
 # package is in exactly one part.
@@ -72,6 +73,10 @@ verdict=met
 if [ "$types" -gt 45 ]; then verdict=MISSED; missed=1; fi
 printf '%-18s %6d        budget %5d  %s\n' "exported types" "$types" 45 "$verdict"
 echo "core files: ${core[*]}"
+# Which features are leaves: the core uses none of their names (reported;
+# `go run ./internal/leaves -uses FILES` lists the uses).
+# shellcheck disable=SC2046
+go run ./internal/leaves $(for p in $(printf '%s\n' "${!part[@]}" | sort); do echo "${part[$p]}"; done)
 
 if [ "${1:-}" = --check ] && [ "$missed" -ne 0 ]; then
   echo "enginesize: a budget is missed" >&2
