@@ -30,20 +30,14 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 		}
 		return nil, err
 	}
-	if req.MaxWait > 0 && l.waiters.active() {
-		if key, ok := l.waiters.existing(&r.charges); ok {
-			return l.wait(ctx, &req, r, key, now)
-		}
+	if req.MaxWait > 0 && l.hooks.wait != nil {
+		return l.hooks.wait(ctx, req, r, now)
 	}
-	err := l.try(ctx, &req, r, now)
-	if err == nil {
-		return r, nil
+	if err := l.try(ctx, &req, r, now); err != nil {
+		l.refused.Add(1)
+		return nil, err
 	}
-	if req.MaxWait > 0 && waitable(err, req.MaxWait) {
-		return l.wait(ctx, &req, r, decidingKey(&r.charges), now)
-	}
-	l.refused.Add(1)
-	return nil, err
+	return r, nil
 }
 
 // try runs one admission attempt at now.

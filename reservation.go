@@ -259,6 +259,8 @@ func (r *Reservation) end(err error) error {
 			}
 		}
 	}
-	l.waiters.notify()
+	for _, settled := range l.hooks.settled {
+		settled(r)
+	}
 	return nil
 }
