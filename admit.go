@@ -90,8 +90,8 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	if !ok {
 		return l.refusal(&r.charges, now)
 	}
-	if req.Turn != "" {
-		l.turns.admitted(&r.charges, req.Identity.Key, req.Turn, now)
+	for _, admitted := range l.hooks.admitted {
+		admitted(r, req.Identity.Key, req.Turn, now)
 	}
 	l.hold(r)
 	l.admitted.Add(1)
@@ -153,8 +153,8 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		}
 		if !rule.hasTag {
 			c.Key.Subject = subjectValue(rule, id, "", l.serverID)
-			if req.Turn != "" && turnCounted(c) && l.turns.charged(c, id.Key, req.Turn, now) {
-				c.Amount = 0
+			for _, charging := range l.hooks.charging {
+				charging(c, id.Key, req.Turn, now)
 			}
 			continue
 		}

@@ -11,8 +11,9 @@ import (
 // BenchmarkAdmitSettleFeaturesUnused is BenchmarkAdmitSettle3Rules on the
 // core alone (none), and with optional features installed but unused by
 // the request (issue 30: each feature a leaf that costs nothing when
-// unused). New installs waiting always (the request has no MaxWait), and
-// sweep attribution with Options.OnSwept (a sweep is not an admission).
+// unused). New installs waiting and turns always (the request has no
+// MaxWait and no Turn), and sweep attribution with Options.OnSwept (a
+// sweep is not an admission).
 func BenchmarkAdmitSettleFeaturesUnused(b *testing.B) {
 	for _, bc := range []struct {
 		name string
@@ -20,7 +21,7 @@ func BenchmarkAdmitSettleFeaturesUnused(b *testing.B) {
 		none bool
 	}{
 		{name: "none", none: true},
-		{name: "waiting", opts: func(*sluice.Options) {}},
+		{name: "waiting_turns", opts: func(*sluice.Options) {}},
 		{name: "sweep_attribution", opts: func(o *sluice.Options) { o.OnSwept = func(sluice.SweptReservation) {} }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

@@ -118,7 +118,6 @@ type Limiter struct {
 
 	policy atomic.Pointer[compiledPolicy]
 	nextID atomic.Uint64
-	turns  turns
 	// provided holds what the providers allow, for the rules that take
 	// their limit from them.
 	provided providerLimits
@@ -140,6 +139,11 @@ var features []func(*Limiter, *Options)
 type hooks struct {
 	// sweep is the store's Sweep, or what replaces it (sweep attribution).
 	sweep func(ctx context.Context, now time.Time) (SweepResult, error)
+	// charging may change charge c as build makes it, and admitted is
+	// told of each reservation admitted with charges, for a request of key
+	// (Identity.Key) in turn (Request.Turn) (turns).
+	charging []func(c charge, key, turn string, now time.Time)
+	admitted []func(r *Reservation, key, turn string, now time.Time)
 	// wait admits a request with a MaxWait (given by value); settled is
 	// told of each reservation settled, and swept of each sweep that
 	// answered (waiting).
