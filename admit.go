@@ -47,7 +47,10 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		expiry = math.MaxInt64
 	}
 	r.admittedAt, r.expiry = now, expiry
-	r.deadline = l.leaseDeadline(now, now.Add(expiry))
+	r.deadline = now.Add(expiry)
+	if l.hooks.leaseDeadline != nil {
+		r.deadline = l.hooks.leaseDeadline(now, r.deadline)
+	}
 	if len(r.charges.in) == 0 {
 		l.admitted.Add(1)
 		return nil
@@ -93,7 +96,6 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	for _, admitted := range l.hooks.admitted {
 		admitted(r, req.Identity.Key, req.Turn, now)
 	}
-	l.hold(r)
 	l.admitted.Add(1)
 	return nil
 }

@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store/memstore"
@@ -13,16 +14,25 @@ import (
 // the request (issue 30: each feature a leaf that costs nothing when
 // unused). New installs waiting and turns always (the request has no
 // MaxWait and no Turn), and sweep attribution with Options.OnSwept (a
-// sweep is not an admission).
+// sweep is not an admission), and leases with Options.LeaseTimeout (over
+// memstore, a LeaseRenewer): as leases renew only reservations that hold
+// a budget or a call in flight, they are compared without the concurrency
+// rule (rates_*), where no reservation holds a lease, and with it
+// (leases_in_use), where each admission holds one until it settles.
 func BenchmarkAdmitSettleFeaturesUnused(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		opts func(*sluice.Options)
 		none bool
+		// rates drops the concurrency rule.
+		rates bool
 	}{
 		{name: "none", none: true},
 		{name: "waiting_turns", opts: func(*sluice.Options) {}},
 		{name: "sweep_attribution", opts: func(o *sluice.Options) { o.OnSwept = func(sluice.SweptReservation) {} }},
+		{name: "leases_in_use", opts: leaseTimeout},
+		{name: "rates_none", none: true, rates: true},
+		{name: "rates_leases", opts: leaseTimeout, rates: true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			opts := sluice.Options{
@@ -34,6 +44,9 @@ func BenchmarkAdmitSettleFeaturesUnused(b *testing.B) {
 					Concurrency:       benchConcurrency,
 					Subject:           "key",
 				},
+			}
+			if bc.rates {
+				opts.Simple.Concurrency = 0
 			}
 			if bc.opts != nil {
 				bc.opts(&opts)
@@ -55,3 +68,5 @@ func BenchmarkAdmitSettleFeaturesUnused(b *testing.B) {
 		})
 	}
 }
+
+func leaseTimeout(o *sluice.Options) { o.LeaseTimeout = time.Minute }

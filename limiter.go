@@ -110,12 +110,6 @@ type Limiter struct {
 	onOverrun      func(Overrun)
 	hooks          hooks
 
-	// renewer is the store when it renews leases and LeaseTimeout is set,
-	// else nil; leases are the reservations to renew.
-	renewer      LeaseRenewer
-	leaseTimeout time.Duration
-	leases       heldLeases
-
 	policy atomic.Pointer[compiledPolicy]
 	nextID atomic.Uint64
 	// provided holds what the providers allow, for the rules that take
@@ -141,12 +135,18 @@ type hooks struct {
 	sweep func(ctx context.Context, now time.Time) (SweepResult, error)
 	// charging may change charge c as build makes it, and admitted is
 	// told of each reservation admitted with charges, for a request of key
-	// (Identity.Key) in turn (Request.Turn) (turns).
+	// (Identity.Key) in turn (Request.Turn) (turns, leases).
 	charging []func(c charge, key, turn string, now time.Time)
 	admitted []func(r *Reservation, key, turn string, now time.Time)
+	// leaseDeadline is the deadline of a reservation admitted at now whose
+	// call may last until until; renewLeases renews the leases of the
+	// reservations held, and renewEvery does so until ctx is done (leases).
+	leaseDeadline func(now, until time.Time) time.Time
+	renewLeases   func(ctx context.Context) error
+	renewEvery    func(ctx context.Context, onError func(error))
 	// wait admits a request with a MaxWait (given by value); settled is
-	// told of each reservation settled, and swept of each sweep that
-	// answered (waiting).
+	// told of each reservation settled (waiting, leases), and swept of
+	// each sweep that answered (waiting).
 	wait    func(ctx context.Context, req Request, r *Reservation, now time.Time) (*Reservation, error)
 	settled []func(r *Reservation)
 	swept   []func(SweepResult)
@@ -175,9 +175,6 @@ func New(opts Options) (*Limiter, error) {
 	if l.serverID == "" {
 		host, _ := os.Hostname()
 		l.serverID = fmt.Sprintf("%s/%d", host, os.Getpid())
-	}
-	if renewer, ok := opts.Store.(LeaseRenewer); ok && opts.LeaseTimeout > 0 {
-		l.renewer, l.leaseTimeout = renewer, opts.LeaseTimeout
 	}
 	// Ids start at random, so that two Limiters over one shared store
 	// (several gateways over Redis) do not hand out the same ones.
@@ -248,8 +245,8 @@ func (l *Limiter) Sweep(ctx context.Context) (SweepResult, error) {
 func (l *Limiter) RunSweeper(ctx context.Context, interval time.Duration, onError func(error)) {
 	var renewing sync.WaitGroup
 	defer renewing.Wait()
-	if l.renewer != nil {
-		renewing.Go(func() { l.runRenewer(ctx, onError) })
+	if l.hooks.renewEvery != nil {
+		renewing.Go(func() { l.hooks.renewEvery(ctx, onError) })
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
