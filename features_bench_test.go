@@ -60,11 +60,13 @@ func BenchmarkAdmitSettleFeaturesUnused(b *testing.B) {
 			}
 			ctx := context.Background()
 			b.ReportAllocs()
+			cpu := startCPU()
 			for b.Loop() {
 				if err := admitSettle(ctx, l, "key-1"); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cpu.report(b)
 		})
 	}
 }
