@@ -30,20 +30,14 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) 
 		}
 		return nil, err
 	}
-	if req.MaxWait > 0 && l.waiters.active() {
-		if key, ok := l.waiters.existing(&r.charges); ok {
-			return l.wait(ctx, &req, r, key, now)
-		}
+	if req.MaxWait > 0 && l.hooks.wait != nil {
+		return l.hooks.wait(ctx, req, r, now)
 	}
-	err := l.try(ctx, &req, r, now)
-	if err == nil {
-		return r, nil
+	if err := l.try(ctx, &req, r, now); err != nil {
+		l.refused.Add(1)
+		return nil, err
 	}
-	if req.MaxWait > 0 && waitable(err, req.MaxWait) {
-		return l.wait(ctx, &req, r, decidingKey(&r.charges), now)
-	}
-	l.refused.Add(1)
-	return nil, err
+	return r, nil
 }
 
 // try runs one admission attempt at now.
@@ -53,7 +47,10 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		expiry = math.MaxInt64
 	}
 	r.admittedAt, r.expiry = now, expiry
-	r.deadline = l.leaseDeadline(now, now.Add(expiry))
+	r.deadline = now.Add(expiry)
+	if l.hooks.leaseDeadline != nil {
+		r.deadline = l.hooks.leaseDeadline(now, r.deadline)
+	}
 	if len(r.charges.in) == 0 {
 		l.admitted.Add(1)
 		return nil
@@ -96,10 +93,9 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	if !ok {
 		return l.refusal(&r.charges, now)
 	}
-	if req.Turn != "" {
-		l.turns.admitted(&r.charges, req.Identity.Key, req.Turn, now)
+	for _, admitted := range l.hooks.admitted {
+		admitted(r, req.Identity.Key, req.Turn, now)
 	}
-	l.hold(r)
 	l.admitted.Add(1)
 	return nil
 }
@@ -159,8 +155,8 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		}
 		if !rule.hasTag {
 			c.Key.Subject = subjectValue(rule, id, "", l.serverID)
-			if req.Turn != "" && turnCounted(c) && l.turns.charged(c, id.Key, req.Turn, now) {
-				c.Amount = 0
+			for _, charging := range l.hooks.charging {
+				charging(c, id.Key, req.Turn, now)
 			}
 			continue
 		}

@@ -6,21 +6,37 @@ import (
 	"time"
 )
 
+func init() { features = append(features, installLeases) }
+
+// installLeases makes a Limiter renew the leases of its reservations, when
+// Options.LeaseTimeout is positive and the Store is a LeaseRenewer.
+func installLeases(l *Limiter, opts *Options) {
+	renewer, ok := opts.Store.(LeaseRenewer)
+	if !ok || opts.LeaseTimeout <= 0 {
+		return
+	}
+	h := &heldLeases{l: l, renewer: renewer, timeout: opts.LeaseTimeout}
+	l.hooks.leaseDeadline, l.hooks.renewLeases, l.hooks.renewEvery = h.deadline, h.renew, h.renewEvery
+	l.hooks.admitted = append(l.hooks.admitted, h.hold)
+	l.hooks.settled = append(l.hooks.settled, h.release)
+}
+
 // heldLeases are the reservations a Limiter renews: admitted with a budget
 // or concurrency charge (a store keeps nothing else of them), and neither
 // settled nor past their model deadline.
 type heldLeases struct {
+	l       *Limiter
+	renewer LeaseRenewer
+	timeout time.Duration
+
 	mu   sync.Mutex
 	open map[*Reservation]struct{}
 }
 
-// leaseDeadline is the deadline of a reservation admitted at now whose call
+// deadline is the deadline of a reservation admitted at now whose call
 // may last until until.
-func (l *Limiter) leaseDeadline(now, until time.Time) time.Time {
-	if l.renewer == nil {
-		return until
-	}
-	if lease := now.Add(l.leaseTimeout); lease.Before(until) {
+func (h *heldLeases) deadline(now, until time.Time) time.Time {
+	if lease := now.Add(h.timeout); lease.Before(until) {
 		return lease
 	}
 	return until
@@ -28,31 +44,25 @@ func (l *Limiter) leaseDeadline(now, until time.Time) time.Time {
 
 // hold starts renewing an admitted reservation, when it holds what a
 // store renews.
-func (l *Limiter) hold(r *Reservation) {
-	if l.renewer == nil {
-		return
-	}
+func (h *heldLeases) hold(r *Reservation, _, _ string, _ time.Time) {
 	for _, c := range r.charges.in {
 		if k := c.Kind; k == KindBudget || k == KindConcurrency {
-			l.leases.mu.Lock()
-			if l.leases.open == nil {
-				l.leases.open = map[*Reservation]struct{}{}
+			h.mu.Lock()
+			if h.open == nil {
+				h.open = map[*Reservation]struct{}{}
 			}
-			l.leases.open[r] = struct{}{}
-			l.leases.mu.Unlock()
+			h.open[r] = struct{}{}
+			h.mu.Unlock()
 			return
 		}
 	}
 }
 
 // release stops renewing a settled reservation.
-func (l *Limiter) release(r *Reservation) {
-	if l.renewer == nil {
-		return
-	}
-	l.leases.mu.Lock()
-	delete(l.leases.open, r)
-	l.leases.mu.Unlock()
+func (h *heldLeases) release(r *Reservation) {
+	h.mu.Lock()
+	delete(h.open, r)
+	h.mu.Unlock()
 }
 
 // renewChunk bounds the reservations renewed in one store call, so that a
@@ -67,30 +77,35 @@ const renewChunk = 256
 // deadlines as they were, for the next one to move. Without LeaseTimeout,
 // or over a store that is not a LeaseRenewer, it does nothing.
 func (l *Limiter) RenewLeases(ctx context.Context) error {
-	if l.renewer == nil {
+	if l.hooks.renewLeases == nil {
 		return nil
 	}
-	now := l.clock.Now()
+	return l.hooks.renewLeases(ctx)
+}
+
+// renew is RenewLeases.
+func (h *heldLeases) renew(ctx context.Context) error {
+	now := h.l.clock.Now()
 	var held []*Reservation
 	var renewals []Batch
-	l.leases.mu.Lock()
-	for r := range l.leases.open {
+	h.mu.Lock()
+	for r := range h.open {
 		if !r.admittedAt.Add(r.expiry).After(now) {
 			// Past its model deadline: the sweep settles it.
-			delete(l.leases.open, r)
+			delete(h.open, r)
 			continue
 		}
 		held = append(held, r)
 		// The admission's batch, at the deadline to renew it to.
 		b := r.batch()
-		b.Deadline = l.leaseDeadline(now, r.admittedAt.Add(r.expiry))
+		b.Deadline = h.deadline(now, r.admittedAt.Add(r.expiry))
 		renewals = append(renewals, b)
 	}
-	l.leases.mu.Unlock()
+	h.mu.Unlock()
 	var failed error
 	for start := 0; start < len(renewals); start += renewChunk {
 		end := min(start+renewChunk, len(renewals))
-		if err := l.renewer.RenewLeases(ctx, now, renewals[start:end]); err != nil {
+		if err := h.renewer.RenewLeases(ctx, now, renewals[start:end]); err != nil {
 			failed = &StoreError{Op: "renew leases", Err: err}
 			continue
 		}
@@ -105,16 +120,16 @@ func (l *Limiter) RenewLeases(ctx context.Context) error {
 	return failed
 }
 
-// runRenewer calls RenewLeases every LeaseTimeout/3 of the Limiter's
+// renewEvery calls RenewLeases every LeaseTimeout/3 of the Limiter's
 // clock until ctx is done.
-func (l *Limiter) runRenewer(ctx context.Context, onError func(error)) {
-	every := max(l.leaseTimeout/3, time.Millisecond)
+func (h *heldLeases) renewEvery(ctx context.Context, onError func(error)) {
+	every := max(h.timeout/3, time.Millisecond)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.clock.After(every):
-			if err := l.RenewLeases(ctx); err != nil && onError != nil {
+		case <-h.l.clock.After(every):
+			if err := h.renew(ctx); err != nil && onError != nil {
 				onError(err)
 			}
 		}

@@ -68,6 +68,24 @@ type Overrun struct {
 	Actual   int64
 }
 
+// SweptReservation is a reservation the sweep charged at its deadline, as
+// the Limiter's policy reads its counters: the attributes their subjects
+// name and the amount its budgets were charged per metric.
+type SweptReservation struct {
+	// Identity holds the attributes the charges' subjects name (a
+	// workspace, team, user or tag within its Org); the others are empty.
+	// Tags holds the tag of a rule on "tag", when there is one.
+	Identity Identity
+	// Charged is, per metric, the largest amount a budget charge of that
+	// metric was charged (every budget of a metric reserves the same
+	// bound of the call, unless its rule reserves a fixed amount).
+	Charged map[Metric]int64
+	// Known reports whether a charge's rule was found in the policy:
+	// a rule changed or removed since the admission leaves its charge
+	// unread.
+	Known bool
+}
+
 // Stats counts a Limiter's events since it was made.
 type Stats struct {
 	Admitted int64
@@ -90,23 +108,48 @@ type Limiter struct {
 	busyRetryAfter time.Duration
 	retryBuffer    time.Duration
 	onOverrun      func(Overrun)
-	onSwept        func(SweptReservation)
+	hooks          hooks
 
-	// renewer is the store when it renews leases and LeaseTimeout is set,
-	// else nil; leases are the reservations to renew.
-	renewer      LeaseRenewer
-	leaseTimeout time.Duration
-	leases       heldLeases
-
-	policy  atomic.Pointer[compiledPolicy]
-	nextID  atomic.Uint64
-	waiters waitQueues
-	turns   turns
+	policy atomic.Pointer[compiledPolicy]
+	nextID atomic.Uint64
 	// provided holds what the providers allow, for the rules that take
 	// their limit from them.
 	provided providerLimits
 
 	admitted, refused, overruns, failedOpen atomic.Int64
+}
+
+// features are the installers of the optional features (classes, waiting,
+// provider limits, sweep attribution, turns, leases), each added by the
+// feature's own file. New calls each with the Options, and a feature in
+// use sets its hooks: the core calls a feature only through them, and
+// names none, so that each feature is a leaf the core can do without.
+var features []func(*Limiter, *Options)
+
+// hooks are where the optional features enter the core: a list is empty,
+// and a function nil, while no feature in use needs it, which then costs
+// the core a loop over nothing or a nil check. A hook takes no *Request,
+// so that the request of an admission stays off the heap.
+type hooks struct {
+	// sweep is the store's Sweep, or what replaces it (sweep attribution).
+	sweep func(ctx context.Context, now time.Time) (SweepResult, error)
+	// charging may change charge c as build makes it, and admitted is
+	// told of each reservation admitted with charges, for a request of key
+	// (Identity.Key) in turn (Request.Turn) (turns, leases).
+	charging []func(c charge, key, turn string, now time.Time)
+	admitted []func(r *Reservation, key, turn string, now time.Time)
+	// leaseDeadline is the deadline of a reservation admitted at now whose
+	// call may last until until; renewLeases renews the leases of the
+	// reservations held, and renewEvery does so until ctx is done (leases).
+	leaseDeadline func(now, until time.Time) time.Time
+	renewLeases   func(ctx context.Context) error
+	renewEvery    func(ctx context.Context, onError func(error))
+	// wait admits a request with a MaxWait (given by value); settled is
+	// told of each reservation settled (waiting, leases), and swept of
+	// each sweep that answered (waiting).
+	wait    func(ctx context.Context, req Request, r *Reservation, now time.Time) (*Reservation, error)
+	settled []func(r *Reservation)
+	swept   []func(SweepResult)
 }
 
 // New returns a Limiter over opts.Store with the policy in opts.
@@ -124,7 +167,7 @@ func New(opts Options) (*Limiter, error) {
 		busyRetryAfter: cmp.Or(max(opts.BusyRetryAfter, 0), time.Second),
 		retryBuffer:    max(opts.RetryAfterBuffer, 0),
 		onOverrun:      opts.OnOverrun,
-		onSwept:        opts.OnSwept,
+		hooks:          hooks{sweep: opts.Store.Sweep},
 	}
 	if l.clock == nil {
 		l.clock = realClock{}
@@ -133,12 +176,12 @@ func New(opts Options) (*Limiter, error) {
 		host, _ := os.Hostname()
 		l.serverID = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
-	if renewer, ok := opts.Store.(LeaseRenewer); ok && opts.LeaseTimeout > 0 {
-		l.renewer, l.leaseTimeout = renewer, opts.LeaseTimeout
-	}
 	// Ids start at random, so that two Limiters over one shared store
 	// (several gateways over Redis) do not hand out the same ones.
 	l.nextID.Store(rand.Uint64() >> 1)
+	for _, install := range features {
+		install(l, &opts)
+	}
 	rules := append(opts.Simple.Rules(), opts.Rules...)
 	if err := l.SetPolicy(Policy{Rules: rules, Overrides: opts.Overrides, Tiers: opts.Tiers}); err != nil {
 		return nil, err
@@ -185,22 +228,12 @@ func (l *Limiter) Stats() Stats {
 // Sweep settles the reservations past their deadline (see Store.Sweep).
 // Run it periodically, or use RunSweeper.
 func (l *Limiter) Sweep(ctx context.Context) (SweepResult, error) {
-	var res SweepResult
-	var err error
-	if r, ok := l.store.(SweepReporter); ok && l.onSwept != nil {
-		var expired []Batch
-		res, expired, err = r.SweepReport(ctx, l.clock.Now())
-		for _, s := range sweptOf(l.policy.Load(), expired) {
-			l.onSwept(s)
-		}
-	} else {
-		res, err = l.store.Sweep(ctx, l.clock.Now())
-	}
+	res, err := l.hooks.sweep(ctx, l.clock.Now())
 	if err != nil {
 		return res, &StoreError{Op: "sweep", Err: err}
 	}
-	if res.Reservations > 0 {
-		l.waiters.notify()
+	for _, swept := range l.hooks.swept {
+		swept(res)
 	}
 	return res, nil
 }
@@ -212,8 +245,8 @@ func (l *Limiter) Sweep(ctx context.Context) (SweepResult, error) {
 func (l *Limiter) RunSweeper(ctx context.Context, interval time.Duration, onError func(error)) {
 	var renewing sync.WaitGroup
 	defer renewing.Wait()
-	if l.renewer != nil {
-		renewing.Go(func() { l.runRenewer(ctx, onError) })
+	if l.hooks.renewEvery != nil {
+		renewing.Go(func() { l.hooks.renewEvery(ctx, onError) })
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

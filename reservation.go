@@ -248,7 +248,6 @@ func (r *Reservation) end(err error) error {
 	overrun := r.overrun
 	r.mu.Unlock()
 	l := r.l
-	l.release(r)
 	if overrun {
 		for i := range r.charges.in {
 			if c := r.charges.at(i); c.Actual > c.Amount && c.Kind != KindConcurrency {
@@ -259,6 +258,8 @@ func (r *Reservation) end(err error) error {
 			}
 		}
 	}
-	l.waiters.notify()
+	for _, settled := range l.hooks.settled {
+		settled(r)
+	}
 	return nil
 }

@@ -1,23 +1,29 @@
 package sluice
 
-import "strings"
+import (
+	"context"
+	"strings"
+	"time"
+)
 
-// SweptReservation is a reservation the sweep charged at its deadline, as
-// the Limiter's policy reads its counters: the attributes their subjects
-// name and the amount its budgets were charged per metric.
-type SweptReservation struct {
-	// Identity holds the attributes the charges' subjects name (a
-	// workspace, team, user or tag within its Org); the others are empty.
-	// Tags holds the tag of a rule on "tag", when there is one.
-	Identity Identity
-	// Charged is, per metric, the largest amount a budget charge of that
-	// metric was charged (every budget of a metric reserves the same
-	// bound of the call, unless its rule reserves a fixed amount).
-	Charged map[Metric]int64
-	// Known reports whether a charge's rule was found in the policy:
-	// a rule changed or removed since the admission leaves its charge
-	// unread.
-	Known bool
+func init() { features = append(features, installSweptReports) }
+
+// installSweptReports makes Sweep tell Options.OnSwept what it settled,
+// when OnSwept is set and the store can describe it (a SweepReporter), so
+// that what the sweep charged reaches a ledger.
+func installSweptReports(l *Limiter, opts *Options) {
+	reporter, ok := opts.Store.(SweepReporter)
+	onSwept := opts.OnSwept
+	if !ok || onSwept == nil {
+		return
+	}
+	l.hooks.sweep = func(ctx context.Context, now time.Time) (SweepResult, error) {
+		res, expired, err := reporter.SweepReport(ctx, now)
+		for _, s := range sweptOf(l.policy.Load(), expired) {
+			onSwept(s)
+		}
+		return res, err
+	}
 }
 
 // sweptOf reads what a store's sweep expired under policy p.

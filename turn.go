@@ -13,6 +13,15 @@ const MaxTurnCalls = 64
 // not remembered, and each of its calls is charged.
 const maxTurns = 100_000
 
+func init() { features = append(features, installTurns) }
+
+// installTurns gives a Limiter its memory of turns (Request.Turn).
+func installTurns(l *Limiter, _ *Options) {
+	t := &turns{}
+	l.hooks.charging = append(l.hooks.charging, t.charging)
+	l.hooks.admitted = append(l.hooks.admitted, t.admitted)
+}
+
 // turns remembers, per requests rate rule and counter, the turns already
 // charged within the rule's window, so that the later calls of a turn are
 // charged nothing by that rule. It is the Limiter's own memory: a turn
@@ -33,17 +42,27 @@ type turnEntry struct {
 	calls int
 }
 
-// charged reports whether charge c, a requests rate charge of a call in
-// turn of key, is covered by an earlier call of the turn.
-func (t *turns) charged(c charge, key, turn string, now time.Time) bool {
+// charging charges nothing for c, a charge of a call in turn of key, when
+// it is a requests rate charge covered by an earlier call of the turn.
+func (t *turns) charging(c charge, key, turn string, now time.Time) {
+	if turn == "" || !turnCounted(c) {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.seen[turnKey{c.Key, key, turn}]
-	return e != nil && now.Before(e.until) && e.calls < MaxTurnCalls
+	if e != nil && now.Before(e.until) && e.calls < MaxTurnCalls {
+		c.Amount = 0
+	}
 }
 
-// admitted records the requests rate charges of an admitted call of turn.
-func (t *turns) admitted(cs *charges, key, turn string, now time.Time) {
+// admitted records the requests rate charges of r, an admitted call of
+// turn of key.
+func (t *turns) admitted(r *Reservation, key, turn string, now time.Time) {
+	if turn == "" {
+		return
+	}
+	cs := &r.charges
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range cs.in {

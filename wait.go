@@ -8,6 +8,44 @@ import (
 	"time"
 )
 
+func init() { features = append(features, installWaiting) }
+
+// installWaiting lets a Limiter's admissions wait (Request.MaxWait) on
+// fair queues of its own, woken when a settlement or a sweep may have
+// freed room.
+func installWaiting(l *Limiter, _ *Options) {
+	w := &waitQueues{}
+	l.hooks.wait = func(ctx context.Context, req Request, r *Reservation, now time.Time) (*Reservation, error) {
+		return l.admitWaiting(ctx, w, &req, r, now)
+	}
+	l.hooks.settled = append(l.hooks.settled, func(*Reservation) { w.notify() })
+	l.hooks.swept = append(l.hooks.swept, func(res SweepResult) {
+		if res.Reservations > 0 {
+			w.notify()
+		}
+	})
+}
+
+// admitWaiting admits req, whose MaxWait is positive: behind the waiters
+// of a queue one of its charges would join, else at once, and waiting
+// when refused by a rate or concurrency rule it may wait for.
+func (l *Limiter) admitWaiting(ctx context.Context, w *waitQueues, req *Request, r *Reservation, now time.Time) (*Reservation, error) {
+	if w.active() {
+		if key, ok := w.existing(&r.charges); ok {
+			return l.wait(ctx, w, req, r, key, now)
+		}
+	}
+	err := l.try(ctx, req, r, now)
+	if err == nil {
+		return r, nil
+	}
+	if waitable(err, req.MaxWait) {
+		return l.wait(ctx, w, req, r, decidingKey(&r.charges), now)
+	}
+	l.refused.Add(1)
+	return nil, err
+}
+
 // waitQueues keeps the admissions waiting for a rate or concurrency rule,
 // one fair queue per counter. A waiter is a channel closed when its turn
 // comes: one waiter per counter tries at a time, and the others wait for it
@@ -223,7 +261,7 @@ func decidingKey(cs *charges) CounterKey {
 
 // wait queues the admission on key's fair queue and retries it, when its
 // turn comes, until it is admitted, refused for good, or out of time.
-func (l *Limiter) wait(ctx context.Context, req *Request, r *Reservation, key CounterKey, start time.Time) (*Reservation, error) {
+func (l *Limiter) wait(ctx context.Context, w *waitQueues, req *Request, r *Reservation, key CounterKey, start time.Time) (*Reservation, error) {
 	deadline := start.Add(req.MaxWait)
 	var cost int64
 	for _, c := range r.charges.in {
@@ -231,8 +269,8 @@ func (l *Limiter) wait(ctx context.Context, req *Request, r *Reservation, key Co
 			cost = c.Amount
 		}
 	}
-	me := l.waiters.join(key, req.Identity.flow(), cost)
-	defer l.waiters.leave(key, me)
+	me := w.join(key, req.Identity.flow(), cost)
+	defer w.leave(key, me)
 	fail := func(err error) (*Reservation, error) {
 		l.refused.Add(1)
 		return nil, err
@@ -245,7 +283,7 @@ func (l *Limiter) wait(ctx context.Context, req *Request, r *Reservation, key Co
 		// Out of time behind others: one last attempt decides.
 	}
 	for {
-		wake := l.waiters.wakeChan()
+		wake := w.wakeChan()
 		now := l.clock.Now()
 		if err := l.build(l.policy.Load(), req, now, r, true); err != nil {
 			return fail(err)
