@@ -6,8 +6,6 @@ import (
 	"time"
 )
 
-func init() { features = append(features, installLeases) }
-
 // installLeases makes a Limiter renew the leases of its reservations, when
 // Options.LeaseTimeout is positive and the Store is a LeaseRenewer.
 func installLeases(l *Limiter, opts *Options) {

@@ -119,13 +119,6 @@ type Limiter struct {
 	admitted, refused, overruns, failedOpen atomic.Int64
 }
 
-// features are the installers of the optional features (classes, waiting,
-// provider limits, sweep attribution, turns, leases), each added by the
-// feature's own file. New calls each with the Options, and a feature in
-// use sets its hooks: the core calls a feature only through them, and
-// names none, so that each feature is a leaf the core can do without.
-var features []func(*Limiter, *Options)
-
 // hooks are where the optional features enter the core: a list is empty,
 // and a function nil, while no feature in use needs it, which then costs
 // the core a loop over nothing or a nil check. A hook takes no *Request,
@@ -179,7 +172,7 @@ func New(opts Options) (*Limiter, error) {
 	// Ids start at random, so that two Limiters over one shared store
 	// (several gateways over Redis) do not hand out the same ones.
 	l.nextID.Store(rand.Uint64() >> 1)
-	for _, install := range features {
+	for _, install := range features { // features.go
 		install(l, &opts)
 	}
 	rules := append(opts.Simple.Rules(), opts.Rules...)

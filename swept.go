@@ -6,8 +6,6 @@ import (
 	"time"
 )
 
-func init() { features = append(features, installSweptReports) }
-
 // installSweptReports makes Sweep tell Options.OnSwept what it settled,
 // when OnSwept is set and the store can describe it (a SweepReporter), so
 // that what the sweep charged reaches a ledger.

@@ -13,8 +13,6 @@ const MaxTurnCalls = 64
 // not remembered, and each of its calls is charged.
 const maxTurns = 100_000
 
-func init() { features = append(features, installTurns) }
-
 // installTurns gives a Limiter its memory of turns (Request.Turn).
 func installTurns(l *Limiter, _ *Options) {
 	t := &turns{}

@@ -8,8 +8,6 @@ import (
 	"time"
 )
 
-func init() { features = append(features, installWaiting) }
-
 // installWaiting lets a Limiter's admissions wait (Request.MaxWait) on
 // fair queues of its own, woken when a settlement or a sweep may have
 // freed room.

@@ -4,10 +4,11 @@
 // when the core uses none of its names: the feature calls the core, never
 // the other way. scripts/enginesize.sh runs it and names the same files.
 //
-//	go run ./internal/leaves [-uses] class.go wait.go ...   # from the repository root
+//	go run ./internal/leaves [-uses] [-wiring features.go] class.go wait.go ...   # from the repository root
 //
-// It prints one line per feature and, with -uses, each use as
-// file:line: name.
+// The files given to -wiring (comma-separated) are neither core nor
+// feature: the list that names the features for New. It prints one line
+// per feature and, with -uses, each use as file:line: name.
 package main
 
 import (
@@ -26,14 +27,15 @@ import (
 
 func main() {
 	list := flag.Bool("uses", false, "list each use of a feature's names by the core")
+	wiring := flag.String("wiring", "", "comma-separated files that are neither core nor feature")
 	flag.Parse()
-	if err := run(flag.Args(), *list); err != nil {
+	if err := run(flag.Args(), strings.Split(*wiring, ","), *list); err != nil {
 		fmt.Fprintln(os.Stderr, "leaves:", err)
 		os.Exit(1)
 	}
 }
 
-func run(features []string, list bool) error {
+func run(features, wiring []string, list bool) error {
 	fset := token.NewFileSet()
 	names, err := filepath.Glob("*.go")
 	if err != nil {
@@ -61,7 +63,8 @@ func run(features []string, list bool) error {
 			continue
 		}
 		at, decl := fset.Position(id.Pos()), fset.Position(obj.Pos())
-		if decl.Filename == "" || slices.Contains(features, at.Filename) || !slices.Contains(features, decl.Filename) {
+		if decl.Filename == "" || slices.Contains(features, at.Filename) || slices.Contains(wiring, at.Filename) ||
+			!slices.Contains(features, decl.Filename) {
 			continue
 		}
 		uses[decl.Filename] = append(uses[decl.Filename], fmt.Sprintf("%s:%d: %s", at.Filename, at.Line, id.Name))
