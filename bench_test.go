@@ -113,6 +113,15 @@ func (m cpuMeter) report(b *testing.B) {
 
 func BenchmarkAdmitSettle3Rules(b *testing.B) {
 	l := newBenchLimiter(b)
+	admitSettleLoop(b, l)
+	if s := l.Stats(); s.Refused != 0 {
+		b.Fatalf("%d admissions refused", s.Refused)
+	}
+}
+
+// admitSettleLoop admits and settles one subject's calls on l for the
+// benchmark, reporting allocations and CPU per op.
+func admitSettleLoop(b *testing.B, l *sluice.Limiter) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	cpu := startCPU()
@@ -122,9 +131,6 @@ func BenchmarkAdmitSettle3Rules(b *testing.B) {
 		}
 	}
 	cpu.report(b)
-	if s := l.Stats(); s.Refused != 0 {
-		b.Fatalf("%d admissions refused", s.Refused)
-	}
 }
 
 // xtimeTriple is the nearest x/time/rate equivalent of the three rules. The

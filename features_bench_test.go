@@ -1,7 +1,6 @@
 package sluice_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -58,15 +57,7 @@ func BenchmarkAdmitSettleFeaturesUnused(b *testing.B) {
 			if bc.none {
 				sluice.WithoutFeatures(l)
 			}
-			ctx := context.Background()
-			b.ReportAllocs()
-			cpu := startCPU()
-			for b.Loop() {
-				if err := admitSettle(ctx, l, "key-1"); err != nil {
-					b.Fatal(err)
-				}
-			}
-			cpu.report(b)
+			admitSettleLoop(b, l)
 		})
 	}
 }
