@@ -338,7 +338,7 @@ func (l *Limiter) admitClasses(ctx context.Context, now time.Time, r *Reservatio
 // borrows from (its own share being empty) signalled demand is refused
 // until that signal's period ends.
 func refusedFirst(cs *charges, base int, now time.Time) charges {
-	first := charges{slices.Clone(cs.in[:base]), slices.Clone(cs.out[:base]), slices.Clone(cs.origins[:base])}
+	first := cs.clone(base)
 	marker := base
 	for i := range base {
 		c := first.at(i)
@@ -352,6 +352,20 @@ func refusedFirst(cs *charges, base int, now time.Time) charges {
 		marker++
 	}
 	return first
+}
+
+// clone returns a copy of the first n charges of cs: for the few charges
+// of most batches, in one allocation rather than one for each slice.
+func (cs *charges) clone(n int) charges {
+	if n > 3 {
+		return charges{slices.Clone(cs.in[:n]), slices.Clone(cs.out[:n]), slices.Clone(cs.origins[:n])}
+	}
+	b := new(struct {
+		in      [3]Charge
+		out     [3]ChargeResult
+		origins [3]origin
+	})
+	return charges{append(b.in[:0], cs.in[:n]...), append(b.out[:0], cs.out[:n]...), append(b.origins[:0], cs.origins[:n]...)}
 }
 
 // borrowNext moves every class charge that was refused (it, or the demand
