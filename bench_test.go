@@ -33,11 +33,10 @@ var (
 	benchUsed = sluice.Usage{InputTokens: 100, OutputTokens: 37}
 )
 
-// newBenchLimiter returns a Limiter over memstore with three rules on the
+// benchOptions are a Limiter's over memstore with three rules on the
 // subject "key": requests per minute, tokens per minute, concurrency.
-func newBenchLimiter(b *testing.B) *sluice.Limiter {
-	b.Helper()
-	l, err := sluice.New(sluice.Options{
+func benchOptions() sluice.Options {
+	return sluice.Options{
 		Store:    memstore.New(memstore.Options{}),
 		ServerID: "bench",
 		Simple: sluice.Simple{
@@ -46,7 +45,13 @@ func newBenchLimiter(b *testing.B) *sluice.Limiter {
 			Concurrency:       benchConcurrency,
 			Subject:           "key",
 		},
-	})
+	}
+}
+
+// newBenchLimiter returns a Limiter with benchOptions.
+func newBenchLimiter(b *testing.B) *sluice.Limiter {
+	b.Helper()
+	l, err := sluice.New(benchOptions())
 	if err != nil {
 		b.Fatal(err)
 	}

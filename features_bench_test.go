@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/store/memstore"
 )
 
 // BenchmarkAdmitSettleFeaturesUnused is BenchmarkAdmitSettle3Rules on the
@@ -34,16 +33,7 @@ func BenchmarkAdmitSettleFeaturesUnused(b *testing.B) {
 		{name: "rates_leases", opts: leaseTimeout, rates: true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			opts := sluice.Options{
-				Store:    memstore.New(memstore.Options{}),
-				ServerID: "bench",
-				Simple: sluice.Simple{
-					RequestsPerMinute: benchRequestsPerMinute,
-					TokensPerMinute:   benchTokensPerMinute,
-					Concurrency:       benchConcurrency,
-					Subject:           "key",
-				},
-			}
+			opts := benchOptions()
 			if bc.rates {
 				opts.Simple.Concurrency = 0
 			}
