@@ -66,13 +66,7 @@ func TestRealtime_CancelledResponseCountsInTheSession(t *testing.T) {
 	h := sessionHarness(t, []sluice.Rule{{Name: "rpm", Kind: sluice.KindRate, Subject: "key", Limit: 1, Window: time.Minute}})
 	_, s := h.sessionCall("POST", "/v1/sessions", `{}`, nil)
 	c := h.mustDialLive(t, map[string]string{gateway.HeaderSession: s.ID})
-	c.send(`{"type":"session.update","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad"}}}}}`)
-	c.next("session.updated")
-	c.send(`{"type":"input_audio_buffer.append","audio":"AAAA"}`)
-	c.send(`{"type":"input_audio_buffer.commit"}`)
-	if e := errorOf(c.next("error")); e["code"] != "rate_limit_exceeded" {
-		t.Fatalf("error %v, want the rate limit", e)
-	}
+	refuseProviderStartedResponse(t, c)
 	in, out := usageOf(c.next("response.done"))
 	_ = c.conn.Close(websocket.StatusNormalClosure, "")
 	eventually(t, "the connection's record", func() bool { return len(h.rec.usage()) == 1 })

@@ -113,6 +113,21 @@ func usageOf(ev map[string]any) (input, output int64) {
 	return int64(u["input_tokens"].(float64)), int64(u["output_tokens"].(float64))
 }
 
+// refuseProviderStartedResponse turns on the provider's turn detection
+// and commits a little audio, so that the provider starts a response by
+// itself, and checks that the rules (a requests rate already spent)
+// refuse it with a rate_limit_exceeded error event.
+func refuseProviderStartedResponse(t *testing.T, c *liveClient) {
+	t.Helper()
+	c.send(`{"type":"session.update","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad"}}}}}`)
+	c.next("session.updated")
+	c.send(`{"type":"input_audio_buffer.append","audio":"AAAA"}`)
+	c.send(`{"type":"input_audio_buffer.commit"}`)
+	if e := errorOf(c.next("error")); e["code"] != "rate_limit_exceeded" {
+		t.Fatalf("error %v, want the rate limit", e)
+	}
+}
+
 var liveRules = []sluice.Rule{
 	{Name: "tokens_daily", Kind: sluice.KindBudget, Subject: "key", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay},
 	{Name: "in_flight", Kind: sluice.KindConcurrency, Subject: "key", Limit: 1},
@@ -281,13 +296,7 @@ func TestRealtime_RefusedResponseTheProviderStartsIsCancelledAndCharged(t *testi
 		{Name: "tokens_daily", Kind: sluice.KindBudget, Subject: "key", Metric: sluice.MetricTokens, Limit: 1_000_000, Period: sluice.PeriodDay}},
 		func(o *gateway.Options) { o.Models[0].Price = sluice.Price{Input: 4_000_000, Output: 16_000_000} })
 	c := h.mustDialLive(t, nil)
-	c.send(`{"type":"session.update","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad"}}}}}`)
-	c.next("session.updated")
-	c.send(`{"type":"input_audio_buffer.append","audio":"AAAA"}`)
-	c.send(`{"type":"input_audio_buffer.commit"}`)
-	if e := errorOf(c.next("error")); e["code"] != "rate_limit_exceeded" {
-		t.Fatalf("error %v, want the rate limit", e)
-	}
+	refuseProviderStartedResponse(t, c)
 	// The mock answers whole before it reads the cancel: the response
 	// ends, and the connection goes on.
 	in, out := usageOf(c.next("response.done"))
