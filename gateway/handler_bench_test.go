@@ -76,12 +76,23 @@ func chatAllocsBudget() int64 {
 // The gateway's allocations per request do not grow: a guard the CPU
 // budget of BENCHMARKS.md cannot be, since allocation counts, unlike
 // times, do not depend on the machine's load.
+//
+// The count is the process's, so what another test left running (a server,
+// a timer) adds to it, spread over the requests: 78 once in a loaded CI run
+// of 1,826 requests. Such noise only adds, so the guard takes the least of
+// three runs; a change that adds an allocation per request raises all three.
 func TestGateway_ChatAllocationsDoNotGrow(t *testing.T) {
-	r := testing.Benchmark(BenchmarkGateway_Chat)
-	if r.N == 0 {
-		t.Fatal("the benchmark did not run")
+	got, n := int64(-1), 0
+	for range 3 {
+		r := testing.Benchmark(BenchmarkGateway_Chat)
+		if r.N == 0 {
+			t.Fatal("the benchmark did not run")
+		}
+		if a := r.AllocsPerOp(); got < 0 || a < got {
+			got, n = a, r.N
+		}
 	}
-	if got, budget := r.AllocsPerOp(), chatAllocsBudget(); got > budget {
-		t.Fatalf("%d allocations per request, over the budget of %d (%d requests)", got, budget, r.N)
+	if budget := chatAllocsBudget(); got > budget {
+		t.Fatalf("%d allocations per request in the least of three runs, over the budget of %d (%d requests)", got, budget, n)
 	}
 }
