@@ -336,14 +336,15 @@ func TestCatalog_LedgerWriteRetried(t *testing.T) {
 
 // BenchmarkLedgerWrite measures the ledger's write on SQLite, the default
 // catalog: one op is one call's usage entry (and call record), written in
-// groups of 20 and of 100 calls, as the flusher does for a gateway serving
-// 1,000 and 5,000 calls a second (one group per ledgerGroupDelay): the
-// difference is the write's fixed cost.
+// groups of 20, 100 and 400 calls, as the flusher does for a gateway serving
+// 1,000, 5,000 and 20,000 calls a second (one group per ledgerGroupDelay):
+// the difference is the write's fixed cost. At 400, one INSERT carries 256
+// records, enough to spill a statement journal kept on disk.
 func BenchmarkLedgerWrite(b *testing.B) {
 	for _, bc := range []struct {
 		calls bool
 		group int
-	}{{false, 20}, {true, 20}, {true, 100}} {
+	}{{false, 20}, {true, 20}, {true, 100}, {true, 400}} {
 		calls := bc.calls
 		b.Run(fmt.Sprintf("calls=%v/group=%d", calls, bc.group), func(b *testing.B) {
 			c, err := OpenSQLite(filepath.Join(b.TempDir(), "c.db"), Options{FlushInterval: time.Hour})
@@ -353,8 +354,11 @@ func BenchmarkLedgerWrite(b *testing.B) {
 			defer c.Close()
 			ctx := context.Background()
 			e := UsageEntry{Workspace: "acme", Route: "chat", Model: "gpt", KeyID: "k1", Requests: 1, InputTokens: 1000, OutputTokens: 200, CostMicros: 1500}
-			r := CallRecord{RequestID: "0123456789abcdef", Workspace: "acme", KeyID: "k1", Route: "chat", Model: "gpt", Outcome: OutcomeReported,
-				ReservedTokens: 1200, InputTokens: 1000, OutputTokens: 200, CostMicros: 1500}
+			// A record as the gateway writes one: its request id, the key's
+			// 12-character id, every name filled in.
+			r := CallRecord{RequestID: "req_0123456789abcdef", Org: "default", Workspace: "acme", KeyID: "abcdefgh2345", User: "alice", Route: "chat",
+				Model: "gpt-4o-mini", Provider: "openai", Outcome: OutcomeReported, ReservedTokens: 1200, ReservedCost: 2400, InputTokens: 1000,
+				OutputTokens: 200, CostMicros: 1500}
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				c.RecordUsage(e)
