@@ -15,10 +15,7 @@ import (
 // *TooLargeError, *StoreError, or the context's error. With req.MaxWait it
 // may wait for rate and concurrency rules.
 func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := cmp.Or(req.Max.validate(), req.Expected.validate()); err != nil {
+	if err := cmp.Or(ctx.Err(), req.Max.validate(), req.Expected.validate()); err != nil {
 		return nil, err
 	}
 	r := &Reservation{l: l, id: l.nextID.Add(1)}
@@ -145,13 +142,11 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		}
 		if rule.Kind == KindBudget {
 			most = limit
+			start, end := PeriodBounds(rule.Period, now, rule.location)
+			c.Key.Period, c.PeriodEnd = start.Unix(), end
 		}
 		if checkFit && !c.Shadow && rule.Kind != KindConcurrency && c.Amount > most {
 			return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: most, Source: source.name(rule)}
-		}
-		if rule.Kind == KindBudget {
-			start, end := PeriodBounds(rule.Period, now, rule.location)
-			c.Key.Period, c.PeriodEnd = start.Unix(), end
 		}
 		if !rule.hasTag {
 			c.Key.Subject = subjectValue(rule, id, "", l.serverID)
@@ -197,26 +192,22 @@ func (l *Limiter) refusal(cs *charges, now time.Time) error {
 		if c.Allowed || c.Shadow {
 			continue
 		}
-		if c.Kind == KindConcurrency {
-			// A busy refusal's hint is capped, and its reset is when the
-			// hint ends: the earliest lease's expiry (a call's deadline)
-			// is no time to come back.
-			hint := cmp.Or(c.rule.BusyRetryAfter, l.busyRetryAfter)
-			if c.RetryAfter > hint {
-				c.ResetAt = c.ResetAt.Add(hint - c.RetryAfter)
-				c.RetryAfter = hint
-			}
-		}
-		c.RetryAfter = ceilMillisecond(c.RetryAfter)
-		if c.Kind != KindBudget {
-			c.RetryAfter += l.retryBuffer
-		}
-		switch {
-		case c.Kind == KindBudget:
+		if c.Kind == KindBudget {
+			c.RetryAfter = ceilMillisecond(c.RetryAfter)
 			if budget.Charge == nil || c.ResetAt.After(budget.ResetAt) {
 				budget = c
 			}
-		case wait.Charge == nil || c.RetryAfter > wait.RetryAfter:
+			continue
+		}
+		// A busy refusal's hint is capped, and its reset is when the hint
+		// ends: the earliest lease's expiry (a call's deadline) is no time
+		// to come back.
+		if hint := cmp.Or(c.rule.BusyRetryAfter, l.busyRetryAfter); c.Kind == KindConcurrency && c.RetryAfter > hint {
+			c.ResetAt = c.ResetAt.Add(hint - c.RetryAfter)
+			c.RetryAfter = hint
+		}
+		c.RetryAfter = ceilMillisecond(c.RetryAfter) + l.retryBuffer
+		if wait.Charge == nil || c.RetryAfter > wait.RetryAfter {
 			wait = c
 		}
 	}

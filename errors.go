@@ -77,11 +77,7 @@ func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited
 type BusyError struct{ Refusal }
 
 func (e *BusyError) Error() string {
-	calls := "calls"
-	if e.Limit == 1 {
-		calls = "call"
-	}
-	return fmt.Sprintf("concurrency limit %q reached%s: %d %s in flight; retry in %s", e.Rule, e.classNote(), e.Limit, calls, e.retryWords())
+	return fmt.Sprintf("concurrency limit %q reached%s: %s in flight; retry in %s", e.Rule, e.classNote(), human.Plural(e.Limit, "call"), e.retryWords())
 }
 
 // retryWords says when to retry: "3 seconds (at 2026-03-05T00:00:03Z)",

@@ -153,7 +153,7 @@ func New(opts Options) (*Limiter, error) {
 	// A duration that is not positive takes its default.
 	l := &Limiter{
 		store:          opts.Store,
-		clock:          opts.Clock,
+		clock:          cmp.Or(opts.Clock, Clock(realClock{})),
 		serverID:       opts.ServerID,
 		defaultTimeout: cmp.Or(max(opts.DefaultTimeout, 0), 10*time.Minute),
 		expirySlack:    cmp.Or(max(opts.ExpirySlack, 0), 30*time.Second),
@@ -161,9 +161,6 @@ func New(opts Options) (*Limiter, error) {
 		retryBuffer:    max(opts.RetryAfterBuffer, 0),
 		onOverrun:      opts.OnOverrun,
 		hooks:          hooks{sweep: opts.Store.Sweep},
-	}
-	if l.clock == nil {
-		l.clock = realClock{}
 	}
 	if l.serverID == "" {
 		host, _ := os.Hostname()
