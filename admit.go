@@ -52,8 +52,10 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		l.admitted.Add(1)
 		return nil
 	}
-	if err := l.held(req, &r.charges, now); err != nil {
-		return err
+	if l.hooks.held != nil {
+		if err := l.hooks.held(&r.charges, req.Identity.Model, now); err != nil {
+			return err
+		}
 	}
 	var ok bool
 	var err error
@@ -109,7 +111,7 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		if !rule.matches(id) {
 			continue
 		}
-		limit, burst, source := p.effective(rule, id, now, &l.provided)
+		limit, burst, source := p.effective(rule, id, now, l.hooks.providerLimit)
 		// A cache hit holds no place under a concurrency rule, nor a call
 		// in flight, whose connection holds the lease.
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" ||

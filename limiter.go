@@ -112,9 +112,6 @@ type Limiter struct {
 
 	policy atomic.Pointer[compiledPolicy]
 	nextID atomic.Uint64
-	// provided holds what the providers allow, for the rules that take
-	// their limit from them.
-	provided providerLimits
 
 	admitted, refused, overruns, failedOpen atomic.Int64
 }
@@ -143,6 +140,14 @@ type hooks struct {
 	wait    func(ctx context.Context, req Request, r *Reservation, now time.Time) (*Reservation, error)
 	settled []func(r *Reservation)
 	swept   []func(SweepResult)
+	// providerLimit is the limit of rule r, whose LimitFrom is
+	// LimitFromProvider, from what the provider of model allows, false when
+	// it has not said; held refuses charges of a call to model while its
+	// provider holds such calls; setProviderLimits records what the
+	// provider of model allows (provider limits).
+	providerLimit     func(r *compiledRule, model string) (int64, bool)
+	held              func(cs *charges, model string, now time.Time) error
+	setProviderLimits func(model string, p ProviderLimits)
 }
 
 // New returns a Limiter over opts.Store with the policy in opts.

@@ -164,12 +164,12 @@ func compileRule(r Rule) (*compiledRule, error) {
 			return nil, bad("reserve_amount", "%d is more than the rule could ever admit (%d)", r.ReserveAmount, capacity)
 		}
 	}
-	if r.LimitFrom == LimitFromProvider {
-		if err := checkProviderRule(&r, c.metric); err != "" {
-			return nil, bad("limit_from", "%s", err)
+	c.id = fingerprint(&r, c.metric)
+	for _, compile := range ruleFeatures { // features.go
+		if err := compile(c); err != nil {
+			return nil, err
 		}
 	}
-	c.id = fingerprint(&r, c.metric)
 	if err := compileClasses(c); err != nil {
 		return nil, err
 	}
@@ -365,12 +365,13 @@ func (s limitSource) name(r *compiledRule) string {
 
 // effective returns a rule's limit and burst for one identity at now, and
 // where they came from. A rule with LimitFrom provider starts from what the
-// provider allows id's model, when known; a tier or an override then
-// changes that as it would the rule's own.
-func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time, provided *providerLimits) (limit, burst int64, source limitSource) {
+// provider allows id's model, when known (providerLimit, nil without
+// provider limits); a tier or an override then changes that as it would
+// the rule's own.
+func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time, providerLimit func(*compiledRule, string) (int64, bool)) (limit, burst int64, source limitSource) {
 	limit, burst, source = r.Limit, r.Burst, fromRule
-	if r.LimitFrom == LimitFromProvider {
-		if n, ok := provided.limitOf(r, id.Model); ok {
+	if r.LimitFrom == LimitFromProvider && providerLimit != nil {
+		if n, ok := providerLimit(r, id.Model); ok {
 			limit, source = n, fromProvider
 		}
 	}

@@ -108,6 +108,28 @@ const (
 	StoreErrorOpen   = "open"
 )
 
+// LimitFromProvider, as a rule's LimitFrom, makes the rule's limit what
+// the model's provider allows, as told by Limiter.SetProviderLimits.
+const LimitFromProvider = "provider"
+
+// ProviderLimits are what a provider allows one model, as its answers say
+// (the gateway reads them from the rate-limit headers and the 429s). A
+// count of 0 is one the provider did not give.
+type ProviderLimits struct {
+	Requests int64
+	// Tokens counts input and output tokens, InputTokens input tokens
+	// only (Anthropic may give an input-token limit alone).
+	Tokens      int64
+	InputTokens int64
+	// Per is what the counts are per; 0 means a minute, as OpenAI and
+	// Anthropic count.
+	Per time.Duration
+	// HeldUntil is a provider refusal's retry hint: until then the
+	// provider refuses the model's calls, and the rules that take their
+	// limit from it refuse them first.
+	HeldUntil time.Time
+}
+
 // Match narrows a rule to some requests. An empty list matches everything.
 type Match struct {
 	Models []string `json:"models,omitempty" yaml:"models,omitempty"`
