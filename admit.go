@@ -59,14 +59,14 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 	}
 	var ok bool
 	var err error
-	if r.classes {
-		ok, err = l.admitClasses(ctx, now, r)
+	if r.classes && l.hooks.admitClasses != nil {
+		ok, err = l.hooks.admitClasses(ctx, now, r)
 	} else {
 		ok, err = l.store.Admit(ctx, now, r.batch(), r.charges.out)
 	}
 	if err != nil {
 		if signal, ok := err.(*StoreError); ok {
-			// The refusal's demand signal failed (see admitClasses).
+			// The refusal's demand signal failed (see hooks.admitClasses).
 			return signal
 		}
 		// When every enforced charge's rule says on_store_error: open:
@@ -139,7 +139,7 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		// class's share of it), a budget's limit; concurrency charges one.
 		most := c.BurstOrLimit()
 		if rule.classes != nil {
-			most = classCharge(c, id)
+			most = rule.classes.classCharge(c, id.Class)
 			r.classes = true
 		}
 		if rule.Kind == KindBudget {
@@ -230,12 +230,16 @@ func (l *Limiter) refusal(cs *charges, now time.Time) error {
 
 func refusalOf(c charge, room *Result) Refusal {
 	rule := c.rule
-	return Refusal{Class: shareOf(c),
+	ref := Refusal{
 		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
 		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining, Requested: c.Amount,
 		Window: rule.Window, Period: rule.Period, Source: c.source.name(rule),
 		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt, Result: room,
 	}
+	if c.class != 0 {
+		ref.Class = rule.classes.shareOf(c)
+	}
+	return ref
 }
 
 // ceilMillisecond rounds d up to the next millisecond, never down.

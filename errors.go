@@ -90,6 +90,15 @@ func (r *Refusal) retryWords() string {
 	return s
 }
 
+// classNote is the part of a refusal's message that names its class.
+func (r *Refusal) classNote() string {
+	if r.Class == nil {
+		return ""
+	}
+	return fmt.Sprintf(" for class %q (floor %d, share %d of %d, no idle share to borrow)",
+		r.Class.Class, r.Class.Floor, r.Class.Share, r.Class.Capacity)
+}
+
 // Is matches ErrBusy.
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 

@@ -148,6 +148,10 @@ type hooks struct {
 	providerLimit     func(r *compiledRule, model string) (int64, bool)
 	held              func(cs *charges, model string, now time.Time) error
 	setProviderLimits func(model string, p ProviderLimits)
+	// admitClasses admits a reservation whose charges include a class
+	// rule's, in place of the store's Admit: a failed demand signal is its
+	// *StoreError (classes).
+	admitClasses func(ctx context.Context, now time.Time, r *Reservation) (bool, error)
 }
 
 // New returns a Limiter over opts.Store with the policy in opts.

@@ -66,8 +66,18 @@ type compiledRule struct {
 	amountOfRequest bool
 	// classes are a class rule's classes; nil for other rules. isDemand
 	// marks the rule of a class rule's demand markers.
-	classes  *classSet
+	classes  classRule
 	isDemand bool
+}
+
+// classRule is what the core asks of a class rule's classes (see Class):
+// classCharge turns c, the rule's charge for a request of class (the
+// Identity's), into the charge of that class's share, and returns the
+// largest charge any share could admit; shareOf describes a charge it
+// made.
+type classRule interface {
+	classCharge(c charge, class string) int64
+	shareOf(c charge) *ClassShare
 }
 
 // compileRule validates r and prepares it for admissions.
@@ -169,9 +179,6 @@ func compileRule(r Rule) (*compiledRule, error) {
 		if err := compile(c); err != nil {
 			return nil, err
 		}
-	}
-	if err := compileClasses(c); err != nil {
-		return nil, err
 	}
 	c.charge = Charge{Key: CounterKey{Rule: c.id}, Kind: r.Kind, Limit: r.Limit, Burst: r.Burst, Window: r.Window,
 		OnExpiry: r.OnExpiry, Shadow: r.Mode == ModeShadow}
