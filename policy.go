@@ -101,13 +101,12 @@ func compileRule(r Rule) (*compiledRule, error) {
 	c.attrs = attrs
 	c.hasTag = slices.Contains(attrs, attrTag)
 	c.hasSession = slices.Contains(attrs, attrSession)
-	if r.Kind == KindConcurrency {
-		if c.metric != MetricConcurrency {
-			return nil, bad("metric", "a concurrency rule counts concurrency, not %q", r.Metric)
-		}
-	} else if c.metric == MetricConcurrency {
+	switch {
+	case r.Kind == KindConcurrency && c.metric != MetricConcurrency:
+		return nil, bad("metric", "a concurrency rule counts concurrency, not %q", r.Metric)
+	case r.Kind != KindConcurrency && c.metric == MetricConcurrency:
 		return nil, bad("metric", "concurrency is counted by concurrency rules only")
-	} else if !validMetricName(c.metric) {
+	case !validMetricName(c.metric):
 		return nil, bad("metric", "unknown metric %q (custom metrics use a-z, 0-9 and _)", r.Metric)
 	}
 	if r.Limit < 0 {
