@@ -15,10 +15,7 @@ import (
 // *TooLargeError, *StoreError, or the context's error. With req.MaxWait it
 // may wait for rate and concurrency rules.
 func (l *Limiter) Admit(ctx context.Context, req Request) (*Reservation, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := cmp.Or(req.Max.validate(), req.Expected.validate()); err != nil {
+	if err := cmp.Or(ctx.Err(), req.Max.validate(), req.Expected.validate()); err != nil {
 		return nil, err
 	}
 	r := &Reservation{l: l, id: l.nextID.Add(1)}
@@ -55,19 +52,21 @@ func (l *Limiter) try(ctx context.Context, req *Request, r *Reservation, now tim
 		l.admitted.Add(1)
 		return nil
 	}
-	if err := l.held(req, &r.charges, now); err != nil {
-		return err
+	if l.hooks.held != nil {
+		if err := l.hooks.held(&r.charges, req.Identity.Model, now); err != nil {
+			return err
+		}
 	}
 	var ok bool
 	var err error
-	if r.classes {
-		ok, err = l.admitClasses(ctx, now, r)
+	if r.classes && l.hooks.admitClasses != nil {
+		ok, err = l.hooks.admitClasses(ctx, now, r)
 	} else {
 		ok, err = l.store.Admit(ctx, now, r.batch(), r.charges.out)
 	}
 	if err != nil {
 		if signal, ok := err.(*StoreError); ok {
-			// The refusal's demand signal failed (see admitClasses).
+			// The refusal's demand signal failed (see hooks.admitClasses).
 			return signal
 		}
 		// When every enforced charge's rule says on_store_error: open:
@@ -112,7 +111,7 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		if !rule.matches(id) {
 			continue
 		}
-		limit, burst, source := p.effective(rule, id, now, &l.provided)
+		limit, burst, source := p.effective(rule, id, now, l.hooks.providerLimit)
 		// A cache hit holds no place under a concurrency rule, nor a call
 		// in flight, whose connection holds the lease.
 		if limit == 0 || rule.hasTag && len(id.Tags) == 0 || rule.hasSession && id.Session == "" ||
@@ -140,18 +139,16 @@ func (l *Limiter) build(p *compiledPolicy, req *Request, now time.Time, r *Reser
 		// class's share of it), a budget's limit; concurrency charges one.
 		most := c.BurstOrLimit()
 		if rule.classes != nil {
-			most = classCharge(c, id)
+			most = rule.classes.classCharge(c, id.Class)
 			r.classes = true
 		}
 		if rule.Kind == KindBudget {
 			most = limit
+			start, end := PeriodBounds(rule.Period, now, rule.location)
+			c.Key.Period, c.PeriodEnd = start.Unix(), end
 		}
 		if checkFit && !c.Shadow && rule.Kind != KindConcurrency && c.Amount > most {
 			return &TooLargeError{Rule: rule.Name, Subject: rule.Subject, Metric: rule.metric, Estimate: c.Amount, Limit: most, Source: source.name(rule)}
-		}
-		if rule.Kind == KindBudget {
-			start, end := PeriodBounds(rule.Period, now, rule.location)
-			c.Key.Period, c.PeriodEnd = start.Unix(), end
 		}
 		if !rule.hasTag {
 			c.Key.Subject = subjectValue(rule, id, "", l.serverID)
@@ -197,26 +194,22 @@ func (l *Limiter) refusal(cs *charges, now time.Time) error {
 		if c.Allowed || c.Shadow {
 			continue
 		}
-		if c.Kind == KindConcurrency {
-			// A busy refusal's hint is capped, and its reset is when the
-			// hint ends: the earliest lease's expiry (a call's deadline)
-			// is no time to come back.
-			hint := cmp.Or(c.rule.BusyRetryAfter, l.busyRetryAfter)
-			if c.RetryAfter > hint {
-				c.ResetAt = c.ResetAt.Add(hint - c.RetryAfter)
-				c.RetryAfter = hint
-			}
-		}
-		c.RetryAfter = ceilMillisecond(c.RetryAfter)
-		if c.Kind != KindBudget {
-			c.RetryAfter += l.retryBuffer
-		}
-		switch {
-		case c.Kind == KindBudget:
+		if c.Kind == KindBudget {
+			c.RetryAfter = ceilMillisecond(c.RetryAfter)
 			if budget.Charge == nil || c.ResetAt.After(budget.ResetAt) {
 				budget = c
 			}
-		case wait.Charge == nil || c.RetryAfter > wait.RetryAfter:
+			continue
+		}
+		// A busy refusal's hint is capped, and its reset is when the hint
+		// ends: the earliest lease's expiry (a call's deadline) is no time
+		// to come back.
+		if hint := cmp.Or(c.rule.BusyRetryAfter, l.busyRetryAfter); c.Kind == KindConcurrency && c.RetryAfter > hint {
+			c.ResetAt = c.ResetAt.Add(hint - c.RetryAfter)
+			c.RetryAfter = hint
+		}
+		c.RetryAfter = ceilMillisecond(c.RetryAfter) + l.retryBuffer
+		if wait.Charge == nil || c.RetryAfter > wait.RetryAfter {
 			wait = c
 		}
 	}
@@ -237,12 +230,16 @@ func (l *Limiter) refusal(cs *charges, now time.Time) error {
 
 func refusalOf(c charge, room *Result) Refusal {
 	rule := c.rule
-	return Refusal{Class: shareOf(c),
+	ref := Refusal{
 		Rule: rule.Name, Subject: rule.Subject, Kind: rule.Kind, Metric: rule.metric,
 		Limit: c.Limit, Used: c.Used, Remaining: c.Remaining, Requested: c.Amount,
 		Window: rule.Window, Period: rule.Period, Source: c.source.name(rule),
 		RetryAfter: c.RetryAfter, ResetAt: c.ResetAt, Result: room,
 	}
+	if c.class != 0 {
+		ref.Class = rule.classes.shareOf(c)
+	}
+	return ref
 }
 
 // ceilMillisecond rounds d up to the next millisecond, never down.

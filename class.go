@@ -9,37 +9,10 @@ import (
 	"time"
 )
 
-// Class is a priority class of a rate or concurrency rule. The rule's
-// capacity is split into one share per class: the class's Floor, and its
-// part by Weight of what the floors leave. A class may borrow the share of
-// a class that does not ask for it (so a class alone may use the whole
-// capacity); once a class is refused while borrowers hold its share, it
-// signals demand, and borrowers of its share are refused from then on:
-// calls in flight are not cut, a rate's refill goes to the owner.
-type Class struct {
-	Name string `json:"name" yaml:"name"`
-	// Weight is the class's part of the capacity the floors leave; 0
-	// means 1.
-	Weight int64 `json:"weight,omitempty" yaml:"weight,omitempty"`
-	// Floor is the capacity the class is given before weights apply, in
-	// the rule's units (calls in flight, or the metric per window).
-	Floor int64 `json:"floor,omitempty" yaml:"floor,omitempty"`
-}
-
-// ClassShare says how a class rule treated a request: its class, that
-// class's floor and share of the capacity, and whose share admitted it.
-type ClassShare struct {
-	Rule  string
-	Class string
-	Floor int64
-	// Share is the class's own part of Capacity: its floor and its weight's
-	// part of what the floors leave.
-	Share    int64
-	Capacity int64
-	// BorrowedFrom names the class whose idle share admitted the request;
-	// empty when the class's own share did (or, in a refusal, would have).
-	BorrowedFrom string
-}
+// installClasses lets a Limiter admit the charges of class rules: each
+// from its class's share, or from a share it may borrow. compileClasses
+// (ruleFeatures) compiles a rule's classes.
+func installClasses(l *Limiter, _ *Options) { l.hooks.admitClasses = l.admitClasses }
 
 // The bounds of a rule's classes.
 const (
@@ -47,7 +20,7 @@ const (
 	maxClassWeight = 1_000_000
 )
 
-// classSet is a class rule's classes, compiled.
+// classSet is a class rule's classes, compiled: its classRule.
 type classSet struct {
 	list []compiledClass
 	// defaultClass is the index of the class of a request that names
@@ -197,10 +170,10 @@ func mulDiv(a, b, c int64) int64 {
 	return int64(q)
 }
 
-// classOf returns the index of id's class in s.
-func (s *classSet) classOf(id *Identity) int {
+// classOf returns the index of class in s.
+func (s *classSet) classOf(class string) int {
 	for i := range s.list {
-		if s.list[i].Name == id.Class {
+		if s.list[i].Name == class {
 			return i
 		}
 	}
@@ -215,14 +188,13 @@ func (s *classSet) sharesAt(rule *compiledRule, capacity int64) []int64 {
 	return s.split(capacity)
 }
 
-// classCharge turns c, the charge of a class rule for id, into the charge
-// of id's class's share (or, when that share is empty, of the first share
-// it may borrow), and returns the largest charge any share could admit.
-func classCharge(c charge, id *Identity) int64 {
-	rule := c.rule
-	s := rule.classes
-	shares := s.sharesAt(rule, c.Limit)
-	c.capacity, c.burst, c.class = c.Limit, c.Burst, uint8(s.classOf(id)+1)
+// classCharge turns c, the charge of a class rule for a request of class,
+// into the charge of that class's share (or, when that share is empty, of
+// the first share it may borrow), and returns the largest charge any share
+// could admit.
+func (s *classSet) classCharge(c charge, class string) int64 {
+	shares := s.sharesAt(c.rule, c.Limit)
+	c.capacity, c.burst, c.class = c.Limit, c.Burst, uint8(s.classOf(class)+1)
 	c.from = c.class
 	if shares[c.class-1] == 0 {
 		nextLender(c)
@@ -235,10 +207,13 @@ func classCharge(c charge, id *Identity) int64 {
 	return most
 }
 
+// classes are the classes of c's rule, a class rule.
+func (c charge) classes() *classSet { return c.rule.classes.(*classSet) }
+
 // setShare points c at the share counter of class c.from.
 func (c charge) setShare(shares []int64) {
 	share := shares[c.from-1]
-	c.Key.Rule = c.rule.classes.list[c.from-1].share
+	c.Key.Rule = c.classes().list[c.from-1].share
 	c.Limit, c.Burst = share, c.shareBurst(share)
 }
 
@@ -256,7 +231,7 @@ func (c charge) shareBurst(share int64) int64 {
 // the most important, find theirs free the most often); false when there
 // is none left.
 func nextLender(c charge) bool {
-	s := c.rule.classes
+	s := c.classes()
 	shares := s.sharesAt(c.rule, c.capacity)
 	i := len(s.list)
 	if c.from != c.class {
@@ -276,7 +251,7 @@ func nextLender(c charge) bool {
 // while that class has not signalled demand: a budget of one that charges
 // nothing, which a signal (signalDemand) has filled.
 func demandCharge(c charge, now time.Time) (Charge, origin) {
-	s := c.rule.classes
+	s := c.classes()
 	start, end := demandPeriod(s.period, now, 0)
 	return Charge{Key: CounterKey{Rule: s.list[c.from-1].demand, Subject: c.Key.Subject, Period: start},
 		Kind: KindBudget, Limit: 1, PeriodEnd: end, Shadow: c.Shadow}, origin{rule: s.demand}
@@ -422,7 +397,7 @@ func (l *Limiter) signalDemand(ctx context.Context, now time.Time, first *charge
 		if c.class == 0 || c.from != c.class || c.Allowed || c.Shadow {
 			continue
 		}
-		s := c.rule.classes
+		s := c.classes()
 		for ahead := range int64(2) {
 			start, end := demandPeriod(s.period, now, ahead)
 			b.Charges = append(b.Charges, Charge{Key: CounterKey{Rule: s.list[c.class-1].demand, Subject: c.Key.Subject, Period: start},
@@ -443,12 +418,8 @@ func (l *Limiter) signalDemand(ctx context.Context, now time.Time, first *charge
 	return nil
 }
 
-// shareOf describes c when it is a class charge; nil otherwise.
-func shareOf(c charge) *ClassShare {
-	if c.class == 0 {
-		return nil
-	}
-	s := c.rule.classes
+// shareOf describes c, a class charge of s's rule.
+func (s *classSet) shareOf(c charge) *ClassShare {
 	own := &s.list[c.class-1]
 	cs := &ClassShare{Rule: c.rule.Name, Class: own.Name, Floor: own.Floor,
 		Share: s.sharesAt(c.rule, c.capacity)[c.class-1], Capacity: c.capacity}
@@ -456,13 +427,4 @@ func shareOf(c charge) *ClassShare {
 		cs.BorrowedFrom = s.list[c.from-1].Name
 	}
 	return cs
-}
-
-// classNote is the part of a refusal's message that names its class.
-func (r *Refusal) classNote() string {
-	if r.Class == nil {
-		return ""
-	}
-	return fmt.Sprintf(" for class %q (floor %d, share %d of %d, no idle share to borrow)",
-		r.Class.Class, r.Class.Floor, r.Class.Share, r.Class.Capacity)
 }

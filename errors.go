@@ -77,11 +77,7 @@ func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited
 type BusyError struct{ Refusal }
 
 func (e *BusyError) Error() string {
-	calls := "calls"
-	if e.Limit == 1 {
-		calls = "call"
-	}
-	return fmt.Sprintf("concurrency limit %q reached%s: %d %s in flight; retry in %s", e.Rule, e.classNote(), e.Limit, calls, e.retryWords())
+	return fmt.Sprintf("concurrency limit %q reached%s: %s in flight; retry in %s", e.Rule, e.classNote(), human.Plural(e.Limit, "call"), e.retryWords())
 }
 
 // retryWords says when to retry: "3 seconds (at 2026-03-05T00:00:03Z)",
@@ -92,6 +88,15 @@ func (r *Refusal) retryWords() string {
 		s += " (at " + human.Instant(r.RetryAt) + ")"
 	}
 	return s
+}
+
+// classNote is the part of a refusal's message that names its class.
+func (r *Refusal) classNote() string {
+	if r.Class == nil {
+		return ""
+	}
+	return fmt.Sprintf(" for class %q (floor %d, share %d of %d, no idle share to borrow)",
+		r.Class.Class, r.Class.Floor, r.Class.Share, r.Class.Capacity)
 }
 
 // Is matches ErrBusy.

@@ -10,12 +10,14 @@ import (
 // BenchmarkAdmitSettleFeaturesUnused is BenchmarkAdmitSettle3Rules on the
 // core alone (none), and with optional features installed but unused by
 // the request (issue 30: each feature a leaf that costs nothing when
-// unused). New installs waiting and turns always (the request has no
-// MaxWait and no Turn), and sweep attribution with Options.OnSwept (a
-// sweep is not an admission), and leases with Options.LeaseTimeout (over
-// memstore, a LeaseRenewer): as leases renew only reservations that hold
-// a budget or a call in flight, they are compared without the concurrency
-// rule (rates_*), where no reservation holds a lease, and with it
+// unused). New installs waiting, turns, provider limits and classes
+// always (the request has no MaxWait and no Turn, and no rule takes its
+// limit from a provider or has classes: "waiting_turns" has all four),
+// and sweep attribution with Options.OnSwept (a sweep is not an
+// admission), and leases with Options.LeaseTimeout (over memstore, a
+// LeaseRenewer): as leases renew only reservations that hold a budget or
+// a call in flight, they are compared without the concurrency rule
+// (rates_*), where no reservation holds a lease, and with it
 // (leases_in_use), where each admission holds one until it settles.
 func BenchmarkAdmitSettleFeaturesUnused(b *testing.B) {
 	for _, bc := range []struct {

@@ -112,9 +112,6 @@ type Limiter struct {
 
 	policy atomic.Pointer[compiledPolicy]
 	nextID atomic.Uint64
-	// provided holds what the providers allow, for the rules that take
-	// their limit from them.
-	provided providerLimits
 
 	admitted, refused, overruns, failedOpen atomic.Int64
 }
@@ -143,6 +140,18 @@ type hooks struct {
 	wait    func(ctx context.Context, req Request, r *Reservation, now time.Time) (*Reservation, error)
 	settled []func(r *Reservation)
 	swept   []func(SweepResult)
+	// providerLimit is the limit of rule r, whose LimitFrom is
+	// LimitFromProvider, from what the provider of model allows, false when
+	// it has not said; held refuses charges of a call to model while its
+	// provider holds such calls; setProviderLimits records what the
+	// provider of model allows (provider limits).
+	providerLimit     func(r *compiledRule, model string) (int64, bool)
+	held              func(cs *charges, model string, now time.Time) error
+	setProviderLimits func(model string, p ProviderLimits)
+	// admitClasses admits a reservation whose charges include a class
+	// rule's, in place of the store's Admit: a failed demand signal is its
+	// *StoreError (classes).
+	admitClasses func(ctx context.Context, now time.Time, r *Reservation) (bool, error)
 }
 
 // New returns a Limiter over opts.Store with the policy in opts.
@@ -153,7 +162,7 @@ func New(opts Options) (*Limiter, error) {
 	// A duration that is not positive takes its default.
 	l := &Limiter{
 		store:          opts.Store,
-		clock:          opts.Clock,
+		clock:          cmp.Or(opts.Clock, Clock(realClock{})),
 		serverID:       opts.ServerID,
 		defaultTimeout: cmp.Or(max(opts.DefaultTimeout, 0), 10*time.Minute),
 		expirySlack:    cmp.Or(max(opts.ExpirySlack, 0), 30*time.Second),
@@ -161,9 +170,6 @@ func New(opts Options) (*Limiter, error) {
 		retryBuffer:    max(opts.RetryAfterBuffer, 0),
 		onOverrun:      opts.OnOverrun,
 		hooks:          hooks{sweep: opts.Store.Sweep},
-	}
-	if l.clock == nil {
-		l.clock = realClock{}
 	}
 	if l.serverID == "" {
 		host, _ := os.Hostname()

@@ -66,8 +66,18 @@ type compiledRule struct {
 	amountOfRequest bool
 	// classes are a class rule's classes; nil for other rules. isDemand
 	// marks the rule of a class rule's demand markers.
-	classes  *classSet
+	classes  classRule
 	isDemand bool
+}
+
+// classRule is what the core asks of a class rule's classes (see Class):
+// classCharge turns c, the rule's charge for a request of class (the
+// Identity's), into the charge of that class's share, and returns the
+// largest charge any share could admit; shareOf describes a charge it
+// made.
+type classRule interface {
+	classCharge(c charge, class string) int64
+	shareOf(c charge) *ClassShare
 }
 
 // compileRule validates r and prepares it for admissions.
@@ -91,13 +101,12 @@ func compileRule(r Rule) (*compiledRule, error) {
 	c.attrs = attrs
 	c.hasTag = slices.Contains(attrs, attrTag)
 	c.hasSession = slices.Contains(attrs, attrSession)
-	if r.Kind == KindConcurrency {
-		if c.metric != MetricConcurrency {
-			return nil, bad("metric", "a concurrency rule counts concurrency, not %q", r.Metric)
-		}
-	} else if c.metric == MetricConcurrency {
+	switch {
+	case r.Kind == KindConcurrency && c.metric != MetricConcurrency:
+		return nil, bad("metric", "a concurrency rule counts concurrency, not %q", r.Metric)
+	case r.Kind != KindConcurrency && c.metric == MetricConcurrency:
 		return nil, bad("metric", "concurrency is counted by concurrency rules only")
-	} else if !validMetricName(c.metric) {
+	case !validMetricName(c.metric):
 		return nil, bad("metric", "unknown metric %q (custom metrics use a-z, 0-9 and _)", r.Metric)
 	}
 	if r.Limit < 0 {
@@ -164,14 +173,11 @@ func compileRule(r Rule) (*compiledRule, error) {
 			return nil, bad("reserve_amount", "%d is more than the rule could ever admit (%d)", r.ReserveAmount, capacity)
 		}
 	}
-	if r.LimitFrom == LimitFromProvider {
-		if err := checkProviderRule(&r, c.metric); err != "" {
-			return nil, bad("limit_from", "%s", err)
-		}
-	}
 	c.id = fingerprint(&r, c.metric)
-	if err := compileClasses(c); err != nil {
-		return nil, err
+	for _, compile := range ruleFeatures { // features.go
+		if err := compile(c); err != nil {
+			return nil, err
+		}
 	}
 	c.charge = Charge{Key: CounterKey{Rule: c.id}, Kind: r.Kind, Limit: r.Limit, Burst: r.Burst, Window: r.Window,
 		OnExpiry: r.OnExpiry, Shadow: r.Mode == ModeShadow}
@@ -365,12 +371,13 @@ func (s limitSource) name(r *compiledRule) string {
 
 // effective returns a rule's limit and burst for one identity at now, and
 // where they came from. A rule with LimitFrom provider starts from what the
-// provider allows id's model, when known; a tier or an override then
-// changes that as it would the rule's own.
-func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time, provided *providerLimits) (limit, burst int64, source limitSource) {
+// provider allows id's model, when known (providerLimit, nil without
+// provider limits); a tier or an override then changes that as it would
+// the rule's own.
+func (cp *compiledPolicy) effective(r *compiledRule, id *Identity, now time.Time, providerLimit func(*compiledRule, string) (int64, bool)) (limit, burst int64, source limitSource) {
 	limit, burst, source = r.Limit, r.Burst, fromRule
-	if r.LimitFrom == LimitFromProvider {
-		if n, ok := provided.limitOf(r, id.Model); ok {
+	if r.LimitFrom == LimitFromProvider && providerLimit != nil {
+		if n, ok := providerLimit(r, id.Model); ok {
 			limit, source = n, fromProvider
 		}
 	}

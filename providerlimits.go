@@ -7,28 +7,6 @@ import (
 	"time"
 )
 
-// LimitFromProvider, as a rule's LimitFrom, makes the rule's limit what
-// the model's provider allows, as told by Limiter.SetProviderLimits.
-const LimitFromProvider = "provider"
-
-// ProviderLimits are what a provider allows one model, as its answers say
-// (the gateway reads them from the rate-limit headers and the 429s). A
-// count of 0 is one the provider did not give.
-type ProviderLimits struct {
-	Requests int64
-	// Tokens counts input and output tokens, InputTokens input tokens
-	// only (Anthropic may give an input-token limit alone).
-	Tokens      int64
-	InputTokens int64
-	// Per is what the counts are per; 0 means a minute, as OpenAI and
-	// Anthropic count.
-	Per time.Duration
-	// HeldUntil is a provider refusal's retry hint: until then the
-	// provider refuses the model's calls, and the rules that take their
-	// limit from it refuse them first.
-	HeldUntil time.Time
-}
-
 // SetProviderLimits records what model's provider allows, in place of what
 // it said before; the next admission uses it. A rate rule with LimitFrom
 // LimitFromProvider then takes as its Limit, for the calls whose
@@ -38,7 +16,17 @@ type ProviderLimits struct {
 // gave no count. The zero ProviderLimits forgets model. Each replica
 // sets what its own answers say; the counters stay in the store, shared.
 func (l *Limiter) SetProviderLimits(model string, p ProviderLimits) {
-	l.provided.set(model, p)
+	if l.hooks.setProviderLimits != nil {
+		l.hooks.setProviderLimits(model, p)
+	}
+}
+
+// installProviderLimits gives a Limiter its record of what the providers
+// allow (SetProviderLimits), from which the rules with LimitFrom
+// LimitFromProvider take their limit, and by which they are held.
+func installProviderLimits(l *Limiter, _ *Options) {
+	pl := &providerLimits{retryBuffer: l.retryBuffer}
+	l.hooks.providerLimit, l.hooks.held, l.hooks.setProviderLimits = pl.limitOf, pl.held, pl.set
 }
 
 // providerLimits holds each model's ProviderLimits. The gateway sets them
@@ -47,6 +35,9 @@ func (l *Limiter) SetProviderLimits(model string, p ProviderLimits) {
 type providerLimits struct {
 	mu     sync.RWMutex
 	models map[string]ProviderLimits
+	// retryBuffer is the Limiter's Options.RetryAfterBuffer, added to a
+	// hold's retry hint as to any rate refusal's.
+	retryBuffer time.Duration
 }
 
 func (pl *providerLimits) set(model string, p ProviderLimits) {
@@ -103,21 +94,22 @@ func (pl *providerLimits) limitOf(r *compiledRule, model string) (int64, bool) {
 	return max(1, int64(min(q, math.MaxInt64))), true
 }
 
-// held refuses an admission whose charges include a rule from the provider
-// while the provider asked to wait: the call would be refused upstream.
-// It is a rate refusal, so a call that may wait waits for it.
-func (l *Limiter) held(req *Request, cs *charges, now time.Time) error {
+// held refuses an admission of a call to model whose charges include a
+// rule from the provider while the provider asked to wait: the call would
+// be refused upstream. It is a rate refusal, so a call that may wait waits
+// for it.
+func (pl *providerLimits) held(cs *charges, model string, now time.Time) error {
 	for i := range cs.in {
 		c := cs.at(i)
 		if c.Shadow || c.rule.LimitFrom != LimitFromProvider {
 			continue
 		}
-		until := l.provided.get(req.Identity.Model).HeldUntil
+		until := pl.get(model).HeldUntil
 		if !now.Before(until) {
 			return nil // one model per request: held for every such rule, or for none
 		}
 		c.Used, c.Remaining, c.ResetAt = c.Limit, 0, until
-		c.RetryAfter = ceilMillisecond(until.Sub(now)) + l.retryBuffer
+		c.RetryAfter = ceilMillisecond(until.Sub(now)) + pl.retryBuffer
 		ref := refusalOf(c, nil)
 		ref.Source, ref.RetryAt = LimitFromProvider, now.Add(c.RetryAfter)
 		return &RateLimitError{ref}
@@ -125,18 +117,25 @@ func (l *Limiter) held(req *Request, cs *charges, now time.Time) error {
 	return nil
 }
 
-// checkProviderRule says what makes r unfit to take its limit from the
-// provider, "" when nothing does.
-func checkProviderRule(r *Rule, m Metric) string {
+// checkProviderRule refuses a rule with LimitFrom LimitFromProvider that
+// is unfit to take its limit from the provider.
+func checkProviderRule(c *compiledRule) error {
+	r, m := &c.Rule, c.metric
+	if r.LimitFrom != LimitFromProvider {
+		return nil
+	}
+	var unfit string
 	switch {
 	case r.Kind != KindRate:
-		return "a provider's limits are rates: the rule must be a rate rule"
+		unfit = "a provider's limits are rates: the rule must be a rate rule"
 	case m != MetricRequests && m != MetricTokens && m != MetricInputTokens && m != MetricUncachedInputTokens:
-		return "providers give limits of requests, tokens and input tokens (input_tokens, uncached_input_tokens), not " + string(m)
+		unfit = "providers give limits of requests, tokens and input tokens (input_tokens, uncached_input_tokens), not " + string(m)
 	case r.Subject != "model" && r.Subject != "global":
-		return "a provider's limit is shared by every caller: the subject must be model or global, not " + r.Subject
+		unfit = "a provider's limit is shared by every caller: the subject must be model or global, not " + r.Subject
 	case r.Subject == "global" && len(r.Match.Models) != 1:
-		return "a provider limits each model apart: a global rule must match one model (subject model counts each apart)"
+		unfit = "a provider limits each model apart: a global rule must match one model (subject model counts each apart)"
+	default:
+		return nil
 	}
-	return ""
+	return &RuleError{Rule: r.Name, Field: "limit_from", Message: unfit}
 }

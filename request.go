@@ -31,30 +31,12 @@ type Identity struct {
 	Tags []string
 }
 
+// attribute returns the value of attribute a in id; tag, global and
+// server have none of their own ("").
 func (id *Identity) attribute(a attribute) string {
-	switch a {
-	case attrOrg:
-		return id.Org
-	case attrWorkspace:
-		return id.Workspace
-	case attrTeam:
-		return id.Team
-	case attrUser:
-		return id.User
-	case attrKey:
-		return id.Key
-	case attrIP:
-		return id.IP
-	case attrSession:
-		return id.Session
-	case attrModel:
-		return id.Model
-	case attrRoute:
-		return id.Route
-	case attrTier:
-		return id.Tier
-	}
-	return ""
+	return [...]string{attrOrg: id.Org, attrWorkspace: id.Workspace, attrTeam: id.Team, attrUser: id.User,
+		attrKey: id.Key, attrIP: id.IP, attrSession: id.Session, attrModel: id.Model, attrRoute: id.Route,
+		attrTier: id.Tier, attrServer: ""}[a]
 }
 
 // subjectSeparator joins the parts of a composite subject.

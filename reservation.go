@@ -50,7 +50,7 @@ type Reservation struct {
 
 	// Set at admission, not under mu: failedOpen marks an admission let
 	// through uncharged (see Result.FailedOpen), classes one with a class
-	// rule's charge (see admitClasses).
+	// rule's charge (see hooks.admitClasses).
 	failedOpen, classes bool
 }
 

@@ -34,6 +34,21 @@ type Result struct {
 	Requests, Tokens Headroom
 }
 
+// ClassShare says how a class rule treated a request: its class, that
+// class's floor and share of the capacity, and whose share admitted it.
+type ClassShare struct {
+	Rule  string
+	Class string
+	Floor int64
+	// Share is the class's own part of Capacity: its floor and its weight's
+	// part of what the floors leave.
+	Share    int64
+	Capacity int64
+	// BorrowedFrom names the class whose idle share admitted the request;
+	// empty when the class's own share did (or, in a refusal, would have).
+	BorrowedFrom string
+}
+
 // Headroom is one limit that applies to an identity: its rule, where its
 // limit came from, and its room.
 type Headroom struct {
@@ -157,8 +172,8 @@ func resultOf(cs *charges) Result {
 				leastTokens, tokensRoom = c, room
 			}
 		}
-		if share := shareOf(c); share != nil {
-			res.Classes = append(res.Classes, *share)
+		if c.class != 0 {
+			res.Classes = append(res.Classes, *c.rule.classes.shareOf(c))
 		}
 		if c.Kind == KindBudget {
 			if w, ok := warningOf(c); ok {

@@ -108,6 +108,45 @@ const (
 	StoreErrorOpen   = "open"
 )
 
+// LimitFromProvider, as a rule's LimitFrom, makes the rule's limit what
+// the model's provider allows, as told by Limiter.SetProviderLimits.
+const LimitFromProvider = "provider"
+
+// ProviderLimits are what a provider allows one model, as its answers say
+// (the gateway reads them from the rate-limit headers and the 429s). A
+// count of 0 is one the provider did not give.
+type ProviderLimits struct {
+	Requests int64
+	// Tokens counts input and output tokens, InputTokens input tokens
+	// only (Anthropic may give an input-token limit alone).
+	Tokens      int64
+	InputTokens int64
+	// Per is what the counts are per; 0 means a minute, as OpenAI and
+	// Anthropic count.
+	Per time.Duration
+	// HeldUntil is a provider refusal's retry hint: until then the
+	// provider refuses the model's calls, and the rules that take their
+	// limit from it refuse them first.
+	HeldUntil time.Time
+}
+
+// Class is a priority class of a rate or concurrency rule. The rule's
+// capacity is split into one share per class: the class's Floor, and its
+// part by Weight of what the floors leave. A class may borrow the share of
+// a class that does not ask for it (so a class alone may use the whole
+// capacity); once a class is refused while borrowers hold its share, it
+// signals demand, and borrowers of its share are refused from then on:
+// calls in flight are not cut, a rate's refill goes to the owner.
+type Class struct {
+	Name string `json:"name" yaml:"name"`
+	// Weight is the class's part of the capacity the floors leave; 0
+	// means 1.
+	Weight int64 `json:"weight,omitempty" yaml:"weight,omitempty"`
+	// Floor is the capacity the class is given before weights apply, in
+	// the rule's units (calls in flight, or the metric per window).
+	Floor int64 `json:"floor,omitempty" yaml:"floor,omitempty"`
+}
+
 // Match narrows a rule to some requests. An empty list matches everything.
 type Match struct {
 	Models []string `json:"models,omitempty" yaml:"models,omitempty"`

@@ -23,7 +23,7 @@ func Duration(d time.Duration) string {
 	}
 	switch {
 	case d < time.Second:
-		return plural(int64(d/time.Millisecond), "millisecond")
+		return Plural(int64(d/time.Millisecond), "millisecond")
 	case d < time.Minute:
 		s := strconv.FormatFloat(float64(d)/float64(time.Second), 'f', -1, 64)
 		if s == "1" {
@@ -39,7 +39,7 @@ func Duration(d time.Duration) string {
 		secs int64
 	}{{"day", 86400}, {"hour", 3600}, {"minute", 60}, {"second", 1}} {
 		if n := secs / u.secs; n > 0 {
-			parts = append(parts, plural(n, u.name))
+			parts = append(parts, Plural(n, u.name))
 			secs -= n * u.secs
 		}
 	}
@@ -71,8 +71,8 @@ func Instant(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// plural writes n and unit, unit with an s unless n is 1.
-func plural(n int64, unit string) string {
+// Plural writes n and unit, unit with an s unless n is 1.
+func Plural(n int64, unit string) string {
 	if n == 1 {
 		return fmt.Sprintf("1 %s", unit)
 	}
